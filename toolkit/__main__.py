@@ -1,0 +1,7 @@
+"""Allow ``python -m toolkit``."""
+
+from __future__ import annotations
+
+from toolkit.cli import main
+
+main()

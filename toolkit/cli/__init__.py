@@ -1,0 +1,57 @@
+"""The ``rtk`` command line: a thin layer over the library that parses and renders."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from toolkit import __version__
+from toolkit.cli.cmd_cluster import down_cmd, status_cmd, up_cmd
+from toolkit.cli.cmd_demo import demo_cmd
+from toolkit.cli.cmd_inventory import inventory_group
+from toolkit.errors import RtkError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="rtk")
+def cli() -> None:
+    r"""rtk: Ray on your own GPU nodes, checked, trained on, and power-profiled.
+
+    \b
+    Start here:
+      rtk demo                       the whole flow on this machine, no inventory
+      rtk inventory check inv.yaml   validate a node inventory
+      rtk up inv.yaml --dry-run      print what bring-up would do, touch nothing
+      rtk up inv.yaml                Ray head + workers, token auth, pinned ports
+      rtk status inv.yaml            alive nodes and their resources
+      rtk down inv.yaml              stop rtk's Ray (and only rtk's) everywhere
+
+    Every command that changes nodes takes --dry-run; data commands take --json.
+    """
+
+
+cli.add_command(inventory_group)
+cli.add_command(up_cmd)
+cli.add_command(status_cmd)
+cli.add_command(down_cmd)
+cli.add_command(demo_cmd)
+
+
+def main() -> None:
+    """Entry point: expected failures become one message and an exit code."""
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("rtk: interrupted", err=True)
+        sys.exit(130)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except RtkError as e:
+        for line in str(e).splitlines() or [type(e).__name__]:
+            click.echo(f"rtk: {line}", err=True)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        click.echo("rtk: interrupted", err=True)
+        sys.exit(130)

@@ -1,0 +1,138 @@
+"""``rtk up``, ``rtk status``, ``rtk down``."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from toolkit.cli.common import ConsoleReporter, choose_inventory, inventory_options, print_json
+from toolkit.cluster import (
+    ClusterStatus,
+    StateStore,
+    build_plan,
+    cluster_status,
+    down,
+    render_down,
+    render_up,
+    up,
+)
+from toolkit.errors import ClusterError
+from toolkit.transport import make_transport
+
+DRY_RUN_HELP = "Print the plan (commands, files, environment, ports) and touch nothing."
+JSON_HELP = "Print the result as JSON on stdout (progress stays on stderr)."
+
+
+@click.command("up")
+@inventory_options
+@click.option("--dry-run", is_flag=True, help=DRY_RUN_HELP)
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+def up_cmd(inventory: str | None, local: bool, dry_run: bool, as_json: bool) -> None:
+    r"""Start Ray on every node of INVENTORY and wait until the nodes are alive.
+
+    \b
+    The head starts first, then the workers in parallel. Every Ray port is pinned
+    from the inventory, token authentication is on (the token travels as a 0600
+    file, never on a command line), and each node's environment (socket interface,
+    NCCL/Gloo settings) is written to a 0600 env file that ray start reads.
+    Running it again starts nothing new on nodes where the cluster already runs.
+
+    \b
+    Examples:
+      rtk up --local                 this machine as a one-node cluster
+      rtk up inv.yaml --dry-run      show the plan
+      rtk up inv.yaml --json         machine-readable result
+    """
+    inv = choose_inventory(inventory, local)
+    plan = build_plan(inv)
+    if dry_run:
+        click.echo(render_up(plan), nl=False)
+        return
+    with make_transport(inv) as transport:
+        result = up(plan, transport, StateStore(inv.name), ConsoleReporter())
+    if as_json:
+        print_json(result.to_json())
+        return
+    status = result.status
+    ready = len(status.ready) if status else 0
+    fresh = ", ".join(result.started) or "none (already running)"
+    click.echo(
+        f"cluster {inv.name} is up: {ready}/{len(plan.nodes)} node(s) alive after "
+        f"{result.duration_s:.1f} s; started: {fresh}"
+    )
+    click.echo(f"dashboard {plan.dashboard_url}  (token: rtk keeps it; see rtk status)")
+
+
+@click.command("status")
+@inventory_options
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+def status_cmd(inventory: str | None, local: bool, as_json: bool) -> None:
+    """Show which nodes of INVENTORY are alive in Ray, with their resources.
+
+    Exits 0 when every node is alive with the GPUs it should have, 1 otherwise.
+    """
+    inv = choose_inventory(inventory, local)
+    plan = build_plan(inv)
+    with make_transport(inv) as transport:
+        status = cluster_status(plan, transport)
+    if as_json:
+        print_json(status.to_json())
+    else:
+        click.echo(render_status(status))
+    if len(status.ready) < len(status.nodes):
+        sys.exit(1)
+
+
+def render_status(status: ClusterStatus) -> str:
+    """Status as a small table."""
+    lines = [
+        f"cluster {status.cluster}: {len(status.ready)}/{len(status.nodes)} node(s) ready"
+        + (f", Ray {status.ray_version}" if status.ray_version else "")
+    ]
+    if status.error:
+        lines.append(f"  {status.error}")
+    lines.append(
+        f"  {'node':<16} {'role':<7} {'state':<8} {'ip':<16} {'CPU':>5} {'GPU':>5} {'memory':>9}"
+    )
+    for n in status.nodes:
+        state = "ready" if n.ready else ("alive" if n.alive else "missing")
+        memory = f"{n.resources.get('memory', 0) / 2**30:.1f} GiB" if n.alive else "-"
+        lines.append(
+            f"  {n.name:<16} {n.role:<7} {state:<8} {n.node_ip or '-':<16} "
+            f"{n.resources.get('CPU', 0):>5g} {n.resources.get('GPU', 0):>5g} {memory:>9}"
+            + (f"  {n.problem}" if n.problem else "")
+        )
+    lines.append(f"  dashboard {status.dashboard_url}")
+    return "\n".join(lines)
+
+
+@click.command("down")
+@inventory_options
+@click.option("--dry-run", is_flag=True, help=DRY_RUN_HELP)
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+def down_cmd(inventory: str | None, local: bool, dry_run: bool, as_json: bool) -> None:
+    """Stop the Ray that rtk started on every node of INVENTORY, and remove its files.
+
+    Only processes started from this cluster's env file are stopped; another Ray on
+    the same machine keeps running (plain `ray stop` would kill it). Works also when
+    the head is already gone.
+    """
+    inv = choose_inventory(inventory, local)
+    plan = build_plan(inv)
+    if dry_run:
+        click.echo(render_down(plan), nl=False)
+        return
+    with make_transport(inv) as transport:
+        result = down(plan, transport, StateStore(inv.name), ConsoleReporter())
+    if as_json:
+        print_json(result.to_json())
+    else:
+        count = sum(int(a.get("stopped", 0)) for a in result.stopped.values())
+        click.echo(
+            f"cluster {inv.name}: stopped {count} process(es) on {len(result.stopped)} node(s)"
+        )
+    if result.failed:
+        raise ClusterError(
+            "could not stop: " + "; ".join(f"{name}: {why}" for name, why in result.failed.items())
+        )

@@ -1,0 +1,68 @@
+"""Pieces the CLI commands share: choosing the inventory, progress, JSON output."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from toolkit.inventory import Inventory, default_inventory, load_inventory
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def inventory_options(func: F) -> F:
+    """Add ``[INVENTORY]`` and ``--local`` to a command."""
+    func = click.option(
+        "--local",
+        is_flag=True,
+        help="Use the embedded one-node inventory for this machine instead of a file.",
+    )(func)
+    return click.argument("inventory", required=False, type=click.Path(dir_okay=False))(func)
+
+
+def choose_inventory(inventory: str | None, local: bool) -> Inventory:
+    """The file given, or ``$RTK_INVENTORY``, or the embedded default with ``--local``."""
+    if inventory and local:
+        raise click.UsageError("give an inventory file or --local, not both")
+    if local:
+        return default_inventory()
+    path = inventory or os.environ.get("RTK_INVENTORY")
+    if not path:
+        raise click.UsageError(
+            "give an inventory file (see inventory.example.yaml), set RTK_INVENTORY, "
+            "or use --local for this machine alone"
+        )
+    return load_inventory(path)
+
+
+def print_json(data: Any) -> None:
+    """Print data as indented JSON on stdout."""
+    click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
+
+
+class ConsoleReporter:
+    """Progress lines on stderr: elapsed seconds, node, message."""
+
+    def __init__(self, quiet: bool = False) -> None:
+        self.began = time.monotonic()
+        self.quiet = quiet
+
+    def _line(self, who: str, message: str) -> None:
+        if not self.quiet:
+            elapsed = time.monotonic() - self.began
+            click.echo(f"[{elapsed:6.1f}s] {who:<14} {message}", err=True)
+            sys.stderr.flush()
+
+    def node(self, name: str, message: str) -> None:
+        """Print a node's progress."""
+        self._line(name, message)
+
+    def info(self, message: str) -> None:
+        """Print the cluster's progress."""
+        self._line("cluster", message)

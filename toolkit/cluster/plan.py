@@ -1,0 +1,266 @@
+"""The bring-up plan: a pure function from inventory to per-node commands and files.
+
+Nothing here touches a node. ``rtk up --dry-run`` prints this plan, and the executor
+(``toolkit.cluster.up``) runs exactly these commands, so what a user reads is what
+happens. Values a node reports at run time (its address on the route to the head,
+that route's interface) appear as ``Detect`` placeholders until the probe fills them.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from toolkit.inventory import Inventory, Node
+from toolkit.shell import join, with_env_file
+
+STOP_GRACE_S = 8.0
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+
+
+@dataclass(frozen=True)
+class Detect:
+    """An env-file value the node's probe supplies (``fact`` names the probe field)."""
+
+    fact: str
+    description: str
+
+
+EnvValue = str | Detect
+
+
+@dataclass(frozen=True)
+class ClusterPaths:
+    """Where rtk and Ray keep their files on every node."""
+
+    temp_dir: str
+
+    @property
+    def rtk_dir(self) -> str:
+        """Rtk's own files (env file, token), mode 0700."""
+        return posixpath.join(self.temp_dir, "rtk")
+
+    @property
+    def env_file(self) -> str:
+        """The node's environment for ``ray start`` and everything Ray runs."""
+        return posixpath.join(self.rtk_dir, "node.env")
+
+    @property
+    def token_file(self) -> str:
+        """Ray's authentication token, mode 0600."""
+        return posixpath.join(self.rtk_dir, "auth_token")
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    """What rtk does on one node."""
+
+    node: Node
+    role: str
+    ports: tuple[int, ...]
+    env: Mapping[str, EnvValue]
+    probe_command: str
+    start_command: str
+    stop_command: str
+
+    @property
+    def name(self) -> str:
+        """The node's name."""
+        return self.node.name
+
+    @property
+    def is_head(self) -> bool:
+        """True for the head node."""
+        return self.role == "head"
+
+
+@dataclass(frozen=True)
+class ClusterPlan:
+    """The whole bring-up (and teardown) of one cluster."""
+
+    inventory: Inventory
+    paths: ClusterPaths
+    auth: bool
+    dashboard_url: str
+    head_address: str
+    nodes: tuple[NodePlan, ...]
+
+    @property
+    def head(self) -> NodePlan:
+        """The head's plan (always first)."""
+        return self.nodes[0]
+
+    @property
+    def workers(self) -> tuple[NodePlan, ...]:
+        """Every other node's plan."""
+        return self.nodes[1:]
+
+    def status_command(self) -> str:
+        """Command run on the head that prints Ray's node list as JSON (agent on stdin)."""
+        python = self.head.node.python
+        return with_env_file(self.paths.env_file, join([python, "-", "status", self.dashboard_url]))
+
+    def smoke_command(self) -> str:
+        """Command run on the head that runs one Ray task on every node (agent on stdin)."""
+        hosts = ",".join(n.name for n in self.nodes)
+        return with_env_file(
+            self.paths.env_file,
+            join([self.head.node.python, "-", "smoke", self.head_address, hosts]),
+        )
+
+
+def host_resource(node_name: str) -> str:
+    """The custom Ray resource that marks a node as inventory node ``node_name``."""
+    return f"rtk_host:{node_name}"
+
+
+def build_plan(inventory: Inventory) -> ClusterPlan:
+    """Plan the cluster: head first, then workers in inventory order."""
+    paths = ClusterPaths(inventory.temp_dir)
+    head = inventory.head
+    head_address = f"{head.address}:{inventory.ports.gcs}"
+    dash_host = inventory.dashboard_host
+    url_host = head.address if dash_host in WILDCARD_HOSTS else dash_host
+    nodes = [_node_plan(inventory, paths, head, "head", head_address)]
+    nodes += [_node_plan(inventory, paths, w, "worker", head_address) for w in inventory.workers]
+    return ClusterPlan(
+        inventory=inventory,
+        paths=paths,
+        auth=inventory.ray.auth == "token",
+        dashboard_url=f"http://{_bracket(url_host)}:{inventory.ports.dashboard}",
+        head_address=head_address,
+        nodes=tuple(nodes),
+    )
+
+
+def _node_plan(
+    inv: Inventory, paths: ClusterPaths, node: Node, role: str, head_address: str
+) -> NodePlan:
+    ports = _node_ports(inv, role)
+    probe = join(
+        [
+            node.python,
+            "-",
+            "probe",
+            inv.head.address,
+            paths.temp_dir,
+            ",".join(str(p) for p in ports),
+            inv.network.interface or "",
+        ]
+    )
+    start = with_env_file(
+        paths.env_file,
+        "exec "
+        + join(_ray_start_argv(inv, paths, node, role, head_address))
+        + ' --node-ip-address="$RTK_NODE_IP"',
+    )
+    stop = join([node.python, "-", "stop", paths.temp_dir, f"{STOP_GRACE_S:g}"])
+    return NodePlan(
+        node=node,
+        role=role,
+        ports=ports,
+        env=_node_env(inv, paths, node, head_address),
+        probe_command=probe,
+        start_command=start,
+        stop_command=stop,
+    )
+
+
+def _node_ports(inv: Inventory, role: str) -> tuple[int, ...]:
+    p = inv.ports
+    ports = [
+        p.node_manager,
+        p.object_manager,
+        p.runtime_env_agent,
+        p.dashboard_agent_grpc,
+        p.dashboard_agent_listen,
+        p.metrics_export,
+    ]
+    if role == "head":
+        ports = [p.gcs, p.dashboard, p.client_server, *ports]
+    return tuple(ports)
+
+
+def _node_env(
+    inv: Inventory, paths: ClusterPaths, node: Node, head_address: str
+) -> dict[str, EnvValue]:
+    route = f"the route to the head ({inv.head.address})"
+    env: dict[str, EnvValue] = {
+        "RTK_CLUSTER": inv.name,
+        "RTK_CLUSTER_DIR": paths.temp_dir,
+        "RTK_NODE": node.name,
+        "RTK_HEAD_ADDRESS": head_address,
+        "RTK_NODE_IP": Detect("node_ip", f"source address of {route}"),
+        "RAY_USAGE_STATS_ENABLED": "0",
+    }
+    if inv.ray.auth == "token":
+        env["RAY_AUTH_MODE"] = "token"
+        env["RAY_AUTH_TOKEN_PATH"] = paths.token_file
+    else:
+        env["RAY_AUTH_MODE"] = "disabled"
+    interface: EnvValue = inv.network.interface or Detect("interface", f"interface of {route}")
+    env["GLOO_SOCKET_IFNAME"] = interface
+    env["NCCL_SOCKET_IFNAME"] = interface
+    env.update(inv.network.env)
+    env.update(node.env)
+    return env
+
+
+def _ray_start_argv(
+    inv: Inventory, paths: ClusterPaths, node: Node, role: str, head_address: str
+) -> list[str]:
+    p = inv.ports
+    argv = [*node.ray, "start"]
+    if role == "head":
+        argv += [
+            "--head",
+            f"--port={p.gcs}",
+            f"--dashboard-port={p.dashboard}",
+            f"--dashboard-host={inv.dashboard_host}",
+            f"--include-dashboard={str(inv.ray.include_dashboard).lower()}",
+            f"--ray-client-server-port={p.client_server}",
+        ]
+    else:
+        argv.append(f"--address={head_address}")
+    argv += [
+        f"--node-manager-port={p.node_manager}",
+        f"--object-manager-port={p.object_manager}",
+        f"--runtime-env-agent-port={p.runtime_env_agent}",
+        f"--dashboard-agent-grpc-port={p.dashboard_agent_grpc}",
+        f"--dashboard-agent-listen-port={p.dashboard_agent_listen}",
+        f"--metrics-export-port={p.metrics_export}",
+        f"--min-worker-port={p.min_worker}",
+        f"--max-worker-port={p.max_worker}",
+        f"--temp-dir={paths.temp_dir}",
+    ]
+    if node.cpus is not None:
+        argv.append(f"--num-cpus={node.cpus}")
+    if inv.ray.object_store_memory is not None:
+        argv.append(f"--object-store-memory={inv.ray.object_store_memory}")
+    resources = {host_resource(node.name): 1.0, **node.resources}
+    argv += [f"--resources={json.dumps(resources, sort_keys=True)}", "--disable-usage-stats"]
+    return argv
+
+
+def _bracket(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def fill_env(plan: NodePlan, facts: Mapping[str, str | None]) -> dict[str, str]:
+    """The node's env file values, with every ``Detect`` replaced by the probe's fact.
+
+    Raises:
+        KeyError: The probe did not report a fact the env needs (its name).
+    """
+    env: dict[str, str] = {}
+    for key, value in plan.env.items():
+        if isinstance(value, Detect):
+            fact = facts.get(value.fact)
+            if not fact:
+                raise KeyError(value.fact)
+            env[key] = fact
+        else:
+            env[key] = value
+    return env

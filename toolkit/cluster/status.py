@@ -1,0 +1,95 @@
+"""Which inventory nodes are alive in Ray, with what resources, seen from the head."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from toolkit.cluster.plan import ClusterPlan, host_resource
+from toolkit.errors import ClusterError, TransportError
+from toolkit.node import call_agent
+from toolkit.transport.base import Transport
+
+STATUS_TIMEOUT_S = 60.0
+
+
+@dataclass
+class NodeStatus:
+    """One inventory node as Ray sees it."""
+
+    name: str
+    role: str
+    address: str
+    expected_gpus: int
+    alive: bool = False
+    node_ip: str | None = None
+    resources: dict[str, float] = field(default_factory=dict)
+    problem: str | None = None
+
+    @property
+    def ready(self) -> bool:
+        """Alive with at least the GPUs the inventory expects."""
+        return self.alive and self.problem is None
+
+
+@dataclass
+class ClusterStatus:
+    """The whole cluster as Ray sees it."""
+
+    cluster: str
+    dashboard_url: str
+    nodes: list[NodeStatus]
+    ray_version: str | None = None
+    error: str | None = None
+
+    @property
+    def ready(self) -> list[str]:
+        """Names of the nodes that are alive with what they should have."""
+        return [n.name for n in self.nodes if n.ready]
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (``rtk status --json``)."""
+        data = asdict(self)
+        data["alive"] = [n.name for n in self.nodes if n.alive]
+        data["expected"] = len(self.nodes)
+        return data
+
+
+def cluster_status(plan: ClusterPlan, transport: Transport) -> ClusterStatus:
+    """Ask Ray on the head which nodes are alive; never raises for a down cluster."""
+    status = ClusterStatus(
+        cluster=plan.inventory.name,
+        dashboard_url=plan.dashboard_url,
+        nodes=[NodeStatus(n.node.name, n.role, n.node.address, n.node.gpus) for n in plan.nodes],
+    )
+    try:
+        answer = call_agent(transport, plan.head.node, plan.status_command(), STATUS_TIMEOUT_S)
+    except (ClusterError, TransportError) as e:
+        status.error = _explain(str(e), plan)
+        return status
+    status.ray_version = answer.get("ray_version")
+    _match(status, answer.get("nodes", []))
+    return status
+
+
+def _match(status: ClusterStatus, ray_nodes: list[dict[str, Any]]) -> None:
+    alive = [n for n in ray_nodes if n.get("state") == "ALIVE"]
+    for node in status.nodes:
+        marker = host_resource(node.name)
+        found = next((n for n in alive if marker in n.get("resources", {})), None)
+        if found is None:
+            continue
+        node.alive = True
+        node.node_ip = found.get("node_ip")
+        node.resources = {k: float(v) for k, v in found.get("resources", {}).items()}
+        gpus = node.resources.get("GPU", 0.0)
+        if gpus < node.expected_gpus:
+            node.problem = f"joined with {gpus:g} GPU(s), expected {node.expected_gpus}"
+
+
+def _explain(error: str, plan: ClusterPlan) -> str:
+    if "No such file" in error and plan.paths.env_file in error:
+        return f"not running: no rtk environment on the head ({plan.head.node.name}); rtk up first"
+    if "ConnectionError" in error or "Connection refused" in error or "Failed to connect" in error:
+        return f"the head's dashboard at {plan.dashboard_url} does not answer: {error}"
+    return error

@@ -1,0 +1,240 @@
+"""Bring a cluster up: probe every node, write its files, start the head, then workers.
+
+Runs the commands of the plan (``toolkit.cluster.plan``) and nothing else. Nodes where
+this cluster's Ray already runs are left as they are, so ``rtk up`` twice starts
+nothing new. On failure below ``min_nodes``, whatever this call started is stopped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from toolkit.cluster.down import stop_nodes
+from toolkit.cluster.plan import ClusterPlan, NodePlan, fill_env
+from toolkit.cluster.report import Reporter
+from toolkit.cluster.state import StateStore
+from toolkit.cluster.status import ClusterStatus, cluster_status
+from toolkit.errors import ClusterError, WaitTimeoutError
+from toolkit.node import call_agent
+from toolkit.shell import env_file_text
+from toolkit.transport.base import Transport
+from toolkit.transport.group import run_each
+
+PROBE_TIMEOUT_S = 60.0
+POLL_INTERVAL_S = 0.5
+
+
+@dataclass
+class NodeOutcome:
+    """What ``up`` did on one node."""
+
+    name: str
+    role: str
+    action: str = "pending"  # started | already running | failed
+    node_ip: str | None = None
+    duration_s: float = 0.0
+    error: str | None = None
+
+
+@dataclass
+class UpResult:
+    """The outcome of a bring-up."""
+
+    cluster: str
+    dashboard_url: str
+    nodes: list[NodeOutcome]
+    status: ClusterStatus | None = None
+    duration_s: float = 0.0
+    started: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (``rtk up --json``)."""
+        return {
+            "cluster": self.cluster,
+            "dashboard_url": self.dashboard_url,
+            "duration_s": round(self.duration_s, 3),
+            "started": self.started,
+            "nodes": [vars(n) for n in self.nodes],
+            "status": self.status.to_json() if self.status else None,
+        }
+
+
+def up(plan: ClusterPlan, transport: Transport, store: StateStore, reporter: Reporter) -> UpResult:
+    """Bring the cluster up and wait for its nodes.
+
+    Raises:
+        ClusterError: The head failed, or fewer than ``min_nodes`` nodes came up.
+        WaitTimeoutError: Nodes did not join within ``ray.wait_timeout_s``.
+    """
+    began = time.monotonic()
+    inv = plan.inventory
+    outcomes = {n.node.name: NodeOutcome(n.node.name, n.role) for n in plan.nodes}
+    result = UpResult(inv.name, plan.dashboard_url, list(outcomes.values()))
+    token = store.token() if plan.auth else None
+
+    def prepare(node_plan: NodePlan) -> bool:
+        return _prepare(node_plan, plan, transport, token, reporter, outcomes[node_plan.name])
+
+    def start(node_plan: NodePlan) -> None:
+        _start(node_plan, plan, transport, reporter, outcomes[node_plan.name])
+
+    prepared = run_each(plan.nodes, prepare)
+    _record_failures(prepared.failed, outcomes, reporter)
+    head = plan.head
+    head_outcome = outcomes[head.node.name]
+    if head_outcome.action != "failed" and prepared.results.get(head.name):
+        start(head)
+    if head_outcome.action == "failed":
+        raise ClusterError(f"head {head.node.name} failed: {head_outcome.error}")
+    started = run_each([w for w in plan.workers if prepared.results.get(w.name)], start)
+    _record_failures(started.failed, outcomes, reporter)
+    result.started = [o.name for o in outcomes.values() if o.action == "started"]
+    try:
+        result.status = _wait(plan, transport, reporter, outcomes)
+    except ClusterError:
+        _undo(plan, transport, reporter, result.started)
+        raise
+    result.duration_s = time.monotonic() - began
+    store.save(
+        {
+            "cluster": inv.name,
+            "source": inv.source,
+            "head": head.node.name,
+            "dashboard_url": plan.dashboard_url,
+            "temp_dir": plan.paths.temp_dir,
+            "nodes": [n.node.name for n in plan.nodes],
+            "up_at": time.time(),
+        }
+    )
+    return result
+
+
+def _prepare(
+    node_plan: NodePlan,
+    plan: ClusterPlan,
+    transport: Transport,
+    token: str | None,
+    reporter: Reporter,
+    outcome: NodeOutcome,
+) -> bool:
+    """Probe, write token and env file; True when ``ray start`` is still needed."""
+    node = node_plan.node
+    reporter.node(node.name, "probing")
+    facts = call_agent(transport, node, node_plan.probe_command, PROBE_TIMEOUT_S)
+    route = facts.get("route", {})
+    if route.get("error"):
+        raise ClusterError(f"{node.name}: {route['error']}")
+    outcome.node_ip = route.get("source_ip")
+    if facts.get("raylet_running"):
+        outcome.action = "already running"
+        reporter.node(node.name, "this cluster's Ray already runs here; leaving it")
+        return False
+    if facts.get("rtk_pids"):
+        reporter.node(node.name, "stopping leftovers of an earlier run of this cluster")
+        call_agent(transport, node, node_plan.stop_command, PROBE_TIMEOUT_S)
+    busy = facts.get("busy_ports") or []
+    if busy:
+        raise ClusterError(
+            f"{node.name}: port(s) {', '.join(map(str, busy))} already in use by another "
+            "program; stop it or choose other ports in the inventory's ports: section"
+        )
+    try:
+        env = fill_env(
+            node_plan, {"node_ip": route.get("source_ip"), "interface": route.get("interface")}
+        )
+    except KeyError as e:
+        raise ClusterError(
+            f"{node.name}: the probe could not find the {e.args[0]} on the "
+            f"route to the head; set network.interface in the inventory"
+        ) from e
+    if token is not None:
+        transport.put(node, plan.paths.token_file, token.encode(), mode=0o600)
+    header = f"Written by rtk for cluster {plan.inventory.name}, node {node.name}."
+    transport.put(node, plan.paths.env_file, env_file_text(env, header).encode(), mode=0o600)
+    return True
+
+
+def _start(
+    node_plan: NodePlan,
+    plan: ClusterPlan,
+    transport: Transport,
+    reporter: Reporter,
+    outcome: NodeOutcome,
+) -> None:
+    node = node_plan.node
+    reporter.node(node.name, f"starting Ray ({node_plan.role})")
+    began = time.monotonic()
+    timeout_s = plan.inventory.ray.start_timeout_s
+    result = transport.run(node, node_plan.start_command, timeout_s=timeout_s)
+    outcome.duration_s = time.monotonic() - began
+    if result.ok:
+        outcome.action = "started"
+        reporter.node(node.name, f"Ray started in {outcome.duration_s:.1f} s")
+        return
+    outcome.action = "failed"
+    outcome.error = f"ray start exited {result.exit_code}:\n{result.tail()}"
+    reporter.node(node.name, f"ray start failed (exit {result.exit_code})")
+
+
+def _record_failures(
+    failed: Mapping[str, BaseException], outcomes: dict[str, NodeOutcome], reporter: Reporter
+) -> None:
+    for name, error in failed.items():
+        outcome = outcomes[name]
+        outcome.action = "failed"
+        outcome.error = str(error)
+        reporter.node(name, f"failed: {error}")
+
+
+def _wait(
+    plan: ClusterPlan, transport: Transport, reporter: Reporter, outcomes: dict[str, NodeOutcome]
+) -> ClusterStatus:
+    inv = plan.inventory
+    hopeful = {name for name, o in outcomes.items() if o.action != "failed"}
+    if len(hopeful) < inv.min_nodes:
+        raise ClusterError(_missing_text(plan, outcomes, None, inv.min_nodes))
+    deadline = time.monotonic() + inv.ray.wait_timeout_s
+    reporter.info(f"waiting for {len(hopeful)} node(s) to join")
+    while True:
+        status = cluster_status(plan, transport)
+        ready = set(status.ready)
+        if hopeful <= ready:
+            reporter.info(f"{len(ready)} of {len(plan.nodes)} node(s) alive")
+            return status
+        if time.monotonic() > deadline:
+            if len(ready) >= inv.min_nodes:
+                reporter.info(f"{len(ready)} node(s) alive; min_nodes {inv.min_nodes} allows it")
+                return status
+            raise WaitTimeoutError(_missing_text(plan, outcomes, status, inv.min_nodes))
+        time.sleep(POLL_INTERVAL_S)
+
+
+def _missing_text(
+    plan: ClusterPlan, outcomes: dict[str, NodeOutcome], status: ClusterStatus | None, need: int
+) -> str:
+    lines = [f"cluster {plan.inventory.name}: fewer than min_nodes={need} node(s) came up"]
+    by_name = {n.name: n for n in status.nodes} if status else {}
+    for name, outcome in outcomes.items():
+        seen = by_name.get(name)
+        if seen is not None and seen.ready:
+            continue
+        if outcome.error:
+            why = outcome.error
+        elif seen is not None and seen.problem:
+            why = seen.problem
+        elif status is not None and status.error:
+            why = status.error
+        else:
+            why = "Ray started but the node did not join the head in time"
+        lines.append(f"  {name}: {why}")
+    return "\n".join(lines)
+
+
+def _undo(plan: ClusterPlan, transport: Transport, reporter: Reporter, started: list[str]) -> None:
+    if not started:
+        return
+    reporter.info(f"stopping what this run started on {len(started)} node(s)")
+    stop_nodes([n for n in plan.nodes if n.node.name in started], transport, reporter)

@@ -1,0 +1,71 @@
+"""The one exception hierarchy of rtk.
+
+Library code raises these (converting third-party errors where they happen, with
+``raise ... from e``); the CLI turns them into one clear message and ``exit_code``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+class RtkError(Exception):
+    """Base of every expected rtk failure."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with an input file.
+
+    Attributes:
+        source: The file (or ``<embedded default>``) the problem is in.
+        line: 1-based line of the offending key or value, when known.
+        path: Key path such as ``nodes[2].gpus``; empty for the whole file.
+        message: What is wrong and what is allowed.
+    """
+
+    source: str
+    line: int | None
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        where = self.source if self.line is None else f"{self.source}:{self.line}"
+        return f"{where}: {self.path}: {self.message}" if self.path else f"{where}: {self.message}"
+
+
+class InventoryError(RtkError):
+    """The inventory file is missing, unreadable or invalid."""
+
+    exit_code = 3
+
+    def __init__(self, problems: Sequence[Problem]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+
+class TransportError(RtkError):
+    """A node could not be reached or a command could not be run on it."""
+
+    exit_code = 4
+
+
+class ClusterError(RtkError):
+    """Bring-up, status or teardown failed on one or more nodes."""
+
+    exit_code = 4
+
+
+class WaitTimeoutError(ClusterError):
+    """Nodes did not become alive with the expected resources in time."""
+
+    exit_code = 5
+
+
+class StateError(RtkError):
+    """rtk's record of a cluster is missing or does not match the inventory."""
+
+    exit_code = 6

@@ -1,0 +1,113 @@
+"""Host ranges in SLURM's hostlist syntax: ``gpu[01-16]``, ``n[1-3,7]``, ``a[1-2]-b[1-2]``.
+
+Numbers keep the zero padding of the range's first bound, several bracket groups
+expand as a cartesian product (left to right), and a comma outside brackets joins
+independent patterns (``gpu[01-02],login1``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+MAX_HOSTS = 65536
+
+_BRACKET = re.compile(r"\[([^\[\]]*)\]")
+
+
+class HostRangeError(ValueError):
+    """A host pattern is malformed or expands to nothing."""
+
+
+def expand_hosts(pattern: str) -> list[str]:
+    """Expand a hostlist pattern into host names, in order.
+
+    Args:
+        pattern: A host name or hostlist pattern.
+
+    Returns:
+        The host names; a plain name gives itself.
+
+    Raises:
+        HostRangeError: The pattern is malformed, reversed, or expands to nothing.
+    """
+    hosts: list[str] = []
+    for part in _split_top_level(pattern):
+        hosts.extend(_expand_one(part))
+        if len(hosts) > MAX_HOSTS:
+            raise HostRangeError(f"expands to more than {MAX_HOSTS} hosts")
+    if not hosts:
+        raise HostRangeError("expands to no host")
+    return hosts
+
+
+def is_range(pattern: str) -> bool:
+    """Tell whether ``pattern`` names more than a single literal host."""
+    return "[" in pattern or "," in pattern
+
+
+def _split_top_level(pattern: str) -> list[str]:
+    parts: list[str] = []
+    depth = 0
+    current: list[str] = []
+    for char in pattern:
+        if char == "[":
+            depth += 1
+            if depth > 1:
+                raise HostRangeError("nested '[' is not allowed")
+        elif char == "]":
+            depth -= 1
+            if depth < 0:
+                raise HostRangeError("']' without a matching '['")
+        if char == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    if depth != 0:
+        raise HostRangeError("'[' without a matching ']'")
+    parts.append("".join(current))
+    for part in parts:
+        if not part.strip():
+            raise HostRangeError("empty host name between commas")
+    return [p.strip() for p in parts]
+
+
+def _expand_one(pattern: str) -> list[str]:
+    pieces = _BRACKET.split(pattern)
+    # pieces alternate: literal, bracket body, literal, bracket body, ..., literal
+    literals = pieces[0::2]
+    choices = [_expand_body(body) for body in pieces[1::2]]
+    for literal in literals:
+        if any(c.isspace() for c in literal):
+            raise HostRangeError(f"host name {pattern!r} contains whitespace")
+    hosts = []
+    for combo in itertools.product(*choices):
+        name = literals[0]
+        for value, literal in zip(combo, literals[1:], strict=True):
+            name += value + literal
+        hosts.append(name)
+    return hosts
+
+
+def _expand_body(body: str) -> list[str]:
+    if not body.strip():
+        raise HostRangeError("empty brackets '[]'")
+    values: list[str] = []
+    for item in body.split(","):
+        item = item.strip()
+        match = re.fullmatch(r"(\d+)(?:-(\d+))?", item)
+        if match is None:
+            raise HostRangeError(f"{item!r} is not a number or a range like 01-16")
+        first, last = match.group(1), match.group(2)
+        if last is None:
+            values.append(first)
+            continue
+        low, high = int(first), int(last)
+        if high < low:
+            raise HostRangeError(f"range {item!r} runs backwards")
+        if high - low + 1 > MAX_HOSTS:
+            raise HostRangeError(f"range {item!r} is larger than {MAX_HOSTS} hosts")
+        width = len(first) if first.startswith("0") else 0
+        values.extend(str(n).zfill(width) for n in range(low, high + 1))
+    return values

@@ -1,0 +1,107 @@
+"""Read an inventory file (or the embedded default) into a resolved ``Inventory``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from toolkit.errors import InventoryError, Problem
+from toolkit.inventory.models import InventorySpec
+from toolkit.inventory.problems import format_path, problems_from_validation
+from toolkit.inventory.resolve import resolve
+from toolkit.inventory.resolved import Inventory
+from toolkit.inventory.yamlmap import load_located
+
+EMBEDDED_SOURCE = "<embedded default>"
+
+# The inventory behind `rtk up --local`: this machine as a one-node cluster. Its ports
+# differ from Ray's defaults so that it runs beside a Ray someone started by hand.
+EMBEDDED_DEFAULT = """\
+cluster: local
+transport: local
+nodes:
+  - host: localhost
+    address: 127.0.0.1
+ports:
+  gcs: 6479
+  dashboard: 8365
+  client_server: 6478
+  node_manager: 6480
+  object_manager: 6481
+  runtime_env_agent: 6482
+  dashboard_agent_grpc: 6483
+  dashboard_agent_listen: 6484
+  metrics_export: 6485
+  min_worker: 21000
+  max_worker: 22999
+ray:
+  dashboard_host: 127.0.0.1
+"""
+
+
+def load_inventory(path: str | Path) -> Inventory:
+    """Load and validate an inventory file.
+
+    Raises:
+        InventoryError: The file is missing, not YAML, or invalid; every problem listed.
+    """
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InventoryError([Problem(str(path), None, "", "no such file")]) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise InventoryError([Problem(str(path), None, "", f"cannot read it: {e}")]) from e
+    return parse_inventory(text, str(path), file.resolve().parent)
+
+
+def default_inventory() -> Inventory:
+    """The embedded one-node inventory for this machine."""
+    return parse_inventory(EMBEDDED_DEFAULT, EMBEDDED_SOURCE, Path.cwd())
+
+
+def parse_inventory(text: str, source: str, base_dir: Path) -> Inventory:
+    """Validate inventory text.
+
+    Args:
+        text: YAML text.
+        source: Name used in messages.
+        base_dir: Directory that relative paths in the file are relative to.
+
+    Raises:
+        InventoryError: Every problem found, one per line.
+    """
+    try:
+        located = load_located(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        reason = getattr(e, "problem", None) or str(e)
+        raise InventoryError([Problem(source, line, "", f"not valid YAML: {reason}")]) from e
+    problems = [
+        Problem(
+            source, second, format_path(path), f"key given twice (also on line {first}); keep one"
+        )
+        for path, first, second in located.duplicates
+    ]
+    if not isinstance(located.data, dict):
+        got = "an empty file" if located.data is None else f"a {type(located.data).__name__}"
+        problems.append(
+            Problem(
+                source,
+                located.line_of(()),
+                "",
+                f"got {got}; expected a mapping with cluster: and nodes:",
+            )
+        )
+        raise InventoryError(problems)
+    try:
+        spec = InventorySpec.model_validate(located.data)
+    except ValidationError as e:
+        problems.extend(problems_from_validation(e, InventorySpec, located, source))
+        raise InventoryError(problems) from None
+    if problems:
+        raise InventoryError(problems)
+    return resolve(spec, source, base_dir, located.line_of)

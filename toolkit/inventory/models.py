@@ -1,0 +1,199 @@
+"""The inventory file's schema: pydantic models mirroring the YAML, key for key.
+
+These models only check shape and types; ``toolkit.inventory.resolve`` checks what
+needs the whole file (duplicate hosts, port clashes, the head) and turns a valid
+``InventorySpec`` into the resolved ``Inventory`` the rest of rtk uses.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+CLUSTER_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}$"
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
+}
+
+
+def _env_value(value: Any) -> Any:
+    """Let ``OMP_NUM_THREADS: 4`` mean the string ``"4"``, as a shell would."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int | float):
+        return str(value)
+    return value
+
+
+def _size_bytes(value: Any) -> Any:
+    """Accept ``20000000000``, ``"20GB"`` or ``"18.5GiB"`` for a size in bytes."""
+    if isinstance(value, str):
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", value)
+        if match and match.group(2).lower() in _SIZE_UNITS:
+            return int(float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()])
+    return value
+
+
+EnvValue = Annotated[str, BeforeValidator(_env_value)]
+EnvName = Annotated[str, Field(pattern=ENV_NAME_PATTERN)]
+Port = Annotated[int, Field(ge=1, le=65535)]
+SizeBytes = Annotated[int, BeforeValidator(_size_bytes), Field(ge=78_643_200)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class SshSettings(_Strict):
+    """How rtk reaches a node over SSH; unset fields inherit from ``defaults.ssh``."""
+
+    user: str | None = Field(None, description="Login user (default: your local user).")
+    port: Port | None = Field(None, description="sshd port (default 22).")
+    key: str | None = Field(
+        None, description="Private key file on this machine, relative to the inventory file."
+    )
+    jump_host: str | None = Field(
+        None, description="Login/bastion host as [user@]host[:port], used as a ProxyJump."
+    )
+    connect_timeout_s: float | None = Field(None, gt=0, description="Connect timeout (default 10).")
+    accept_new_host_keys: bool | None = Field(
+        None,
+        description="Add unknown host keys to known_hosts (default false: unknown keys refuse).",
+    )
+
+
+class NodeSettings(_Strict):
+    """Settings a node inherits from ``defaults`` and may override for itself."""
+
+    ssh: SshSettings = Field(default_factory=SshSettings)
+    python: str | None = Field(
+        None,
+        description="Python with Ray on the node (default python3, <venv>/bin/python, or for "
+        "transport: local the Python running rtk).",
+    )
+    venv: str | None = Field(
+        None, description="Virtualenv on the node; its bin/python and bin/ray are used."
+    )
+    ray: str | None = Field(
+        None, description="ray executable on the node (default: python -m ray.scripts.scripts)."
+    )
+    env: dict[EnvName, EnvValue] = Field(
+        default_factory=dict, description="Extra environment for Ray and everything it runs."
+    )
+
+
+class NodeSpec(NodeSettings):
+    """One entry of ``nodes:``; ``host`` may be a range such as ``gpu[01-16]``."""
+
+    host: str = Field(min_length=1, description="Host name or range (gpu[01-16]).")
+    address: str | None = Field(
+        None,
+        description="Address to reach it (default: the host name); a range must match host's.",
+    )
+    gpus: int = Field(0, ge=0, description="GPUs expected on the node.")
+    cpus: int | None = Field(None, ge=1, description="CPUs to give Ray (default: all).")
+    resources: dict[str, float] = Field(
+        default_factory=dict, description="Extra Ray resources, e.g. {nvlink: 1}."
+    )
+
+
+class NetworkSettings(_Strict):
+    """Which NCCL / Gloo environment profile applies, and overrides of its variables."""
+
+    profile: Literal["auto", "ib", "roce", "ethernet"] = Field(
+        "auto", description="auto detects InfiniBand/RoCE/Ethernet per node."
+    )
+    interface: str | None = Field(
+        None, description="Socket interface (default: the one on the route to the head)."
+    )
+    env: dict[EnvName, EnvValue] = Field(
+        default_factory=dict, description="Overrides of any NCCL_*/GLOO_* variable."
+    )
+
+
+class PortSettings(_Strict):
+    """Every port Ray opens, pinned; defaults stay below Linux's ephemeral range."""
+
+    gcs: Port = Field(6379, description="Head: GCS (ray start --port).")
+    dashboard: Port = Field(8265, description="Head: dashboard and Jobs API.")
+    client_server: Port = Field(10001, description="Head: Ray Client server.")
+    node_manager: Port = 6380
+    object_manager: Port = 6381
+    runtime_env_agent: Port = 6382
+    dashboard_agent_grpc: Port = 6383
+    dashboard_agent_listen: Port = 6384
+    metrics_export: Port = 6385
+    min_worker: Port = Field(10002, description="First port of the worker range.")
+    max_worker: Port = Field(19999, description="Last port of the worker range.")
+
+
+class RaySettings(_Strict):
+    """Options of ``ray start`` that are the same on every node."""
+
+    temp_dir: str | None = Field(
+        None,
+        description="Ray's temp dir on every node (default /tmp/rtk-<cluster>); keep it short.",
+    )
+    object_store_memory: SizeBytes | None = Field(
+        None, description="Object store size per node: bytes or '20GB' (default: Ray's choice)."
+    )
+    dashboard_host: str | None = Field(
+        None, description="Address the dashboard binds (default: the head's address)."
+    )
+    include_dashboard: bool = True
+    auth: Literal["token", "none"] = Field(
+        "token", description="token: Ray token authentication with a 0600 token file."
+    )
+    start_timeout_s: float = Field(120, gt=0, description="Limit for one ray start.")
+    wait_timeout_s: float = Field(300, gt=0, description="Limit for all nodes to join.")
+
+
+class SlurmSettings(_Strict):
+    """Defaults for ``rtk sbatch`` and ``rtk up --slurm``."""
+
+    partition: str | None = None
+    account: str | None = None
+    time: str | None = Field(
+        None,
+        pattern=r"^(\d+-)?\d+(:\d{1,2}){0,2}$",
+        description="Time limit as minutes, HH:MM:SS or D-HH:MM:SS.",
+    )
+    nodes: int | None = Field(None, ge=1)
+    gpus_per_node: int | None = Field(None, ge=0)
+    job_name: str | None = None
+
+
+class InventorySpec(_Strict):
+    """The whole inventory file."""
+
+    cluster: str = Field(pattern=CLUSTER_NAME_PATTERN, description="Cluster name: a-z 0-9 _ -.")
+    transport: Literal["ssh", "local"] = Field(
+        "ssh", description="ssh: nodes over SSH; local: this machine, one node."
+    )
+    head: str | None = Field(None, description="Host of the head node (default: the first node).")
+    min_nodes: int | None = Field(
+        None, ge=1, description="Accept a partial cluster of this many nodes (default: all)."
+    )
+    defaults: NodeSettings = Field(default_factory=NodeSettings)
+    nodes: list[NodeSpec] = Field(min_length=1)
+    network: NetworkSettings = Field(default_factory=NetworkSettings)
+    ports: PortSettings = Field(default_factory=PortSettings)
+    ray: RaySettings = Field(default_factory=RaySettings)
+    slurm: SlurmSettings = Field(default_factory=SlurmSettings)

@@ -1,0 +1,89 @@
+"""The resolved inventory: every node expanded, every inherited setting filled in.
+
+This is what the plan, the transports and every later command read; nothing here
+is optional any more, so callers never repeat the inheritance rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from toolkit.inventory.models import NetworkSettings, PortSettings, RaySettings, SlurmSettings
+
+DEFAULT_SSH_PORT = 22
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class SshTarget:
+    """Everything needed to open an SSH connection to one node."""
+
+    user: str | None
+    port: int
+    key_file: str | None
+    jump_host: str | None
+    connect_timeout_s: float
+    accept_new_host_keys: bool
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node of the cluster, with its inherited settings applied."""
+
+    name: str
+    address: str
+    gpus: int
+    cpus: int | None
+    resources: Mapping[str, float]
+    ssh: SshTarget
+    python: str
+    ray: tuple[str, ...]
+    env: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """A validated cluster description."""
+
+    name: str
+    transport: str
+    nodes: tuple[Node, ...]
+    head_name: str
+    min_nodes: int
+    network: NetworkSettings
+    ports: PortSettings
+    ray: RaySettings
+    slurm: SlurmSettings
+    source: str = "<embedded default>"
+
+    @property
+    def head(self) -> Node:
+        """The head node."""
+        return self.node(self.head_name)
+
+    @property
+    def workers(self) -> tuple[Node, ...]:
+        """Every node but the head, in inventory order."""
+        return tuple(n for n in self.nodes if n.name != self.head_name)
+
+    @property
+    def temp_dir(self) -> str:
+        """Ray's temp dir on every node; rtk's own files live under it too."""
+        return self.ray.temp_dir or f"/tmp/rtk-{self.name}"
+
+    @property
+    def dashboard_host(self) -> str:
+        """Address the dashboard binds on the head."""
+        return self.ray.dashboard_host or self.head.address
+
+    def node(self, name: str) -> Node:
+        """The node called ``name``.
+
+        Raises:
+            KeyError: No such node.
+        """
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(name)

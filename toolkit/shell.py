@@ -1,0 +1,41 @@
+"""Shell quoting and environment files: the only way inventory values reach a shell.
+
+Every value that lands in a command line or an env file passes through ``quote``;
+tests feed hostile values through here and check that nothing runs.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterable, Mapping
+
+quote = shlex.quote
+
+
+def join(argv: Iterable[str]) -> str:
+    """Quote each word and join them into one command line."""
+    return " ".join(quote(word) for word in argv)
+
+
+def env_file_text(env: Mapping[str, str], header: str = "") -> str:
+    """Render ``KEY='value'`` lines that ``set -a; . FILE`` reads back exactly."""
+    lines = [f"# {line}" for line in header.splitlines()]
+    lines += [f"{key}={quote(value)}" for key, value in env.items()]
+    return "\n".join(lines) + "\n"
+
+
+def parse_env_file(text: str) -> dict[str, str]:
+    """Read back what ``env_file_text`` wrote."""
+    env: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        key, _, rest = line.partition("=")
+        words = shlex.split(rest)
+        env[key.strip()] = words[0] if words else ""
+    return env
+
+
+def with_env_file(path: str, command: str) -> str:
+    """Run ``command`` with every variable of the env file at ``path`` exported."""
+    return f"set -a && . {quote(path)} && set +a && {command}"

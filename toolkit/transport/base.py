@@ -1,0 +1,93 @@
+"""The transport interface: run a command on a node, put a file on a node.
+
+Implementations: ``local`` (this machine, subprocess), ``ssh`` (fabric), ``srun``
+(inside a SLURM allocation). Commands are shell text built from quoted values
+(``toolkit.shell``); secrets travel with ``put`` or stdin, never on a command line.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import TracebackType
+
+from toolkit.inventory import Node
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What one command did on one node."""
+
+    node: str
+    command: str
+    exit_code: int
+    stdout: str
+    stderr: str
+    duration_s: float
+
+    @property
+    def ok(self) -> bool:
+        """True when the command exited 0."""
+        return self.exit_code == 0
+
+    def tail(self, lines: int = 12) -> str:
+        """The last lines of stderr and stdout, for error messages."""
+        text = "\n".join(part for part in (self.stdout.rstrip(), self.stderr.rstrip()) if part)
+        return "\n".join(text.splitlines()[-lines:])
+
+
+class Transport(ABC):
+    """Runs commands and writes files on nodes; one instance serves a whole cluster."""
+
+    name: str = "transport"
+
+    @abstractmethod
+    def run(
+        self,
+        node: Node,
+        command: str,
+        *,
+        env: Mapping[str, str] | None = None,
+        stdin: str | None = None,
+        timeout_s: float = 60.0,
+    ) -> CommandResult:
+        """Run shell ``command`` on ``node`` and wait for it.
+
+        Args:
+            node: Where to run it.
+            command: Shell text; every inventory value in it is already quoted.
+            env: Extra environment variables for the command.
+            stdin: Text fed to the command's standard input.
+            timeout_s: Limit for the whole command.
+
+        Returns:
+            The exit code and output; a non-zero exit is a result, not an error.
+
+        Raises:
+            toolkit.errors.TransportError: The node could not be reached, or the
+                command ran past ``timeout_s``.
+        """
+
+    @abstractmethod
+    def put(self, node: Node, path: str, data: bytes, *, mode: int = 0o600) -> None:
+        """Write ``data`` to ``path`` on ``node`` with ``mode``, creating parents as 0700.
+
+        Raises:
+            toolkit.errors.TransportError: The file could not be written.
+        """
+
+    def close(self) -> None:
+        """Release connections; the default holds none."""
+        return None
+
+    def __enter__(self) -> Transport:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

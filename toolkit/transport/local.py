@@ -1,0 +1,73 @@
+"""The local transport: the node is this machine; commands run as subprocesses."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from toolkit.errors import TransportError
+from toolkit.inventory import Node
+from toolkit.transport.base import CommandResult, Transport
+
+
+class LocalTransport(Transport):
+    """Runs every node's commands on this machine with ``bash -c``."""
+
+    name = "local"
+
+    def run(
+        self,
+        node: Node,
+        command: str,
+        *,
+        env: Mapping[str, str] | None = None,
+        stdin: str | None = None,
+        timeout_s: float = 60.0,
+    ) -> CommandResult:
+        """Run ``command`` in bash on this machine (see ``Transport.run``)."""
+        started = time.monotonic()
+        try:
+            done = subprocess.run(
+                ["bash", "-c", command],
+                input=stdin if stdin is not None else "",
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                env={**os.environ, **(env or {})},
+                check=False,
+            )
+        except subprocess.TimeoutExpired as e:
+            raise TransportError(
+                f"{node.name}: command ran past its {timeout_s:g} s limit: {command[:200]}"
+            ) from e
+        except OSError as e:
+            raise TransportError(f"{node.name}: cannot run bash: {e}") from e
+        return CommandResult(
+            node=node.name,
+            command=command,
+            exit_code=done.returncode,
+            stdout=done.stdout,
+            stderr=done.stderr,
+            duration_s=time.monotonic() - started,
+        )
+
+    def put(self, node: Node, path: str, data: bytes, *, mode: int = 0o600) -> None:
+        """Write the file atomically, with ``mode`` from its creation on."""
+        target = Path(path)
+        try:
+            target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+            try:
+                os.fchmod(fd, mode)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                os.replace(temp, target)
+            except BaseException:
+                Path(temp).unlink(missing_ok=True)
+                raise
+        except OSError as e:
+            raise TransportError(f"{node.name}: cannot write {path}: {e}") from e
