@@ -7,7 +7,7 @@ tests feed hostile values through here and check that nothing runs.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
 quote = shlex.quote
 
@@ -17,15 +17,8 @@ def join(argv: Iterable[str]) -> str:
     return " ".join(quote(word) for word in argv)
 
 
-def env_file_text(env: Mapping[str, str], header: str = "") -> str:
-    """Render ``KEY='value'`` lines that ``set -a; . FILE`` reads back exactly."""
-    lines = [f"# {line}" for line in header.splitlines()]
-    lines += [f"{key}={quote(value)}" for key, value in env.items()]
-    return "\n".join(lines) + "\n"
-
-
 def parse_env_file(text: str) -> dict[str, str]:
-    """Read back what ``env_file_text`` wrote."""
+    """Read back an env file of ``KEY='value'`` lines (``templates/node.env.j2``)."""
     env: dict[str, str] = {}
     for line in text.splitlines():
         if not line.strip() or line.lstrip().startswith("#"):

@@ -99,8 +99,9 @@ class ClusterPlan:
 
     def status_command(self) -> str:
         """Command run on the head that prints Ray's node list as JSON (agent on stdin)."""
-        python = self.head.node.python
-        return with_env_file(self.paths.env_file, join([python, "-", "status", self.dashboard_url]))
+        url = self.dashboard_url if self.inventory.ray.include_dashboard else "-"
+        argv = [self.head.node.python, "-", "status", url, self.head_address]
+        return with_env_file(self.paths.env_file, join(argv))
 
     def smoke_command(self) -> str:
         """Command run on the head that runs one Ray task on every node (agent on stdin)."""

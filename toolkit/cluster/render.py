@@ -2,8 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from toolkit.cluster.plan import ClusterPlan, Detect, NodePlan
-from toolkit.shell import env_file_text
+from toolkit.resources import render
+
+
+def env_file(plan: ClusterPlan, node_plan: NodePlan, env: Mapping[str, str]) -> str:
+    """The text of a node's env file (``templates/node.env.j2``)."""
+    return render(
+        "node.env.j2",
+        cluster=plan.inventory.name,
+        node=node_plan.name,
+        path=plan.paths.env_file,
+        env=env,
+    )
 
 
 def render_up(plan: ClusterPlan) -> str:
@@ -53,7 +66,7 @@ def _render_node(plan: ClusterPlan, node_plan: NodePlan) -> list[str]:
         lines.append(f"  {step}. write {plan.paths.token_file} (0600): the cluster's token")
         step += 1
     lines.append(f"  {step}. write {plan.paths.env_file} (0600):")
-    lines += [f"       {line}" for line in env_file_text(env_shown).splitlines()]
+    lines += [f"       {line}" for line in env_file(plan, node_plan, env_shown).splitlines()]
     lines.append(f"  {step + 1}. start (skipped when this cluster's Ray already runs there):")
     lines.append(f"       {node_plan.start_command}")
     return lines

@@ -14,12 +14,12 @@ from typing import Any
 
 from toolkit.cluster.down import stop_nodes
 from toolkit.cluster.plan import ClusterPlan, NodePlan, fill_env
+from toolkit.cluster.render import env_file
 from toolkit.cluster.report import Reporter
 from toolkit.cluster.state import StateStore
 from toolkit.cluster.status import ClusterStatus, cluster_status
 from toolkit.errors import ClusterError, WaitTimeoutError
 from toolkit.node import call_agent
-from toolkit.shell import env_file_text
 from toolkit.transport.base import Transport
 from toolkit.transport.group import run_each
 
@@ -152,8 +152,8 @@ def _prepare(
         ) from e
     if token is not None:
         transport.put(node, plan.paths.token_file, token.encode(), mode=0o600)
-    header = f"Written by rtk for cluster {plan.inventory.name}, node {node.name}."
-    transport.put(node, plan.paths.env_file, env_file_text(env, header).encode(), mode=0o600)
+    text = env_file(plan, node_plan, env)
+    transport.put(node, plan.paths.env_file, text.encode(), mode=0o600)
     return True
 
 
@@ -198,9 +198,14 @@ def _wait(
         raise ClusterError(_missing_text(plan, outcomes, None, inv.min_nodes))
     deadline = time.monotonic() + inv.ray.wait_timeout_s
     reporter.info(f"waiting for {len(hopeful)} node(s) to join")
+    last_error: str | None = None
     while True:
         status = cluster_status(plan, transport)
         ready = set(status.ready)
+        if status.error and status.error != last_error:
+            reporter.info(f"not ready yet: {status.error}")
+        last_error = status.error
+
         if hopeful <= ready:
             reporter.info(f"{len(ready)} of {len(plan.nodes)} node(s) alive")
             return status

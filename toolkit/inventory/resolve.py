@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import getpass
 import posixpath
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +31,7 @@ EPHEMERAL_PORTS = (32768, 60999)
 # Ray puts unix sockets at <temp_dir>/session_<date>_<time>_<pid>/sockets/plasma_store,
 # about 58 characters below temp_dir, and a socket path may hold at most 107.
 MAX_TEMP_DIR_CHARS = 48
+HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]*")
 RESERVED_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
 
 Locate = Callable[[KeyPath], int | None]
@@ -130,12 +132,23 @@ def _host_address_pairs(entry: NodeSpec, where: KeyPath, out: _Collector) -> lis
     except HostRangeError as e:
         out.add((*where, "host"), f"got {entry.host!r}; {e} (write ranges like gpu[01-16])")
         return []
+    bad = next((h for h in hosts if not HOST_NAME.fullmatch(h)), None)
+    if bad is not None:
+        out.add(
+            (*where, "host"),
+            f"got {bad!r}; a host name is letters, digits, '.', '-', '_' and ':' (ranges in [..])",
+        )
+        return []
     if entry.address is None:
         return [(h, h) for h in hosts]
     try:
         addresses = expand_hosts(entry.address)
     except HostRangeError as e:
         out.add((*where, "address"), f"got {entry.address!r}; {e}")
+        return []
+    bad = next((a for a in addresses if not HOST_NAME.fullmatch(a)), None)
+    if bad is not None:
+        out.add((*where, "address"), f"got {bad!r}; an address is an IP or a DNS name")
         return []
     if len(addresses) != len(hosts):
         out.add(

@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from toolkit.inventory import HostRangeError, expand_hosts
+
+
+@pytest.mark.parametrize(
+    ("pattern", "hosts"),
+    [
+        ("node1", ["node1"]),
+        ("gpu[01-03]", ["gpu01", "gpu02", "gpu03"]),
+        ("gpu[1-3]", ["gpu1", "gpu2", "gpu3"]),
+        ("gpu[08-11]", ["gpu08", "gpu09", "gpu10", "gpu11"]),
+        ("n[1-2,5,7-8]", ["n1", "n2", "n5", "n7", "n8"]),
+        ("r[1-2]-g[1-2]", ["r1-g1", "r1-g2", "r2-g1", "r2-g2"]),
+        ("gpu[01-02],login1", ["gpu01", "gpu02", "login1"]),
+        ("10.0.0.[10-12]", ["10.0.0.10", "10.0.0.11", "10.0.0.12"]),
+        ("gpu[7]", ["gpu7"]),
+        ("x[098-101]", ["x098", "x099", "x100", "x101"]),
+    ],
+)
+def test_expand(pattern: str, hosts: list[str]) -> None:
+    assert expand_hosts(pattern) == hosts
+
+
+def test_expand_sixteen_keeps_padding() -> None:
+    hosts = expand_hosts("gpu[01-16]")
+    assert len(hosts) == 16
+    assert hosts[0] == "gpu01"
+    assert hosts[-1] == "gpu16"
+
+
+@pytest.mark.parametrize(
+    ("pattern", "message"),
+    [
+        ("gpu[]", "empty brackets"),
+        ("gpu[5-3]", "runs backwards"),
+        ("gpu[01-03", "without a matching ']'"),
+        ("gpu01-03]", "without a matching '['"),
+        ("gpu[a-c]", "is not a number"),
+        ("gpu[[1-2]]", "nested"),
+        ("gpu01,,gpu02", "empty host name"),
+        ("gpu 01", "whitespace"),
+        ("gpu[1-100000]", "larger than"),
+    ],
+)
+def test_bad_patterns(pattern: str, message: str) -> None:
+    with pytest.raises(HostRangeError, match=re.escape(message)):
+        expand_hosts(pattern)

@@ -1,0 +1,142 @@
+"""Inventory values reach shells only quoted: hostile values run nothing."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import rtk
+
+from toolkit.cluster import build_plan
+from toolkit.cluster.plan import fill_env
+from toolkit.cluster.render import env_file
+from toolkit.inventory import load_inventory
+from toolkit.shell import join, parse_env_file, with_env_file
+
+
+@pytest.fixture
+def pwned() -> Iterator[list[Path]]:
+    """Sentinel files that a successful injection would create (short paths in /tmp)."""
+    tag = uuid.uuid4().hex[:6]
+    paths = [Path(f"/tmp/pw{tag}{i}") for i in range(8)]
+    yield paths
+    for path in paths:
+        path.unlink(missing_ok=True)
+
+
+def hostile(path: Path) -> str:
+    return f"a'; touch {path}; echo '"
+
+
+def hostile_inventory(tmp_path: Path, pwned: list[Path], ray: str) -> Path:
+    temp_dir = f"/tmp/h'$(touch {pwned[0]})'"
+    assert len(temp_dir) <= 48
+    data = {
+        "cluster": "hostile",
+        "transport": "local",
+        "defaults": {"python": sys.executable, "env": {"A": hostile(pwned[1])}},
+        "nodes": [
+            {
+                "host": "localhost",
+                "address": "127.0.0.1",
+                "ray": ray,
+                "env": {
+                    "B": hostile(pwned[2]),
+                    "C": f"$(touch {pwned[3]})",
+                    "D": f"`touch {pwned[4]}`",
+                },
+                "resources": {f"r'; touch {pwned[5]}; '": 1},
+            }
+        ],
+        "network": {
+            "interface": f"eth0;touch${{IFS}}{pwned[6]}",
+            "env": {"NCCL_X": f'x"; touch {pwned[7]}; "'},
+        },
+        "ray": {
+            "temp_dir": temp_dir,
+            "dashboard_host": f"127.0.0.1'; touch {pwned[0]}; '",
+            "start_timeout_s": 30,
+            "wait_timeout_s": 5,
+        },
+        "ports": {
+            "gcs": 6579,
+            "dashboard": 8465,
+            "client_server": 6578,
+            "node_manager": 6580,
+            "object_manager": 6581,
+            "runtime_env_agent": 6582,
+            "dashboard_agent_grpc": 6583,
+            "dashboard_agent_listen": 6584,
+            "metrics_export": 6585,
+            "min_worker": 23000,
+            "max_worker": 23999,
+        },
+    }
+    path = tmp_path / "hostile.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_quote_round_trips_through_bash(pwned: list[Path]) -> None:
+    values = [hostile(pwned[0]), f"$(touch {pwned[1]})", f"`touch {pwned[2]}`", "a\nb", "", "'"]
+    done = subprocess.run(
+        ["bash", "-c", join(["printf", "%s\\0", *values])], capture_output=True, check=True
+    )
+    assert done.stdout.decode().split("\0")[:-1] == values
+    assert not any(p.exists() for p in pwned)
+
+
+def test_env_file_sources_to_the_exact_values(tmp_path: Path, pwned: list[Path]) -> None:
+    inv = load_inventory(hostile_inventory(tmp_path, pwned, ray="ray"))
+    plan = build_plan(inv)
+    env = fill_env(plan.head, {"node_ip": "127.0.0.1", "interface": "lo"})
+    text = env_file(plan, plan.head, env)
+    path = tmp_path / "node.env"
+    path.write_text(text)
+    assert parse_env_file(text) == env
+    done = subprocess.run(
+        ["bash", "-c", with_env_file(str(path), "env -0")],
+        capture_output=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    seen = dict(item.split("=", 1) for item in done.stdout.decode().split("\0") if "=" in item)
+    for key, value in env.items():
+        assert seen[key] == value, key
+    assert not any(p.exists() for p in pwned)
+
+
+def test_every_plan_command_parses_to_the_intended_words(tmp_path: Path, pwned: list[Path]) -> None:
+    inv = load_inventory(hostile_inventory(tmp_path, pwned, ray=f"/x'; touch {pwned[1]}; '"))
+    plan = build_plan(inv)
+    start = plan.head.start_command
+    # The ray executable, the temp dir and the resources stay single words.
+    words = shlex.split(start.split("&& exec ", 1)[1])
+    assert words[0] == f"/x'; touch {pwned[1]}; '"
+    assert f"--temp-dir={inv.temp_dir}" in words
+    assert any(w.startswith("--resources=") and "touch" in w for w in words)
+
+
+def test_up_with_hostile_values_runs_nothing(
+    tmp_path: Path, pwned: list[Path], state_dir: Path
+) -> None:
+    path = hostile_inventory(tmp_path, pwned, ray=f"/nonexistent'; touch {pwned[1]}; '")
+    inv = load_inventory(path)
+    try:
+        done = rtk("up", str(path), timeout=120)
+        assert done.returncode == 4, done.stdout + done.stderr
+        assert "Traceback" not in done.stderr
+        assert "ray start exited 127" in done.stderr
+        # The env file was written with the hostile values, quoted, mode 0600.
+        assert not any(p.exists() for p in pwned), [p for p in pwned if p.exists()]
+    finally:
+        down = rtk("down", str(path), timeout=120)
+    assert down.returncode == 0, down.stderr
+    assert not Path(inv.temp_dir).exists()
+    assert not any(p.exists() for p in pwned)
