@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Install the Debian packages rtk's tests and test cluster use, when missing.
+# Runs as root (CI, a fresh machine); as another user it only reports what is missing.
+set -euo pipefail
+
+# iproute2: `ip route get` on nodes; procps: ps/pkill for debugging helpers.
+packages=(iproute2 procps)
+
+missing=()
+for pkg in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+# Debian's own python3 needs python3-venv for `python3 -m venv`.
+if ! python3 -c "import ensurepip, venv" 2>/dev/null; then
+  missing+=("python3-venv")
+fi
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "rtk: missing Debian packages: ${missing[*]} (install them as root)" >&2
+  exit 1
+fi
+echo "rtk: installing Debian packages: ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

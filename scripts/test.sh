@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Install rtk with its test tools into .venv and run every check CI runs:
+# ruff, ruff format, mypy --strict on toolkit/, and the whole pytest suite
+# (real Ray on this machine; no mocks). Usage: bash scripts/test.sh [pytest args]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/system-packages.sh
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e '.[dev]'
+
+echo "== ruff"
+.venv/bin/ruff check toolkit tests benchmarks
+.venv/bin/ruff format --check toolkit tests benchmarks
+echo "== mypy --strict toolkit/"
+.venv/bin/mypy toolkit
+echo "== pytest"
+.venv/bin/python -m pytest "$@"
