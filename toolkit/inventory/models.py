@@ -72,7 +72,13 @@ class SshSettings(_Strict):
     jump_host: str | None = Field(
         None, description="Login/bastion host as [user@]host[:port], used as a ProxyJump."
     )
+    known_hosts: str | None = Field(
+        None,
+        description="known_hosts file on this machine checked for host keys, relative to the "
+        "inventory file (default ~/.ssh/known_hosts).",
+    )
     connect_timeout_s: float | None = Field(None, gt=0, description="Connect timeout (default 10).")
+
     accept_new_host_keys: bool | None = Field(
         None,
         description="Add unknown host keys to known_hosts (default false: unknown keys refuse).",

@@ -23,7 +23,9 @@ class SshTarget:
     port: int
     key_file: str | None
     jump_host: str | None
+    known_hosts: str
     connect_timeout_s: float
+
     accept_new_host_keys: bool
 
 
