@@ -9,6 +9,7 @@ import click
 from toolkit import __version__
 from toolkit.cli.cmd_cluster import down_cmd, status_cmd, up_cmd
 from toolkit.cli.cmd_demo import demo_cmd
+from toolkit.cli.cmd_exec import exec_cmd
 from toolkit.cli.cmd_inventory import inventory_group
 from toolkit.errors import RtkError
 
@@ -36,6 +37,8 @@ cli.add_command(up_cmd)
 cli.add_command(status_cmd)
 cli.add_command(down_cmd)
 cli.add_command(demo_cmd)
+cli.add_command(exec_cmd)
+
 
 
 def main() -> None:

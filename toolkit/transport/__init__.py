@@ -7,11 +7,13 @@ from toolkit.inventory import Inventory
 from toolkit.transport.base import CommandResult, Transport
 from toolkit.transport.group import GroupResult, run_each
 from toolkit.transport.local import LocalTransport
+from toolkit.transport.ssh import SshTransport
 
 __all__ = [
     "CommandResult",
     "GroupResult",
     "LocalTransport",
+    "SshTransport",
     "Transport",
     "make_transport",
     "run_each",
@@ -26,7 +28,6 @@ def make_transport(inventory: Inventory) -> Transport:
     """
     if inventory.transport == "local":
         return LocalTransport()
-    raise RtkError(
-        f"{inventory.source}: transport {inventory.transport!r} is not available yet in this "
-        "version of rtk; use transport: local (one node on this machine) or rtk up --local"
-    )
+    if inventory.transport == "ssh":
+        return SshTransport()
+    raise RtkError(f"{inventory.source}: transport {inventory.transport!r} is not available")

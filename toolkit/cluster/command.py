@@ -1,0 +1,69 @@
+"""Run one command on every node (``rtk exec``), in the cluster's environment when it is up."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from toolkit.cluster.plan import ClusterPlan, NodePlan
+from toolkit.shell import join, quote
+from toolkit.transport.base import CommandResult, Transport
+from toolkit.transport.group import run_each
+
+
+@dataclass
+class NodeRun:
+    """One node's run of the command, or why it did not run."""
+
+    node: str
+    exit_code: int | None
+    stdout: str = ""
+    stderr: str = ""
+    duration_s: float = 0.0
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the command ran and exited 0."""
+        return self.exit_code == 0
+
+
+def command_line(plan: ClusterPlan, argv: Sequence[str], with_env: bool) -> str:
+    """The shell text run on each node: argv quoted, after the env file when present."""
+    command = join(argv)
+    if not with_env:
+        return command
+    env_file = quote(plan.paths.env_file)
+    return f"if [ -f {env_file} ]; then set -a && . {env_file} && set +a; fi; {command}"
+
+
+def run_everywhere(
+    plan: ClusterPlan,
+    transport: Transport,
+    argv: Sequence[str],
+    *,
+    with_env: bool = True,
+    timeout_s: float = 600.0,
+) -> list[NodeRun]:
+    """Run ``argv`` on every node in parallel; one result per node, in inventory order."""
+    command = command_line(plan, argv, with_env)
+
+    def run(node_plan: NodePlan) -> CommandResult:
+        return transport.run(node_plan.node, command, timeout_s=timeout_s)
+
+    group = run_each(plan.nodes, run)
+    runs = []
+    for node_plan in plan.nodes:
+        name = node_plan.name
+        if name in group.results:
+            r = group.results[name]
+            runs.append(NodeRun(name, r.exit_code, r.stdout, r.stderr, r.duration_s))
+        else:
+            runs.append(NodeRun(name, None, error=str(group.errors[name])))
+    return runs
+
+
+def runs_to_json(runs: Sequence[NodeRun]) -> dict[str, Any]:
+    """``rtk exec --json`` output."""
+    return {"nodes": [vars(r) for r in runs], "failed": [r.node for r in runs if not r.ok]}

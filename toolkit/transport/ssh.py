@@ -1,0 +1,201 @@
+"""The SSH transport: fabric connections, one per node, reused for every step.
+
+Commands run in channels of that one connection (``bash -c``, stdin fed and closed,
+stdout and stderr read to the end or until the per-command time limit). Files are
+written through the same channel: data on stdin, never on a command line.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import fabric
+import paramiko
+
+from toolkit.errors import TransportError
+from toolkit.inventory import Node
+from toolkit.shell import join, quote
+from toolkit.transport.base import CommandResult, Transport
+from toolkit.transport.hostkeys import apply_host_key_policy
+
+READ_CHUNK = 65536
+
+
+class SshTransport(Transport):
+    """Runs commands on nodes over SSH, with keys, jump hosts and host key checks."""
+
+    name = "ssh"
+
+    def __init__(self) -> None:
+        self._connections: dict[str, fabric.Connection] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def run(
+        self,
+        node: Node,
+        command: str,
+        *,
+        env: Mapping[str, str] | None = None,
+        stdin: str | None = None,
+        timeout_s: float = 60.0,
+    ) -> CommandResult:
+        """Run ``command`` with bash on ``node`` (see ``Transport.run``)."""
+        prefix = join(["env", *(f"{k}={v}" for k, v in env.items())]) + " " if env else ""
+        remote = f"{prefix}bash -c {quote(command)}"
+        data = stdin.encode() if stdin is not None else b""
+        code, out, err, took = self._exec(node, remote, data, timeout_s)
+        return CommandResult(
+            node.name,
+            command,
+            code,
+            out.decode(errors="replace"),
+            err.decode(errors="replace"),
+            took,
+        )
+
+    def put(self, node: Node, path: str, data: bytes, *, mode: int = 0o600) -> None:
+        """Write the file through stdin into a temp file, then rename it into place."""
+        directory = path.rsplit("/", 1)[0] or "/"
+        temp = f"{path}.rtk-tmp"
+        script = (
+            f"umask 077 && mkdir -p -- {quote(directory)} && cat > {quote(temp)} && "
+            f"chmod {mode:o} -- {quote(temp)} && mv -f -- {quote(temp)} {quote(path)}"
+        )
+        code, _, err, _ = self._exec(node, f"bash -c {quote(script)}", data, 60.0)
+        if code != 0:
+            raise TransportError(f"{node.name}: cannot write {path}: {err.decode().strip()}")
+
+    def close(self) -> None:
+        """Close every connection (and its jump host's)."""
+        with self._guard:
+            connections = list(self._connections.values())
+            self._connections.clear()
+        for connection in connections:
+            gateway = connection.gateway
+            connection.close()
+            if isinstance(gateway, fabric.Connection):
+                gateway.close()
+
+    def _exec(
+        self, node: Node, remote: str, data: bytes, timeout_s: float
+    ) -> tuple[int, bytes, bytes, float]:
+        began = time.monotonic()
+        connection = self._connect(node)
+        try:
+            channel = connection.client.get_transport().open_session(timeout=timeout_s)
+            channel.exec_command(remote)
+            if data:
+                channel.sendall(data)
+            channel.shutdown_write()
+            out, err = _drain(channel, began + timeout_s)
+        except TimeoutError as e:
+            raise TransportError(
+                f"{node.name}: command ran past its {timeout_s:g} s limit: {remote[:200]}"
+            ) from e
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            self._forget(node)
+            raise TransportError(f"{node.name}: SSH session to {node.address} failed: {e}") from e
+        code = channel.recv_exit_status()
+        channel.close()
+        return code, out, err, time.monotonic() - began
+
+    def _connect(self, node: Node) -> fabric.Connection:
+        with self._guard:
+            lock = self._locks.setdefault(node.name, threading.Lock())
+        with lock:
+            existing = self._connections.get(node.name)
+            if existing is not None and existing.is_connected:
+                return existing
+            connection = self._open(node)
+            with self._guard:
+                self._connections[node.name] = connection
+            return connection
+
+    def _open(self, node: Node) -> fabric.Connection:
+        ssh = node.ssh
+        known_hosts = Path(ssh.known_hosts)
+        gateway = None
+        if ssh.jump_host:
+            gateway = fabric.Connection(
+                ssh.jump_host,
+                connect_timeout=int(ssh.connect_timeout_s),
+                connect_kwargs=_auth(ssh.key_file),
+            )
+            apply_host_key_policy(gateway.client, known_hosts, ssh.accept_new_host_keys)
+        connection = fabric.Connection(
+            node.address,
+            user=ssh.user,
+            port=ssh.port,
+            gateway=gateway,
+            connect_timeout=max(1, int(ssh.connect_timeout_s)),
+            connect_kwargs=_auth(ssh.key_file),
+        )
+        apply_host_key_policy(connection.client, known_hosts, ssh.accept_new_host_keys)
+        via = f" via {ssh.jump_host}" if ssh.jump_host else ""
+        target = f"{ssh.user}@{node.address}:{ssh.port}{via}"
+        try:
+            connection.open()
+        except paramiko.BadHostKeyException as e:
+            raise TransportError(
+                f"{node.name}: host key of {node.address} does not match "
+                f"{known_hosts}: it changed, or someone is in between; "
+                "refusing to connect"
+            ) from e
+        except paramiko.AuthenticationException as e:
+            key = f" with key {ssh.key_file}" if ssh.key_file else ""
+            raise TransportError(
+                f"{node.name}: SSH login as {ssh.user}{key} refused by {target}: {e}"
+            ) from e
+        except (paramiko.SSHException, EOFError) as e:
+            raise TransportError(f"{node.name}: SSH to {target} failed: {e}") from e
+        except TimeoutError as e:
+            raise TransportError(
+                f"{node.name}: SSH to {target} timed out after {ssh.connect_timeout_s:g} s"
+            ) from e
+        except OSError as e:
+            raise TransportError(
+                f"{node.name}: cannot connect to {target}: {e.strerror or e}"
+            ) from e
+        return connection
+
+    def _forget(self, node: Node) -> None:
+        with self._guard:
+            connection = self._connections.pop(node.name, None)
+        if connection is not None:
+            connection.close()
+
+
+def _auth(key_file: str | None) -> dict[str, object]:
+    if key_file:
+        return {"key_filename": [key_file], "look_for_keys": False}
+    return {}
+
+
+def _drain(channel: paramiko.Channel, deadline: float) -> tuple[bytes, bytes]:
+    """Read stdout and stderr until the command exits; TimeoutError past ``deadline``."""
+    out: list[bytes] = []
+    err: list[bytes] = []
+    while True:
+        busy = False
+        if channel.recv_ready():
+            out.append(channel.recv(READ_CHUNK))
+            busy = True
+        if channel.recv_stderr_ready():
+            err.append(channel.recv_stderr(READ_CHUNK))
+            busy = True
+        if not busy:
+            if (
+                channel.exit_status_ready()
+                and not channel.recv_ready()
+                and not channel.recv_stderr_ready()
+            ):
+                break
+            if time.monotonic() > deadline:
+                channel.close()
+                raise TimeoutError
+            time.sleep(0.005)
+    return b"".join(out), b"".join(err)
