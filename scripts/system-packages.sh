@@ -3,8 +3,9 @@
 # Runs as root (CI, a fresh machine); as another user it only reports what is missing.
 set -euo pipefail
 
-# iproute2: `ip route get` on nodes; procps: ps/pkill for debugging helpers.
-packages=(iproute2 procps)
+# iproute2: `ip route get` on nodes and the sandbox's netns/veth/bridge; procps: pgrep;
+# openssh-server and tini: the sandbox's nodes; rsync: `ray up` in benchmarks/bringup.py.
+packages=(iproute2 procps openssh-server tini rsync)
 
 missing=()
 for pkg in "${packages[@]}"; do

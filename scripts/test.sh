@@ -10,6 +10,8 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
+# The CPU build of torch, pinned: an unpinned torch pulls several GB of CUDA packages.
+.venv/bin/python -m pip install -q torch==2.13.0
 .venv/bin/python -m pip install -q -e '.[dev]'
 
 echo "== ruff"

@@ -4,9 +4,12 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from toolkit.sandbox import Sandbox
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -50,3 +53,29 @@ def ray_available() -> None:
         import ray  # noqa: F401
     except ImportError:
         require(False, "ray is not installed")
+
+
+# The sandbox: a real 3-node cluster on this machine (see toolkit/sandbox), shared by
+# every test that only needs one running; tests that create their own use other names.
+def require_sandbox_host() -> None:
+    """Skip (fail in CI) unless this machine can run sandboxes: Linux, root, the tools."""
+    from toolkit.sandbox.hostcheck import find_tools
+
+    require(sys.platform.startswith("linux"), "the sandbox needs Linux")
+    require(os.geteuid() == 0, "the sandbox needs root (network namespaces, a bridge)")
+    missing = find_tools()[1]
+    require(not missing, f"the sandbox needs {', '.join(missing)} (scripts/system-packages.sh)")
+
+
+@pytest.fixture(scope="session")
+def sandbox3() -> Iterator[Sandbox]:
+    """A running 3-node sandbox ``sb3`` on 10.77.3.0/24, removed at the end of the session."""
+    from toolkit.sandbox import create, destroy
+
+    require_sandbox_host()
+    destroy("sb3")  # whatever an interrupted earlier session left behind
+    sandbox = create(3, name="sb3", subnet="10.77.3")
+    try:
+        yield sandbox
+    finally:
+        sandbox.destroy()

@@ -55,12 +55,16 @@ def test_rtk_inventory_variable_names_the_file(tmp_path: Path) -> None:
     assert "cluster 'viaenv'" in done.stdout
 
 
-def test_ssh_transport_not_yet_available_is_a_clear_error(tmp_path: Path) -> None:
+def test_unreachable_head_is_a_clear_status(tmp_path: Path) -> None:
     path = tmp_path / "inv.yaml"
-    path.write_text("cluster: remote\nnodes:\n  - host: gpu01\n")
+    path.write_text(
+        "cluster: remote\nnodes:\n  - host: gpu01\n    address: 127.0.0.1\n"
+        "defaults:\n  ssh: {port: 1, connect_timeout_s: 3}\n"
+    )
     done = rtk("status", str(path))
     assert done.returncode == 1
-    assert "transport 'ssh' is not available yet" in done.stderr
+    assert "gpu01: cannot connect to" in done.stdout
+    assert "127.0.0.1:1" in done.stdout
     assert "Traceback" not in done.stderr
 
 

@@ -11,25 +11,31 @@ from toolkit.cli.cmd_cluster import down_cmd, status_cmd, up_cmd
 from toolkit.cli.cmd_demo import demo_cmd
 from toolkit.cli.cmd_exec import exec_cmd
 from toolkit.cli.cmd_inventory import inventory_group
+from toolkit.cli.cmd_sandbox import sandbox_group
 from toolkit.errors import RtkError
 
+CLI_HELP = """rtk: Ray on your own GPU nodes, checked, trained on, and power-profiled.
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+\b
+Start here:
+  rtk demo                       the whole flow on this machine, no inventory
+  rtk inventory check inv.yaml   validate a node inventory
+  rtk up inv.yaml --dry-run      print what bring-up would do, touch nothing
+  rtk up inv.yaml                Ray head + workers, token auth, pinned ports
+  rtk status inv.yaml            alive nodes and their resources
+  rtk down inv.yaml              stop rtk's Ray (and only rtk's) everywhere
+
+Every command that changes nodes takes --dry-run; data commands take --json.
+"""
+
+
+@click.group(
+    help=CLI_HELP,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.version_option(__version__, prog_name="rtk")
 def cli() -> None:
-    r"""rtk: Ray on your own GPU nodes, checked, trained on, and power-profiled.
-
-    \b
-    Start here:
-      rtk demo                       the whole flow on this machine, no inventory
-      rtk inventory check inv.yaml   validate a node inventory
-      rtk up inv.yaml --dry-run      print what bring-up would do, touch nothing
-      rtk up inv.yaml                Ray head + workers, token auth, pinned ports
-      rtk status inv.yaml            alive nodes and their resources
-      rtk down inv.yaml              stop rtk's Ray (and only rtk's) everywhere
-
-    Every command that changes nodes takes --dry-run; data commands take --json.
-    """
+    """The rtk command group (its help is CLI_HELP)."""
 
 
 cli.add_command(inventory_group)
@@ -37,8 +43,8 @@ cli.add_command(up_cmd)
 cli.add_command(status_cmd)
 cli.add_command(down_cmd)
 cli.add_command(demo_cmd)
+cli.add_command(sandbox_group)
 cli.add_command(exec_cmd)
-
 
 
 def main() -> None:

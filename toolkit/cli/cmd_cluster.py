@@ -24,26 +24,29 @@ DRY_RUN_HELP = "Print the plan (commands, files, environment, ports) and touch n
 JSON_HELP = "Print the result as JSON on stdout (progress stays on stderr)."
 
 
-@click.command("up")
+UP_HELP = """Start Ray on every node of INVENTORY and wait until the nodes are alive.
+
+\b
+The head starts first, then the workers in parallel. Every Ray port is pinned
+from the inventory, token authentication is on (the token travels as a 0600
+file, never on a command line), and each node's environment (socket interface,
+NCCL/Gloo settings) is written to a 0600 env file that ray start reads.
+Running it again starts nothing new on nodes where the cluster already runs.
+
+\b
+Examples:
+  rtk up --local                 this machine as a one-node cluster
+  rtk up inv.yaml --dry-run      show the plan
+  rtk up inv.yaml --json         machine-readable result
+"""
+
+
+@click.command("up", help=UP_HELP)
 @inventory_options
 @click.option("--dry-run", is_flag=True, help=DRY_RUN_HELP)
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def up_cmd(inventory: str | None, local: bool, dry_run: bool, as_json: bool) -> None:
-    r"""Start Ray on every node of INVENTORY and wait until the nodes are alive.
-
-    \b
-    The head starts first, then the workers in parallel. Every Ray port is pinned
-    from the inventory, token authentication is on (the token travels as a 0600
-    file, never on a command line), and each node's environment (socket interface,
-    NCCL/Gloo settings) is written to a 0600 env file that ray start reads.
-    Running it again starts nothing new on nodes where the cluster already runs.
-
-    \b
-    Examples:
-      rtk up --local                 this machine as a one-node cluster
-      rtk up inv.yaml --dry-run      show the plan
-      rtk up inv.yaml --json         machine-readable result
-    """
+    """Bring the cluster up (help: UP_HELP)."""
     inv = choose_inventory(inventory, local)
     plan = build_plan(inv)
     if dry_run:
@@ -51,6 +54,13 @@ def up_cmd(inventory: str | None, local: bool, dry_run: bool, as_json: bool) -> 
         return
     with make_transport(inv) as transport:
         result = up(plan, transport, StateStore(inv.name), ConsoleReporter())
+    for outcome in result.nodes:
+        if outcome.action == "failed":
+            click.echo(
+                f"rtk: {outcome.name} left out (min_nodes {inv.min_nodes} allows it): "
+                f"{outcome.error}",
+                err=True,
+            )
     if as_json:
         print_json(result.to_json())
         return
@@ -61,7 +71,7 @@ def up_cmd(inventory: str | None, local: bool, dry_run: bool, as_json: bool) -> 
         f"cluster {inv.name} is up: {ready}/{len(plan.nodes)} node(s) alive after "
         f"{result.duration_s:.1f} s; started: {fresh}"
     )
-    click.echo(f"dashboard {plan.dashboard_url}  (token: rtk keeps it; see rtk status)")
+    click.echo(f"dashboard {plan.dashboard_url}")
 
 
 @click.command("status")

@@ -1,0 +1,275 @@
+"""A real 3-node cluster over SSH on the namespace sandbox: bring-up, work, teardown.
+
+Each sandbox node has its own network, PID, mount and UTS namespace and its own
+sshd; rtk reaches them exactly as it reaches real machines.
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import rtk
+
+from toolkit.cluster import build_plan
+from toolkit.cluster.smoke import run_smoke
+from toolkit.inventory import load_inventory
+from toolkit.sandbox import Sandbox
+from toolkit.shell import with_env_file
+from toolkit.transport import SshTransport
+
+pytestmark = pytest.mark.ray
+
+GLOO_ALLREDUCE = """
+import json, os, socket
+import ray
+import torch
+import torch.distributed as dist
+
+ray.init(address=os.environ["RTK_HEAD_ADDRESS"], logging_level="ERROR", log_to_driver=False)
+
+@ray.remote(num_cpus=0)
+class Rank:
+    def ip(self):
+        return os.environ["RTK_NODE_IP"]
+
+    def run(self, rank, world, master):
+        dist.init_process_group("gloo", init_method=f"tcp://{master}:29511", rank=rank,
+                                world_size=world)
+        value = torch.tensor([float(rank + 1)])
+        dist.all_reduce(value)
+        dist.destroy_process_group()
+        return {"rank": rank, "host": socket.gethostname(), "sum": value.item(),
+                "ifname": os.environ.get("GLOO_SOCKET_IFNAME")}
+
+hosts = os.environ["HOSTS"].split(",")
+ranks = [Rank.options(resources={f"rtk_host:{h}": 0.001}).remote() for h in hosts]
+master = ray.get(ranks[0].ip.remote())
+print(json.dumps(ray.get([r.run.remote(i, len(ranks), master) for i, r in enumerate(ranks)])))
+"""
+
+
+def node_names(sandbox: Sandbox) -> list[str]:
+    return [n.name for n in sandbox.nodes]
+
+
+@pytest.fixture(scope="module")
+def ssh_state(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    return {"RTK_STATE_DIR": str(tmp_path_factory.mktemp("ssh-state"))}
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    sandbox3: Sandbox, ssh_state: dict[str, str], ray_available: None
+) -> Iterator[dict[str, Any]]:
+    inventory = str(sandbox3.inventory_path)
+    done = rtk("up", inventory, "--json", env=ssh_state)
+    assert done.returncode == 0, done.stderr
+    yield json.loads(done.stdout)
+    rtk("down", inventory, env=ssh_state)
+
+
+def test_up_gives_three_alive_nodes(cluster: dict[str, Any], sandbox3: Sandbox) -> None:
+    assert sorted(cluster["started"]) == node_names(sandbox3)
+    status = cluster["status"]
+    assert status["alive"] == node_names(sandbox3)
+    by_name = {n["name"]: n for n in status["nodes"]}
+    for node in sandbox3.nodes:
+        # --node-ip-address came from each node's route to the head.
+        assert by_name[node.name]["node_ip"] == node.address
+        assert by_name[node.name]["resources"][f"rtk_host:{node.name}"] == 1
+
+
+def test_a_ray_task_lands_on_every_node(cluster: dict[str, Any], sandbox3: Sandbox) -> None:
+    plan = build_plan(load_inventory(sandbox3.inventory_path))
+    with SshTransport() as transport:
+        ran = run_smoke(plan, transport)
+    assert {name: where["hostname"] for name, where in ran.items()} == {
+        n: n for n in node_names(sandbox3)
+    }
+
+
+def test_gloo_allreduce_across_the_nodes_started_through_ray(
+    cluster: dict[str, Any], sandbox3: Sandbox
+) -> None:
+    pytest.importorskip("torch")
+    plan = build_plan(load_inventory(sandbox3.inventory_path))
+    head = plan.head.node
+    command = with_env_file(
+        plan.paths.env_file, f"HOSTS={','.join(node_names(sandbox3))} {head.python} -"
+    )
+    with SshTransport() as transport:
+        result = transport.run(head, command, stdin=GLOO_ALLREDUCE, timeout_s=300)
+    assert result.ok, result.tail(40)
+    ranks = json.loads(result.stdout.strip().splitlines()[-1])
+    assert [r["sum"] for r in ranks] == [6.0, 6.0, 6.0]
+    assert sorted(r["host"] for r in ranks) == node_names(sandbox3)
+    assert all(r["ifname"] and r["ifname"] != "lo" for r in ranks)
+
+
+def test_token_is_a_private_file_on_every_node(cluster: dict[str, Any], sandbox3: Sandbox) -> None:
+    plan = build_plan(load_inventory(sandbox3.inventory_path))
+    done = rtk(
+        "exec",
+        str(sandbox3.inventory_path),
+        "--json",
+        "--",
+        "stat",
+        "-c",
+        "%a %s",
+        plan.paths.token_file,
+        plan.paths.env_file,
+        plan.paths.rtk_dir,
+    )
+    assert done.returncode == 0, done.stderr
+    for run in json.loads(done.stdout)["nodes"]:
+        assert run["stdout"].split() == [
+            "600",
+            "64",
+            "600",
+            run["stdout"].split()[3],
+            "700",
+            run["stdout"].split()[5],
+        ]
+
+
+LIST_NODES = (
+    "import sys\n"
+    "from ray.util.state import list_nodes\n"
+    "try:\n"
+    "    print(len(list_nodes(address=sys.argv[1])))\n"
+    "except Exception as e:\n"
+    "    print(type(e).__name__, e); sys.exit(1)\n"
+)
+
+
+def test_a_client_without_the_token_is_refused(cluster: dict[str, Any], sandbox3: Sandbox) -> None:
+    plan = build_plan(load_inventory(sandbox3.inventory_path))
+    worker = plan.workers[0].node
+    bare = f"env -u RAY_AUTH_TOKEN_PATH HOME=/tmp {worker.python} - {plan.dashboard_url}"
+    with SshTransport() as transport:
+        refused = transport.run(worker, bare, stdin=LIST_NODES, timeout_s=120)
+        allowed = transport.run(
+            worker,
+            with_env_file(plan.paths.env_file, f"{worker.python} - {plan.dashboard_url}"),
+            stdin=LIST_NODES,
+            timeout_s=120,
+        )
+    assert refused.exit_code == 1
+    assert "Unauthorized" in refused.stdout or "Authentication" in refused.stdout
+    assert allowed.ok, allowed.tail()
+    assert allowed.stdout.strip() == "3"
+
+
+def test_up_again_starts_nothing_new(
+    cluster: dict[str, Any], sandbox3: Sandbox, ssh_state: dict[str, str]
+) -> None:
+    done = rtk("up", str(sandbox3.inventory_path), "--json", env=ssh_state)
+    assert done.returncode == 0, done.stderr
+    again = json.loads(done.stdout)
+    assert again["started"] == []
+    assert {n["action"] for n in again["nodes"]} == {"already running"}
+
+
+def test_exec_prefixes_output_and_reports_each_exit_status(
+    cluster: dict[str, Any], sandbox3: Sandbox
+) -> None:
+    inventory = str(sandbox3.inventory_path)
+    done = rtk("exec", inventory, "--", "hostname")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [f"[{n}] {n}" for n in node_names(sandbox3)]
+    failing = rtk("exec", inventory, "--json", "--", "bash", "-c", 'test "$RTK_NODE" != node2')
+    assert failing.returncode == 1
+    result = json.loads(failing.stdout)
+    assert result["failed"] == ["node2"]
+    assert [n["exit_code"] for n in result["nodes"]] == [0, 1, 0]
+
+
+def test_status_names_versions_and_dashboard(
+    cluster: dict[str, Any], sandbox3: Sandbox, ssh_state: dict[str, str]
+) -> None:
+    done = rtk("status", str(sandbox3.inventory_path), env=ssh_state)
+    assert done.returncode == 0, done.stderr
+    assert "3/3 node(s) ready, Ray 2." in done.stdout
+    assert f"dashboard http://{sandbox3.nodes[0].address}:8265" in done.stdout
+
+
+def _ray_processes(sandbox: Sandbox) -> dict[str, str]:
+    found = {}
+    for node in sandbox.nodes:
+        done = sandbox.run_in(node.name, ["pgrep", "-a", "-f", "raylet|gcs_server"], 30)
+        found[node.name] = done.stdout.strip()
+    return found
+
+
+def test_down_leaves_no_ray_process_on_any_node(
+    cluster: dict[str, Any], sandbox3: Sandbox, ssh_state: dict[str, str]
+) -> None:
+    done = rtk("down", str(sandbox3.inventory_path), "--json", env=ssh_state)
+    assert done.returncode == 0, done.stderr
+    assert _ray_processes(sandbox3) == {n: "" for n in node_names(sandbox3)}
+    plan = build_plan(load_inventory(sandbox3.inventory_path))
+    for node in sandbox3.nodes:
+        gone = sandbox3.run_in(node.name, ["test", "-e", plan.paths.temp_dir], 30)
+        assert gone.returncode == 1
+
+
+def _variant(sandbox: Sandbox, path: Path, **changes: Any) -> Path:
+    data = yaml.safe_load(sandbox.inventory_path.read_text())
+    data.update(changes)
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_a_node_without_sshd_is_named_and_min_nodes_decides(
+    sandbox3: Sandbox, tmp_path: Path, state_dir: Path, ray_available: None
+) -> None:
+    assert _ray_processes(sandbox3) == {n: "" for n in node_names(sandbox3)}
+    strict = _variant(sandbox3, tmp_path / "strict.yaml")
+    lenient = _variant(sandbox3, tmp_path / "lenient.yaml", min_nodes=2)
+
+    sandbox3.stop_sshd("node3")
+    try:
+        failed = rtk("up", str(strict))
+        assert failed.returncode == 4, failed.stderr
+        assert "node3: cannot connect to root@" in failed.stderr
+        # What this run started is stopped again.
+        assert _ray_processes(sandbox3) == {n: "" for n in node_names(sandbox3)}
+
+        partial = rtk("up", str(lenient), "--json")
+        assert partial.returncode == 0, partial.stderr
+        result = json.loads(partial.stdout)
+        assert result["status"]["alive"] == ["node1", "node2"]
+        assert [n for n in result["nodes"] if n["action"] == "failed"][0]["name"] == "node3"
+        assert "node3" in partial.stderr and "failed" in partial.stderr
+        down = rtk("down", str(lenient))
+        assert down.returncode == 4
+        assert "node3" in down.stderr
+    finally:
+        sandbox3.start_sshd("node3")
+    assert rtk("down", str(lenient)).returncode == 0
+    assert _ray_processes(sandbox3) == {n: "" for n in node_names(sandbox3)}
+
+
+def test_unknown_host_keys_are_refused_unless_accepted(
+    sandbox3: Sandbox, tmp_path: Path, state_dir: Path
+) -> None:
+    empty = tmp_path / "known_hosts"
+    data = yaml.safe_load(sandbox3.inventory_path.read_text())
+    data["defaults"]["ssh"]["known_hosts"] = str(empty)
+    path = tmp_path / "inv.yaml"
+    path.write_text(yaml.safe_dump(data))
+    refused = rtk("exec", str(path), "--", "true")
+    assert refused.returncode == 1
+    assert f"is not in {empty}" in refused.stderr
+    data["defaults"]["ssh"]["accept_new_host_keys"] = True
+    path.write_text(yaml.safe_dump(data))
+    accepted = rtk("exec", str(path), "--", "true")
+    assert accepted.returncode == 0, accepted.stderr
+    assert len(empty.read_text().splitlines()) == 3
+    assert stat.S_IMODE(empty.stat().st_mode) == 0o600

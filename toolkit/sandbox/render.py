@@ -1,0 +1,143 @@
+"""The text files of a sandbox: pure functions of its layout, pinned by tests."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+
+from toolkit.sandbox.layout import Layout, NodeLayout
+from toolkit.shell import quote
+
+# Inside a node, the sandbox directory is parked here while /tmp is replaced.
+_PARKING = "/run/rtk-sandbox"
+SSHD_PID_FILE = "/run/sshd.pid"
+SSHD_LOG_FILE = "/run/sshd.log"
+READY_MARK = "rtk-sandbox: ready"
+
+
+def sshd_config(layout: Layout, node: NodeLayout, extra_options: Sequence[str] = ()) -> str:
+    """The sshd_config of ``node``: key-only root login on its own address."""
+    lines = [
+        f"# rtk sandbox {layout.name}: sshd of {node.name}",
+        f"HostKey {node.host_key}",
+        f"ListenAddress {node.address}",
+        "Port 22",
+        "PermitRootLogin prohibit-password",
+        "PubkeyAuthentication yes",
+        "PasswordAuthentication no",
+        "KbdInteractiveAuthentication no",
+        "UsePAM no",
+        "StrictModes no",
+        f"AuthorizedKeysFile {layout.authorized_keys}",
+        f"PidFile {SSHD_PID_FILE}",
+        "MaxStartups 100:30:200",
+        "PrintMotd no",
+        "PrintLastLog no",
+        "Subsystem sftp internal-sftp",
+        *extra_options,
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def start_sshd_command(node: NodeLayout, sshd: str) -> str:
+    """Shell command that starts ``node``'s sshd, printing its errors to stderr on failure."""
+    return (
+        f"mkdir -p /run/sshd && {quote(sshd)} -f {quote(str(node.sshd_config))} "
+        f"-E {SSHD_LOG_FILE} || {{ cat {SSHD_LOG_FILE} >&2; exit 1; }}"
+    )
+
+
+def init_script(layout: Layout, node: NodeLayout, sshd: str) -> str:
+    """The script PID 1's child runs in ``node``: hostname, private mounts, sshd, wait.
+
+    The node's /tmp, /dev/shm and /run are fresh tmpfs mounts; the sandbox directory
+    (under the host's /tmp) is put back read-only at its own path so sshd finds its files.
+    """
+    directory = quote(str(layout.directory))
+    return "\n".join(
+        [
+            f"# rtk sandbox {layout.name}: init of {node.name} in netns {node.netns}",
+            "set -eu",
+            f"echo {node.name} > /proc/sys/kernel/hostname",
+            "mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs /run",
+            f"mkdir {_PARKING}",
+            f"mount --bind {directory} {_PARKING}",
+            "mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /tmp",
+            f"mkdir -p {directory}",
+            f"mount --bind {_PARKING} {directory}",
+            f"mount -o remount,bind,ro {directory}",
+            f"umount {_PARKING}",
+            f"rmdir {_PARKING}",
+            "mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm",
+            f"mount --bind {quote(str(node.hosts_file))} /etc/hosts",
+            "# No DNS server is reachable from a node: make lookups fail at once, not time out.",
+            "resolv=$(readlink -m /etc/resolv.conf)",
+            'case $resolv in /run/*) mkdir -p "${resolv%/*}"; cp '
+            f'{quote(str(layout.resolv_conf))} "$resolv";; '
+            f'*) if [ -e "$resolv" ]; then mount --bind {quote(str(layout.resolv_conf))} '
+            '"$resolv"; fi;; esac',
+            start_sshd_command(node, sshd),
+            f'echo "{READY_MARK}: {node.name} sshd on {node.address}:22"',
+            "exec sleep infinity",
+            "",
+        ]
+    )
+
+
+def hosts_file(layout: Layout, node: NodeLayout) -> str:
+    """``node``'s /etc/hosts: localhost and every node of the sandbox."""
+    lines = [
+        f"# rtk sandbox {layout.name}: /etc/hosts of {node.name}",
+        "127.0.0.1\tlocalhost",
+        "::1\tlocalhost ip6-localhost ip6-loopback",
+        *(f"{n.address}\t{n.name}" for n in layout.nodes),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def resolv_conf(layout: Layout) -> str:
+    """Every node's resolv.conf: a server that refuses at once (nodes reach no DNS)."""
+    return (
+        f"# rtk sandbox {layout.name}: nodes reach nothing outside the sandbox, so DNS\n"
+        "# lookups of names not in /etc/hosts should fail at once instead of timing out.\n"
+        "nameserver 127.0.0.1\n"
+        "options timeout:1 attempts:1\n"
+    )
+
+
+def known_hosts(layout: Layout, host_keys: Mapping[str, str]) -> str:
+    """known_hosts: each node's address with its public host key.
+
+    Args:
+        layout: The sandbox.
+        host_keys: Node name -> public key line (``ssh-ed25519 AAAA... comment``).
+    """
+    lines = []
+    for node in layout.nodes:
+        kind, blob = host_keys[node.name].split()[:2]
+        lines.append(f"{node.address} {kind} {blob}")
+    return "\n".join(lines) + "\n"
+
+
+def inventory(layout: Layout, python: str) -> str:
+    """The rtk inventory of the sandbox (strings JSON-quoted, which YAML reads as-is)."""
+    lines = [
+        f"# Written by `rtk sandbox up` for sandbox {layout.name}: {len(layout.nodes)} node(s)",
+        "# on this machine, each in its own network, PID, mount and UTS namespace,",
+        "# reached over real SSH with the key and known_hosts below.",
+        f"#   bring Ray up on it:       rtk up {layout.inventory_path}",
+        f"#   remove the whole sandbox: rtk sandbox down --name {layout.name}",
+        f"cluster: {layout.name}",
+        "transport: ssh",
+        "defaults:",
+        "  ssh:",
+        "    user: root",
+        f"    key: {json.dumps(str(layout.key_path))}",
+        f"    known_hosts: {json.dumps(str(layout.known_hosts))}",
+        f"  python: {json.dumps(python)}",
+        "nodes:",
+    ]
+    for node in layout.nodes:
+        lines.append(f"  - host: {node.name}")
+        lines.append(f"    address: {node.address}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,114 @@
+"""What sandboxes exist on this machine, and how each node of one is doing."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from toolkit.sandbox import network, procs
+from toolkit.sandbox.errors import SandboxError
+from toolkit.sandbox.layout import (
+    DIR_PREFIX,
+    RECORD_FILE,
+    ROOT,
+    bridge_name,
+    netns_pattern,
+    sandbox_dir,
+    validate_name,
+)
+from toolkit.sandbox.record import SandboxRecord
+from toolkit.sandbox.ssh import port_open
+
+
+def list_sandboxes() -> list[str]:
+    """Names of the sandboxes that have a directory on this machine."""
+    return sorted(
+        p.name.removeprefix(DIR_PREFIX)
+        for p in ROOT.glob(f"{DIR_PREFIX}*")
+        if p.is_dir() and (p / RECORD_FILE).exists()
+    )
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    """One node as seen from the host now.
+
+    Attributes:
+        name: Host name.
+        address: IPv4 address.
+        netns: Network namespace.
+        init_pid: Host PID of its init, when recorded.
+        running: Its init is alive (PID 1 of a namespace, inside its netns).
+        sshd_listening: Port 22 at its address accepts TCP connections from the host.
+    """
+
+    name: str
+    address: str
+    netns: str | None
+    init_pid: int | None
+    running: bool
+    sshd_listening: bool
+
+
+@dataclass(frozen=True)
+class SandboxStatus:
+    """A sandbox as seen from the host now.
+
+    Attributes:
+        name: Sandbox name.
+        directory: Its directory.
+        subnet: Its /24 as three octets.
+        bridge: Its bridge, or None when it does not exist (any more).
+        inventory: Its inventory file, or None when not written (yet).
+        nodes: Each node's status.
+        leftovers: Namespaces or interfaces of this name that its record does not list.
+    """
+
+    name: str
+    directory: str
+    subnet: str
+    bridge: str | None
+    inventory: str | None
+    nodes: list[NodeStatus] = field(default_factory=list)
+    leftovers: list[str] = field(default_factory=list)
+
+    @property
+    def healthy(self) -> bool:
+        """Every node runs and its sshd listens."""
+        return bool(self.nodes) and all(n.running and n.sshd_listening for n in self.nodes)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data, for ``--json``."""
+        return {**asdict(self), "healthy": self.healthy}
+
+
+def sandbox_status(name: str) -> SandboxStatus:
+    """How sandbox ``name`` is doing, from its record and the live system.
+
+    Raises:
+        SandboxError: No sandbox of that name has a record here.
+    """
+    directory = sandbox_dir(validate_name(name))
+    record_path = directory / RECORD_FILE
+    if not record_path.exists():
+        others = ", ".join(list_sandboxes()) or "none"
+        raise SandboxError(f"no sandbox named {name} on this machine (sandboxes here: {others})")
+    record = SandboxRecord.load(record_path)
+    links = network.list_links()
+    nodes = []
+    for n in record.nodes:
+        running = bool(n.init_pid and n.netns and procs.is_node_init(n.init_pid, n.netns))
+        listening = running and port_open(n.address, 22, timeout_s=0.5)
+        nodes.append(NodeStatus(n.name, n.address, n.netns, n.init_pid, running, listening))
+    known = {n.netns for n in record.nodes}
+    leftovers = [ns for ns in network.list_netns() if netns_pattern(name).match(ns)]
+    inventory = directory / "inventory.yaml"
+    return SandboxStatus(
+        name=name,
+        directory=str(directory),
+        subnet=record.subnet,
+        bridge=bridge_name(name) if bridge_name(name) in links else None,
+        inventory=str(inventory) if inventory.exists() else None,
+        nodes=nodes,
+        leftovers=[ns for ns in leftovers if ns not in known],
+    )
