@@ -83,11 +83,20 @@ def alive_count(sandbox: Sandbox, head: str, python: str, url: str, gcs: str, en
     return sum(1 for n in nodes if n.get("state") == "ALIVE")
 
 
+SEEN: dict[str, int] = {}
+
+
 def wait_alive(count: int, limit_s: float, probe: Callable[[], int]) -> float | None:
-    """The perf_counter time when ``probe()`` first reached ``count``; None past the limit."""
+    """The perf_counter time when ``probe()`` first reached ``count``; None past the limit.
+
+    The most nodes seen alive is kept in ``SEEN["most"]`` for the report.
+    """
     deadline = time.perf_counter() + limit_s
+    SEEN["most"] = 0
     while time.perf_counter() < deadline:
-        if probe() >= count:
+        alive = probe()
+        SEEN["most"] = max(SEEN["most"], alive)
+        if alive >= count:
             return time.perf_counter()
         time.sleep(POLL_S)
     return None
@@ -153,8 +162,9 @@ def stop_everywhere(sandbox: Sandbox, python: str, marker: str) -> None:
         ssh(sandbox, node.address, f"{python} - stop {marker} 8", stdin=agent_source(), check=False)
 
 
-def time_ray_up(sandbox: Sandbox, limit_s: float) -> tuple[float | None, float]:
-    """Seconds until all nodes are alive (None: not within limit_s), and ray up's own time."""
+def time_ray_up(sandbox: Sandbox, limit_s: float) -> tuple[float | None, float, int]:
+    """Seconds until all nodes are alive (None: not within limit_s), ray up's own time, and
+    the most nodes seen alive."""
     inv = load_inventory(sandbox.inventory_path)
     python = inv.head.python
     ray = f"{python} -m ray.scripts.scripts"
@@ -219,7 +229,7 @@ def time_ray_up(sandbox: Sandbox, limit_s: float) -> tuple[float | None, float]:
         )
     for node in sandbox.nodes:  # ray down may leave workers behind; stop them the hard way
         sandbox.run_in(node.name, ["pkill", "-9", "-f", "ray"], 30)
-    return (None if reached is None else reached - began), up_s
+    return (None if reached is None else reached - began), up_s, SEEN["most"]
 
 
 def main() -> None:
@@ -241,7 +251,7 @@ def main() -> None:
             print(f"   rtk up {rtk_s:.2f} s", flush=True)
             bare_s = time_bare(sandbox)
             print(f"   bare ssh + ray start {bare_s:.2f} s", flush=True)
-            ray_up: tuple[float | None, float] | None = None
+            ray_up: tuple[float | None, float, int] | None = None
             if not args.skip_ray_up:
                 ray_up = time_ray_up(sandbox, args.ray_up_limit_s)
                 shown = (

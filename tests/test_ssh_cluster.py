@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import stat
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -273,3 +274,28 @@ def test_unknown_host_keys_are_refused_unless_accepted(
     assert accepted.returncode == 0, accepted.stderr
     assert len(empty.read_text().splitlines()) == 3
     assert stat.S_IMODE(empty.stat().st_mode) == 0o600
+
+
+def test_hostile_values_run_nothing_over_ssh(
+    sandbox3: Sandbox, tmp_path: Path, state_dir: Path
+) -> None:
+    # /var/tmp is the host's own on every node (each node's /tmp is private).
+    tag = uuid.uuid4().hex[:6]
+    sentinels = [Path(f"/var/tmp/pw{tag}{i}") for i in range(5)]
+    data = yaml.safe_load(sandbox3.inventory_path.read_text())
+    data["defaults"]["env"] = {"A": f"a'; touch {sentinels[0]}; '", "B": f"$(touch {sentinels[1]})"}
+    data["nodes"][1]["ray"] = f"/nonexistent'; touch {sentinels[2]}; '"
+    data["network"] = {"env": {"NCCL_X": f'x"; touch {sentinels[3]}; "'}}
+    data["ray"] = {"temp_dir": f"/tmp/h'$(touch {sentinels[4]})'", "wait_timeout_s": 20}
+    path = tmp_path / "hostile.yaml"
+    path.write_text(yaml.safe_dump(data))
+    try:
+        done = rtk("up", str(path))
+        assert done.returncode == 4, done.stderr
+        assert "ray start exited 127" in done.stderr
+        assert "Traceback" not in done.stderr
+    finally:
+        down = rtk("down", str(path))
+    assert down.returncode == 0, down.stderr
+    assert [p for p in sentinels if p.exists()] == []
+    assert _ray_processes(sandbox3) == {n: "" for n in node_names(sandbox3)}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,10 +22,10 @@ from toolkit.cluster.status import ClusterStatus, cluster_status
 from toolkit.errors import ClusterError, WaitTimeoutError
 from toolkit.node import call_agent
 from toolkit.transport.base import Transport
-from toolkit.transport.group import run_each
+from toolkit.transport.group import DEFAULT_PARALLEL, run_each
 
 PROBE_TIMEOUT_S = 60.0
-POLL_INTERVAL_S = 0.5
+POLL_INTERVAL_S = 0.25
 
 
 @dataclass
@@ -81,15 +82,21 @@ def up(plan: ClusterPlan, transport: Transport, store: StateStore, reporter: Rep
     def start(node_plan: NodePlan) -> None:
         _start(node_plan, plan, transport, reporter, outcomes[node_plan.name])
 
-    prepared = run_each(plan.nodes, prepare)
-    _record_failures(prepared.failed, outcomes, reporter)
+    # Every node is probed and gets its files at once; the head starts as soon as it
+    # is ready, and each worker as soon as both it and the head are.
     head = plan.head
-    head_outcome = outcomes[head.node.name]
-    if head_outcome.action != "failed" and prepared.results.get(head.name):
-        start(head)
-    if head_outcome.action == "failed":
-        raise ClusterError(f"head {head.node.name} failed: {head_outcome.error}")
-    started = run_each([w for w in plan.workers if prepared.results.get(w.name)], start)
+    with ThreadPoolExecutor(max_workers=min(DEFAULT_PARALLEL, len(plan.nodes))) as pool:
+        prepared = {n.name: pool.submit(prepare, n) for n in plan.nodes}
+        if _settled(prepared[head.name], outcomes[head.name], reporter):
+            start(head)
+        if outcomes[head.name].action == "failed":
+            raise ClusterError(f"head {head.name} failed: {outcomes[head.name].error}")
+
+        def start_worker(node_plan: NodePlan) -> None:
+            if _settled(prepared[node_plan.name], outcomes[node_plan.name], reporter):
+                start(node_plan)
+
+        started = run_each(plan.workers, start_worker)
     _record_failures(started.failed, outcomes, reporter)
     result.started = [o.name for o in outcomes.values() if o.action == "started"]
     try:
@@ -177,6 +184,15 @@ def _start(
     outcome.action = "failed"
     outcome.error = f"ray start exited {result.exit_code}:\n{result.tail()}"
     reporter.node(node.name, f"ray start failed (exit {result.exit_code})")
+
+
+def _settled(future: Future[bool], outcome: NodeOutcome, reporter: Reporter) -> bool:
+    """The result of a node's preparation; a failure is recorded on its outcome."""
+    try:
+        return future.result()
+    except Exception as e:  # noqa: BLE001 - recorded per node, reported with the rest
+        _record_failures({outcome.name: e}, {outcome.name: outcome}, reporter)
+        return False
 
 
 def _record_failures(

@@ -25,6 +25,8 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -186,43 +188,63 @@ def _signal(pid: int, sig: signal.Signals) -> None:
 def status(dashboard_url: str, gcs_address: str) -> dict[str, Any]:
     """Ray's view of the cluster's nodes.
 
-    Through the dashboard's state API when there is a dashboard (no driver needed,
-    about 0.4 s), else through a short-lived driver on the GCS (``-`` as the URL).
+    From the dashboard's state API over plain HTTP when there is a dashboard (no Ray
+    import: a few ms), else through a short-lived driver on the GCS (``-`` as URL).
     """
-    import ray
-
     if dashboard_url != "-":
-        from ray.util.state import list_nodes
-
-        states = list_nodes(
-            address=dashboard_url, detail=True, limit=10000, raise_on_missing_output=False
-        )
+        answer = _get_json(f"{dashboard_url}/api/v0/nodes?limit=10000&detail=1")
+        version = _get_json(f"{dashboard_url}/api/version").get("ray_version")
         nodes = [
             {
-                "node_id": n.node_id,
-                "node_ip": n.node_ip,
-                "state": n.state,
-                "is_head": bool(n.is_head_node),
-                "resources": dict(n.resources_total or {}),
+                "node_id": n["node_id"],
+                "node_ip": n["node_ip"],
+                "state": n["state"],
+                "is_head": bool(n.get("is_head_node")),
+                "resources": dict(n.get("resources_total") or {}),
             }
-            for n in states
+            for n in answer["data"]["result"]["result"]
         ]
-    else:
-        ray.init(address=gcs_address, logging_level=logging.ERROR, log_to_driver=False)
-        try:
-            nodes = [
-                {
-                    "node_id": n["NodeID"],
-                    "node_ip": n["NodeManagerAddress"],
-                    "state": "ALIVE" if n["Alive"] else "DEAD",
-                    "is_head": "node:__internal_head__" in n["Resources"],
-                    "resources": dict(n["Resources"]),
-                }
-                for n in ray.nodes()  # type: ignore[no-untyped-call]
-            ]
-        finally:
-            ray.shutdown()
+        return {"ray_version": version, "nodes": nodes}
+    import ray
+
+    ray.init(address=gcs_address, logging_level=logging.ERROR, log_to_driver=False)
+    try:
+        nodes = [
+            {
+                "node_id": n["NodeID"],
+                "node_ip": n["NodeManagerAddress"],
+                "state": "ALIVE" if n["Alive"] else "DEAD",
+                "is_head": "node:__internal_head__" in n["Resources"],
+                "resources": dict(n["Resources"]),
+            }
+            for n in ray.nodes()  # type: ignore[no-untyped-call]
+        ]
+    finally:
+        ray.shutdown()
     return {"ray_version": ray.__version__, "nodes": nodes}
+
+
+def _get_json(url: str) -> dict[str, Any]:
+    """GET a dashboard URL with the cluster's token (when token auth is on)."""
+    headers = {}
+    if os.environ.get("RAY_AUTH_MODE") == "token":
+        token = os.environ.get("RAY_AUTH_TOKEN", "")
+        path = os.environ.get("RAY_AUTH_TOKEN_PATH")
+        if path:
+            with open(path) as f:
+                token = f.read().strip()
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            data: dict[str, Any] = json.load(response)
+    except urllib.error.HTTPError as e:
+        if e.code in (401, 403):
+            raise PermissionError(f"Unauthorized: the dashboard refused rtk's token ({e})") from e
+        raise
+    except urllib.error.URLError as e:
+        raise ConnectionError(f"Failed to connect to {url}: {e.reason}") from e
+    return data
 
 
 def smoke(gcs_address: str, hosts_text: str) -> dict[str, Any]:

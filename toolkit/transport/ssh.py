@@ -2,7 +2,7 @@
 
 Commands run in channels of that one connection (``bash -c``, stdin fed and closed,
 stdout and stderr read to the end or until the per-command time limit). Files are
-written through the same channel: data on stdin, never on a command line.
+written over SFTP on the same connection, so secrets never reach a command line.
 """
 
 from __future__ import annotations
@@ -45,7 +45,9 @@ class SshTransport(Transport):
     ) -> CommandResult:
         """Run ``command`` with bash on ``node`` (see ``Transport.run``)."""
         prefix = join(["env", *(f"{k}={v}" for k, v in env.items())]) + " " if env else ""
-        remote = f"{prefix}bash -c {quote(command)}"
+        # --norc: bash started by sshd would read ~/.bashrc again (pyenv or conda init
+        # there cost ~80 ms per command); the login shell around it already did.
+        remote = f"{prefix}bash --norc --noprofile -c {quote(command)}"
         data = stdin.encode() if stdin is not None else b""
         code, out, err, took = self._exec(node, remote, data, timeout_s)
         return CommandResult(
@@ -58,16 +60,23 @@ class SshTransport(Transport):
         )
 
     def put(self, node: Node, path: str, data: bytes, *, mode: int = 0o600) -> None:
-        """Write the file through stdin into a temp file, then rename it into place."""
-        directory = path.rsplit("/", 1)[0] or "/"
-        temp = f"{path}.rtk-tmp"
-        script = (
-            f"umask 077 && mkdir -p -- {quote(directory)} && cat > {quote(temp)} && "
-            f"chmod {mode:o} -- {quote(temp)} && mv -f -- {quote(temp)} {quote(path)}"
-        )
-        code, _, err, _ = self._exec(node, f"bash -c {quote(script)}", data, 60.0)
-        if code != 0:
-            raise TransportError(f"{node.name}: cannot write {path}: {err.decode().strip()}")
+        """Write the file over SFTP (no shell started): temp file, chmod, then rename."""
+        directory, _, name = path.rpartition("/")
+        temp = f"{directory}/.{name}.rtk-tmp"
+        try:
+            sftp = self._sftp(node)
+            _makedirs(sftp, directory or "/")
+            with sftp.open(temp, "wb") as f:
+                sftp.chmod(temp, mode)
+                f.write(data)
+            sftp.posix_rename(temp, path)
+        except (OSError, paramiko.SSHException, EOFError) as e:
+            raise TransportError(f"{node.name}: cannot write {path} over SFTP: {e}") from e
+
+    def _sftp(self, node: Node) -> paramiko.SFTPClient:
+        connection = self._connect(node)
+        with self._locks[node.name]:
+            return connection.sftp()
 
     def close(self) -> None:
         """Close every connection (and its jump host's)."""
@@ -167,6 +176,21 @@ class SshTransport(Transport):
             connection = self._connections.pop(node.name, None)
         if connection is not None:
             connection.close()
+
+
+def _makedirs(sftp: paramiko.SFTPClient, directory: str) -> None:
+    """``mkdir -p`` over SFTP; new directories get mode 0700."""
+    missing: list[str] = []
+    current = directory
+    while current not in ("", "/"):
+        try:
+            sftp.stat(current)
+            break
+        except FileNotFoundError:
+            missing.append(current)
+            current = current.rsplit("/", 1)[0]
+    for path in reversed(missing):
+        sftp.mkdir(path, mode=0o700)
 
 
 def _auth(key_file: str | None) -> dict[str, object]:
