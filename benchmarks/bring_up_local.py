@@ -10,6 +10,9 @@ import sys
 import tempfile
 import time
 
+from common import bare_ray_start
+
+from toolkit.cluster import build_plan
 from toolkit.inventory import default_inventory
 from toolkit.node.agent import stop
 
@@ -22,30 +25,9 @@ def timed(argv: list[str], env: dict[str, str]) -> float:
     return time.perf_counter() - began
 
 
-def bare_start_argv() -> list[str]:
-    p = default_inventory().ports
-    return [
-        sys.executable,
-        "-m",
-        "ray.scripts.scripts",
-        "start",
-        "--head",
-        "--node-ip-address=127.0.0.1",
-        f"--port={p.gcs}",
-        f"--dashboard-port={p.dashboard}",
-        "--dashboard-host=127.0.0.1",
-        f"--ray-client-server-port={p.client_server}",
-        f"--node-manager-port={p.node_manager}",
-        f"--object-manager-port={p.object_manager}",
-        f"--runtime-env-agent-port={p.runtime_env_agent}",
-        f"--dashboard-agent-grpc-port={p.dashboard_agent_grpc}",
-        f"--dashboard-agent-listen-port={p.dashboard_agent_listen}",
-        f"--metrics-export-port={p.metrics_export}",
-        f"--min-worker-port={p.min_worker}",
-        f"--max-worker-port={p.max_worker}",
-        f"--temp-dir={BARE_DIR}",
-        "--disable-usage-stats",
-    ]
+def bare_start_command() -> str:
+    head = build_plan(default_inventory()).head
+    return bare_ray_start(head, BARE_DIR, "127.0.0.1")
 
 
 def main() -> None:
@@ -68,7 +50,7 @@ def main() -> None:
         "ray stop": [],
     }
     for i in range(args.repeats):
-        times["ray start --head"].append(timed(bare_start_argv(), bare_env))
+        times["ray start --head"].append(timed(["bash", "-c", bare_start_command()], bare_env))
         if args.with_ray_stop:
             times["ray stop"].append(timed([*rtk[:1], "-m", "ray.scripts.scripts", "stop"], env))
         else:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import subprocess
 import sys
 import tempfile
@@ -27,13 +26,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import yaml
+from common import bare_ray_start
 
 from toolkit.cluster import build_plan
-from toolkit.cluster.plan import NodePlan
 from toolkit.inventory import load_inventory
 from toolkit.node import agent_source
 from toolkit.sandbox import Sandbox, create
-from toolkit.shell import join
 
 BARE_DIR = "/tmp/rtk-bare"
 POLL_S = 0.25
@@ -122,24 +120,15 @@ def time_rtk(sandbox: Sandbox, env: dict[str, str]) -> float:
     return took
 
 
-def bare_command(node_plan: NodePlan, head_address: str) -> str:
-    """The plan's ray start, without rtk: plain env, no token, node IP given directly."""
-    words = shlex.split(node_plan.start_command.split("&& exec ", 1)[1])
-    words = [f"--temp-dir={BARE_DIR}" if w.startswith("--temp-dir=") else w for w in words]
-    words = [w for w in words if not w.startswith("--node-ip-address")]
-    env = ["env", "RAY_AUTH_MODE=disabled", f"RTK_CLUSTER_DIR={BARE_DIR}"]
-    return join([*env, *words, f"--node-ip-address={node_plan.node.address}"])
-
-
 def time_bare(sandbox: Sandbox) -> float:
     plan = build_plan(load_inventory(sandbox.inventory_path))
     head = plan.head
     began = time.perf_counter()
-    ssh(sandbox, head.node.address, bare_command(head, plan.head_address))
+    ssh(sandbox, head.node.address, bare_ray_start(head, BARE_DIR, head.node.address))
     with ThreadPoolExecutor(max_workers=len(plan.workers) or 1) as pool:
         list(
             pool.map(
-                lambda w: ssh(sandbox, w.node.address, bare_command(w, plan.head_address)),
+                lambda w: ssh(sandbox, w.node.address, bare_ray_start(w, BARE_DIR, w.node.address)),
                 plan.workers,
             )
         )

@@ -14,6 +14,17 @@ from toolkit.sandbox import Sandbox
 REPO = Path(__file__).resolve().parents[1]
 
 
+# A Ray client that lists the cluster's nodes through the dashboard; exit 1 when refused.
+LIST_NODES = (
+    "import sys\n"
+    "from ray.util.state import list_nodes\n"
+    "try:\n"
+    "    print(len(list_nodes(address=sys.argv[1])))\n"
+    "except Exception as e:\n"
+    "    print(type(e).__name__, e); sys.exit(1)\n"
+)
+
+
 def require(condition: bool, why: str) -> None:
     """Skip when a testbed piece is missing here; in CI (CI=true) that is a failure."""
     if condition:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import rtk
+from conftest import LIST_NODES, rtk
 
 from toolkit.cluster import StateStore, build_plan
 from toolkit.inventory import default_inventory
@@ -161,16 +161,6 @@ def test_token_files_are_private_and_never_on_a_command_line(
         assert token.encode() not in cmdline
 
 
-LIST_NODES = (
-    "import sys\n"
-    "from ray.util.state import list_nodes\n"
-    "try:\n"
-    "    print(len(list_nodes(address=sys.argv[1])))\n"
-    "except Exception as e:\n"
-    "    print(type(e).__name__, e); sys.exit(1)\n"
-)
-
-
 def test_a_client_without_the_token_is_refused(local_up: dict[str, Any], tmp_path: Path) -> None:
     plan = build_plan(default_inventory())
     base = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
@@ -242,3 +232,24 @@ def test_down_stops_only_rtk_ray_and_removes_its_files(
     status = rtk("status", "--local", env=env_for(module_state))
     assert status.returncode == 1
     assert "not running" in status.stdout
+
+
+def test_a_node_missing_its_gpus_is_named_and_stopped_again(
+    ray_available: None, tmp_path: Path, state_dir: Path
+) -> None:
+    inventory = tmp_path / "gpu.yaml"
+    inventory.write_text(
+        "cluster: gpuless\ntransport: local\n"
+        "nodes:\n  - host: box\n    address: 127.0.0.1\n    gpus: 1\n"
+        "    resources: {nvlink: 1}\n"
+        "ports: {gcs: 6779, dashboard: 8665, client_server: 6778, node_manager: 6780,\n"
+        "  object_manager: 6781, runtime_env_agent: 6782, dashboard_agent_grpc: 6783,\n"
+        "  dashboard_agent_listen: 6784, metrics_export: 6785, min_worker: 25000,\n"
+        "  max_worker: 25999}\n"
+        "ray: {wait_timeout_s: 4}\n"
+    )
+    done = rtk("up", str(inventory))
+    assert done.returncode == 5, done.stderr
+    assert "box: joined with 0 GPU, expected 1" in done.stderr
+    assert "stopping what this run started on 1 node(s)" in done.stderr
+    assert marked_pids("/tmp/rtk-gpuless") == {}

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import rtk
+from conftest import LIST_NODES, rtk
 
 from toolkit.cluster import build_plan
 from toolkit.cluster.smoke import run_smoke
@@ -137,16 +137,6 @@ def test_token_is_a_private_file_on_every_node(cluster: dict[str, Any], sandbox3
             "700",
             run["stdout"].split()[5],
         ]
-
-
-LIST_NODES = (
-    "import sys\n"
-    "from ray.util.state import list_nodes\n"
-    "try:\n"
-    "    print(len(list_nodes(address=sys.argv[1])))\n"
-    "except Exception as e:\n"
-    "    print(type(e).__name__, e); sys.exit(1)\n"
-)
 
 
 def test_a_client_without_the_token_is_refused(cluster: dict[str, Any], sandbox3: Sandbox) -> None:
@@ -298,4 +288,30 @@ def test_hostile_values_run_nothing_over_ssh(
         down = rtk("down", str(path))
     assert down.returncode == 0, down.stderr
     assert [p for p in sentinels if p.exists()] == []
+    assert _ray_processes(sandbox3) == {n: "" for n in node_names(sandbox3)}
+
+
+def test_a_jump_host_carries_the_connections(
+    sandbox3: Sandbox, tmp_path: Path, state_dir: Path
+) -> None:
+    head = sandbox3.nodes[0]
+    data = yaml.safe_load(sandbox3.inventory_path.read_text())
+    data["defaults"]["ssh"]["jump_host"] = f"root@{head.address}"
+    path = tmp_path / "jump.yaml"
+    path.write_text(yaml.safe_dump(data))
+    done = rtk("exec", str(path), "--json", "--", "bash", "-c", 'echo "${SSH_CLIENT%% *}"')
+    assert done.returncode == 0, done.stderr
+    sources = {n["node"]: n["stdout"].strip() for n in json.loads(done.stdout)["nodes"]}
+    # Every session arrives from the jump host, none straight from this machine.
+    assert set(sources.values()) == {head.address}
+
+
+def test_down_works_when_the_head_is_already_gone(
+    sandbox3: Sandbox, state_dir: Path, ray_available: None
+) -> None:
+    inventory = str(sandbox3.inventory_path)
+    assert rtk("up", inventory).returncode == 0
+    sandbox3.run_in("node1", ["pkill", "-9", "-f", "ray"], 30)
+    done = rtk("down", inventory, "--json")
+    assert done.returncode == 0, done.stderr
     assert _ray_processes(sandbox3) == {n: "" for n in node_names(sandbox3)}

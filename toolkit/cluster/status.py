@@ -7,6 +7,7 @@ from typing import Any
 
 from toolkit.cluster.plan import ClusterPlan, host_resource
 from toolkit.errors import ClusterError, TransportError
+from toolkit.inventory import Node
 from toolkit.node import call_agent
 from toolkit.transport.base import Transport
 
@@ -20,7 +21,7 @@ class NodeStatus:
     name: str
     role: str
     address: str
-    expected_gpus: int
+    expected: dict[str, float] = field(default_factory=dict)
     alive: bool = False
     node_ip: str | None = None
     resources: dict[str, float] = field(default_factory=dict)
@@ -28,7 +29,7 @@ class NodeStatus:
 
     @property
     def ready(self) -> bool:
-        """Alive with at least the GPUs the inventory expects."""
+        """Alive with at least the GPUs, CPUs and resources the inventory expects."""
         return self.alive and self.problem is None
 
 
@@ -60,7 +61,10 @@ def cluster_status(plan: ClusterPlan, transport: Transport) -> ClusterStatus:
     status = ClusterStatus(
         cluster=plan.inventory.name,
         dashboard_url=plan.dashboard_url,
-        nodes=[NodeStatus(n.node.name, n.role, n.node.address, n.node.gpus) for n in plan.nodes],
+        nodes=[
+            NodeStatus(n.node.name, n.role, n.node.address, expected_resources(n.node))
+            for n in plan.nodes
+        ],
     )
     try:
         answer = call_agent(transport, plan.head.node, plan.status_command(), STATUS_TIMEOUT_S)
@@ -82,9 +86,24 @@ def _match(status: ClusterStatus, ray_nodes: list[dict[str, Any]]) -> None:
         node.alive = True
         node.node_ip = found.get("node_ip")
         node.resources = {k: float(v) for k, v in found.get("resources", {}).items()}
-        gpus = node.resources.get("GPU", 0.0)
-        if gpus < node.expected_gpus:
-            node.problem = f"joined with {gpus:g} GPU(s), expected {node.expected_gpus}"
+        short = [
+            f"{node.resources.get(name, 0.0):g} {name}, expected {want:g}"
+            for name, want in node.expected.items()
+            if node.resources.get(name, 0.0) < want
+        ]
+        if short:
+            node.problem = "joined with " + "; ".join(short)
+
+
+def expected_resources(node: Node) -> dict[str, float]:
+    """What a node must bring to Ray: its GPUs, its CPUs when pinned, its extra resources."""
+    expected: dict[str, float] = {}
+    if node.gpus:
+        expected["GPU"] = float(node.gpus)
+    if node.cpus is not None:
+        expected["CPU"] = float(node.cpus)
+    expected.update(node.resources)
+    return expected
 
 
 def _explain(error: str, plan: ClusterPlan) -> str:

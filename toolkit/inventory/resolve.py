@@ -278,7 +278,6 @@ def _node(spec: InventorySpec, entry: NodeSpec, host: str, address: str, base: P
             key_file=str(_local_path(str(key), base)) if key else None,
             jump_host=str(pick("jump_host")) if pick("jump_host") else None,
             known_hosts=str(_local_path(str(pick("known_hosts") or "~/.ssh/known_hosts"), base)),
-
             connect_timeout_s=float(timeout)
             if isinstance(timeout, float | int)
             else DEFAULT_CONNECT_TIMEOUT_S,
