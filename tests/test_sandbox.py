@@ -319,3 +319,32 @@ def test_cli_up_status_down_leaves_nothing_behind() -> None:
     assert_nothing_left("sbcli")
     again = rtk("sandbox", "down", "--name", "sbcli")
     assert (again.returncode, again.stdout) == (0, "sandbox sbcli: nothing to remove\n")
+
+
+def test_a_virtualenv_under_tmp_stays_visible_in_the_nodes(tmp_path: Path) -> None:
+    require_sandbox_host()
+    venv = Path(f"/tmp/rtk-venv-{uuid.uuid4().hex[:6]}")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    destroy("sbvenv")
+    try:
+        sandbox = create(2, name="sbvenv", subnet="10.77.6", python=str(venv / "bin" / "python"))
+        try:
+            for node in sandbox.nodes:
+                done = subprocess.run(
+                    sandbox.ssh_argv(
+                        node.name, f"{venv}/bin/python", "-c", "'import sys; print(sys.prefix)'"
+                    ),
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                    check=False,
+                )
+                assert done.stdout.strip() == str(venv), done.stderr
+                # Read-only there, and the node's own /tmp is still private.
+                touch = sandbox.run_in(node.name, ["touch", f"{venv}/x"], 30)
+                assert touch.returncode != 0
+                assert not (venv / "x").exists()
+        finally:
+            sandbox.destroy()
+    finally:
+        subprocess.run(["rm", "-rf", str(venv)], check=False)

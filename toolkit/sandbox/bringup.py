@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import toolkit
 from toolkit.sandbox import network, procs, render
 from toolkit.sandbox.errors import SandboxError
 from toolkit.sandbox.hostcheck import check_host
@@ -47,16 +48,32 @@ def _refuse_existing(layout: Layout) -> None:
         )
 
 
-def _check_python(python: str) -> None:
+def _check_python(python: str) -> list[Path]:
+    """Check ``python`` and return the host paths under /tmp that nodes must still see.
+
+    Each node mounts its own /tmp, so a virtualenv there (CI clones often live in
+    /tmp), and the source tree of an editable install of rtk, are bound back into
+    every node read-only at the same path.
+    """
     path = Path(python)
     if not path.is_absolute() or not path.exists():
         raise SandboxError(f"python {python!r} is not an existing absolute path")
     for candidate in (str(path), str(path.resolve())):
-        if candidate.startswith(_NODE_PRIVATE):
+        if candidate.startswith(_NODE_PRIVATE[1:]):
             raise SandboxError(
-                f"python {python} lives under {', '.join(_NODE_PRIVATE)}, which every node "
+                f"python {python} lives under {', '.join(_NODE_PRIVATE[1:])}, which every node "
                 "replaces with its own; use a Python installed elsewhere"
             )
+    wanted = [
+        path.parent.parent,
+        path.resolve().parent.parent,
+        Path(toolkit.__file__).resolve().parents[1],
+    ]
+    kept: list[Path] = []
+    for root in sorted({p for p in wanted if str(p).startswith("/tmp/")}):
+        if not any(root.is_relative_to(k) for k in kept):
+            kept.append(root)
+    return kept
 
 
 def _claim_directory(layout: Layout) -> None:
@@ -76,7 +93,9 @@ def _write(path: Path, text: str, mode: int = 0o644) -> None:
     path.chmod(mode)
 
 
-def _write_files(layout: Layout, record: SandboxRecord, sshd_options: Sequence[str]) -> None:
+def _write_files(
+    layout: Layout, record: SandboxRecord, sshd_options: Sequence[str], shared: Sequence[Path]
+) -> None:
     client_pub = keygen(layout.key_path, f"rtk-sandbox-{layout.name}")
     _write(layout.authorized_keys, client_pub + "\n", 0o600)
     host_keys = {n.name: keygen(n.host_key, f"{n.name}.{layout.name}") for n in layout.nodes}
@@ -84,7 +103,8 @@ def _write_files(layout: Layout, record: SandboxRecord, sshd_options: Sequence[s
     _write(layout.resolv_conf, render.resolv_conf(layout))
     for node in layout.nodes:
         _write(node.sshd_config, render.sshd_config(layout, node, sshd_options))
-        _write(node.init_script, render.init_script(layout, node, record.sshd), 0o700)
+        script = render.init_script(layout, node, record.sshd, shared)
+        _write(node.init_script, script, 0o700)
         _write(node.hosts_file, render.hosts_file(layout, node))
 
 
@@ -207,7 +227,7 @@ def create(
     layout = Layout.build(name, subnet, nodes)
     tools = check_host()
     python = python or sys.executable
-    _check_python(python)
+    shared = _check_python(python)
     _refuse_existing(layout)
     _claim_directory(layout)
     try:
@@ -221,7 +241,7 @@ def create(
             nodes=[NodeRecord(n.name, n.address) for n in layout.nodes],
         )
         record.save(layout.record_path)
-        _write_files(layout, record, sshd_options)
+        _write_files(layout, record, sshd_options, shared)
         say(f"keys and configs in {layout.directory}")
         _start_network(layout, record)
         say(f"bridge {layout.bridge} {layout.gateway}/24, {nodes} netns with veth pairs")

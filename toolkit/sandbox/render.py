@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from toolkit.sandbox.layout import Layout, NodeLayout
 from toolkit.shell import quote
@@ -47,27 +48,33 @@ def start_sshd_command(node: NodeLayout, sshd: str) -> str:
     )
 
 
-def init_script(layout: Layout, node: NodeLayout, sshd: str) -> str:
+def init_script(layout: Layout, node: NodeLayout, sshd: str, shared: Sequence[Path] = ()) -> str:
     """The script PID 1's child runs in ``node``: hostname, private mounts, sshd, wait.
 
-    The node's /tmp, /dev/shm and /run are fresh tmpfs mounts; the sandbox directory
-    (under the host's /tmp) is put back read-only at its own path so sshd finds its files.
+    The node's /tmp, /dev/shm and /run are fresh tmpfs mounts. Host paths under /tmp
+    that the node still needs (the sandbox directory, for sshd; ``shared``: a
+    virtualenv or source tree there) are put back read-only at their own paths.
     """
-    directory = quote(str(layout.directory))
+    kept = [layout.directory, *(p for p in shared if not layout.directory.is_relative_to(p))]
+    park = [f"{_PARKING}/{i}" for i in range(len(kept))]
+    stash = [
+        f"mkdir -p {p} && mount --bind {quote(str(k))} {p}" for k, p in zip(kept, park, strict=True)
+    ]
+    restore = [
+        f"mkdir -p {quote(str(k))} && mount --bind {p} {quote(str(k))} && "
+        f"mount -o remount,bind,ro {quote(str(k))} && umount {p}"
+        for k, p in zip(kept, park, strict=True)
+    ]
     return "\n".join(
         [
             f"# rtk sandbox {layout.name}: init of {node.name} in netns {node.netns}",
             "set -eu",
             f"echo {node.name} > /proc/sys/kernel/hostname",
             "mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs /run",
-            f"mkdir {_PARKING}",
-            f"mount --bind {directory} {_PARKING}",
+            *stash,
             "mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /tmp",
-            f"mkdir -p {directory}",
-            f"mount --bind {_PARKING} {directory}",
-            f"mount -o remount,bind,ro {directory}",
-            f"umount {_PARKING}",
-            f"rmdir {_PARKING}",
+            *restore,
+            f"rm -rf {_PARKING}",
             "mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm",
             f"mount --bind {quote(str(node.hosts_file))} /etc/hosts",
             "# No DNS server is reachable from a node: make lookups fail at once, not time out.",
