@@ -12,7 +12,11 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 # The CPU build of torch, pinned: an unpinned torch pulls several GB of CUDA packages.
 .venv/bin/python -m pip install -q torch==2.13.0
-.venv/bin/python -m pip install -q -e '.[dev]'
+# DeepSpeed builds against the torch above: without build isolation, or pip would fetch
+# a CUDA torch just to build it. Its ops are compiled on first use, not here.
+.venv/bin/python -m pip install -q setuptools wheel
+.venv/bin/python -m pip install -q --no-build-isolation deepspeed==0.19.8
+.venv/bin/python -m pip install -q -e '.[dev,deepspeed]'
 
 echo "== ruff"
 .venv/bin/ruff check toolkit tests benchmarks

@@ -1,0 +1,64 @@
+"""Run ``train_worker`` on N local processes with gloo: the trainer without Ray."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from toolkit.train.config import TrainConfig
+from toolkit.train.loop import train_worker
+
+T = TypeVar("T")
+
+
+class LocalContext:
+    """Checkpoints go to run_dir/checkpoints/step-NNNNN; every rank's files merge there."""
+
+    def __init__(self, rank: int, world_size: int, run_dir: Path, keep: int) -> None:
+        self.rank = rank
+        self.local_rank = rank
+        self.world_size = world_size
+        self.root = run_dir / "checkpoints"
+        self.keep = keep
+
+    def report(self, metrics: dict[str, Any], checkpoint_dir: Path | None) -> None:
+        if checkpoint_dir is not None:
+            target = self.root / f"step-{metrics['step']:05d}"
+            shutil.copytree(checkpoint_dir, target, dirs_exist_ok=True)
+        dist.barrier()
+        if self.rank == 0 and checkpoint_dir is not None:
+            for old in sorted(self.root.glob("step-*"))[: -self.keep]:
+                shutil.rmtree(old)
+        dist.barrier()
+
+    def load_latest(self, load: Callable[[Path], T]) -> T | None:
+        found = sorted(self.root.glob("step-*"))
+        return load(found[-1]) if found else None
+
+
+def _worker(rank: int, world: int, init: str, config: dict[str, Any]) -> None:
+    os.environ["RTK_NODE"] = f"local{rank}"
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    try:
+        cfg = TrainConfig.from_json(config)
+        train_worker(cfg, LocalContext(rank, world, Path(cfg.run_dir), cfg.keep_checkpoints))
+    finally:
+        dist.destroy_process_group()
+
+
+def run_local(config: TrainConfig, world: int, rendezvous: Path) -> None:
+    """Train on ``world`` local processes; raises when any rank fails."""
+    rendezvous.unlink(missing_ok=True)
+    mp.start_processes(
+        _worker,
+        args=(world, f"file://{rendezvous}", config.to_json()),
+        nprocs=world,
+        join=True,
+        start_method="spawn",
+    )

@@ -1,0 +1,144 @@
+"""The trainer's options and the GPT model presets: plain data, no torch import."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from toolkit.errors import RtkError
+
+STRATEGIES = ("ddp", "fsdp2", "deepspeed")
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """A GPT's size: layers, width, attention heads, context length, vocabulary."""
+
+    layers: int
+    width: int
+    heads: int
+    seq_len: int
+    vocab_size: int
+
+    @property
+    def params(self) -> int:
+        """Parameter count (tied embeddings, biases and norms included)."""
+        d = self.width
+        per_layer = 12 * d * d + 13 * d
+        return self.layers * per_layer + (self.vocab_size + self.seq_len) * d + 2 * d
+
+    def flops_per_token(self) -> float:
+        """Training FLOPs per token: 6N for the weights plus attention (PaLM's estimate)."""
+        return 6.0 * self.params + 12.0 * self.layers * self.width * self.seq_len
+
+
+# GPT-2/GPT-3 shapes; "8B" is a GPT of that size (40 x 4096), not a Llama.
+PRESETS: dict[str, ModelShape] = {
+    "tiny": ModelShape(layers=2, width=64, heads=4, seq_len=64, vocab_size=256),
+    "125M": ModelShape(layers=12, width=768, heads=12, seq_len=1024, vocab_size=50304),
+    "350M": ModelShape(layers=24, width=1024, heads=16, seq_len=1024, vocab_size=50304),
+    "1.3B": ModelShape(layers=24, width=2048, heads=16, seq_len=2048, vocab_size=50304),
+    "8B": ModelShape(layers=40, width=4096, heads=32, seq_len=2048, vocab_size=50304),
+}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything one training run needs; serialisable to JSON for the Ray job."""
+
+    run_dir: str
+    model_size: str = "tiny"
+    layers: int | None = None
+    width: int | None = None
+    heads: int | None = None
+    seq_len: int | None = None
+    vocab_size: int | None = None
+    batch_size: int = 8
+    gradient_accumulation_steps: int = 1
+    precision: str = "fp32"
+    max_steps: int = 100
+    learning_rate: float = 3e-3
+    weight_decay: float = 0.0
+    warmup_steps: int = 0
+    num_workers: int = 0
+    resources_per_worker: dict[str, float] = field(default_factory=dict)
+    strategy: str = "ddp"
+    zero_stage: int = 2
+    offload_optimizer: bool = False
+    gradient_checkpointing: bool = False
+    bucket_cap_mb: float = 25.0
+    save_steps: int = 0
+    keep_checkpoints: int = 3
+    resume: bool = False
+    barrier_every: int = 0
+    max_failures: int = 0
+    seed: int = 0
+    data: str | None = None
+    log_every: int = 1
+
+    def shape(self) -> ModelShape:
+        """The model shape: the preset with any explicit layers/width/... applied."""
+        if self.model_size not in PRESETS:
+            raise RtkError(
+                f"--model-size {self.model_size!r} is not a preset; choose one of "
+                f"{', '.join(PRESETS)} (or override --layers/--width/--heads/--seq-len)"
+            )
+        base = PRESETS[self.model_size]
+        overrides = {
+            k: v
+            for k, v in (
+                ("layers", self.layers),
+                ("width", self.width),
+                ("heads", self.heads),
+                ("seq_len", self.seq_len),
+                ("vocab_size", self.vocab_size),
+            )
+            if v is not None
+        }
+        shape = dataclasses.replace(base, **overrides)
+        if self.data is not None and shape.vocab_size < 256:
+            shape = dataclasses.replace(shape, vocab_size=256)
+        return shape
+
+    def check(self) -> TrainConfig:
+        """Raise ``RtkError`` naming the option for values that cannot work."""
+        shape = self.shape()
+        problems = []
+        if self.strategy not in STRATEGIES:
+            problems.append(f"--strategy {self.strategy!r}: choose {', '.join(STRATEGIES)}")
+        if self.precision not in PRECISIONS:
+            problems.append(f"--precision {self.precision!r}: choose {', '.join(PRECISIONS)}")
+        if shape.width % shape.heads:
+            problems.append(f"width {shape.width} is not a multiple of heads {shape.heads}")
+        for name in (
+            "batch_size",
+            "gradient_accumulation_steps",
+            "max_steps",
+            "keep_checkpoints",
+            "log_every",
+        ):
+            if getattr(self, name) < 1:
+                problems.append(f"--{name.replace('_', '-')} must be at least 1")
+        for name in ("save_steps", "barrier_every", "max_failures", "num_workers"):
+            if getattr(self, name) < 0:
+                problems.append(f"--{name.replace('_', '-')} must be 0 or more")
+        if self.strategy == "deepspeed" and self.zero_stage not in (0, 1, 2, 3):
+            problems.append(f"--zero-stage {self.zero_stage}: choose 0, 1, 2 or 3")
+        if problems:
+            raise RtkError("; ".join(problems))
+        return self
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TrainConfig:
+        """The inverse of ``to_json``; unknown keys are an error."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise RtkError(f"unknown trainer option(s): {', '.join(unknown)}")
+        return cls(**data)

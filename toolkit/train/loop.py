@@ -1,0 +1,186 @@
+"""The training loop every worker runs, independent of who launched it.
+
+``train_worker`` needs an initialised process group (or a world of one) and a
+``WorkerContext``: Ray Train provides one (``toolkit.train.ray_worker``), tests can
+provide their own. The loop writes markers (every rank) and ``metrics.jsonl``
+(rank 0) into the run directory as it goes, and hands checkpoints to the context.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+import torch
+import torch.distributed as dist
+
+from toolkit.train.config import TrainConfig
+from toolkit.train.data import make_data
+from toolkit.train.markers import MarkerWriter
+from toolkit.train.model import GPT
+from toolkit.train.strategies import make_strategy
+
+T = TypeVar("T")
+
+# Dense bf16 peak per GPU (TFLOP/s), for the MFU estimate.
+PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0}
+
+
+class WorkerContext(Protocol):
+    """What the loop needs from whoever runs it."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+
+    def report(self, metrics: dict[str, Any], checkpoint_dir: Path | None) -> None:
+        """Hand over this step's metrics and, on checkpoint steps, this rank's files."""
+
+    def load_latest(self, load: Callable[[Path], T]) -> T | None:
+        """Call ``load`` on the latest checkpoint's directory; None when there is none."""
+
+
+def train_worker(config: TrainConfig, ctx: WorkerContext) -> dict[str, Any]:
+    """Train until ``config.max_steps``; returns rank 0's last metrics."""
+    torch.manual_seed(config.seed)
+    device = _device(ctx.local_rank)
+    shape = config.shape()
+    data = make_data(config.data, shape.vocab_size, shape.seq_len, config.seed)
+    strategy = make_strategy(
+        GPT(shape, config.gradient_checkpointing), config, device, ctx.rank, ctx.local_rank
+    )
+    run_dir = Path(config.run_dir)
+    markers = MarkerWriter(run_dir, ctx.rank, ctx.local_rank, ctx.world_size, _gpu_uuid(device))
+    saved = ctx.load_latest(strategy.load)
+    start = int(saved["step"]) if saved else 0
+    markers.write("run_start", start, strategy=config.strategy, resumed=saved is not None)
+    metrics_file = (
+        (run_dir / "metrics.jsonl").open("a", encoding="utf-8", buffering=1)
+        if ctx.rank == 0
+        else None
+    )
+    tokens_per_step = (
+        config.batch_size * config.gradient_accumulation_steps * shape.seq_len * ctx.world_size
+    )
+    last: dict[str, Any] = {}
+    try:
+        for step in range(start + 1, config.max_steps + 1):
+            began = time.monotonic()
+            markers.write("step_begin", step)
+            losses = [
+                strategy.micro_step(
+                    *data.batch(config.batch_size, step, ctx.rank, micro),
+                    last=micro == config.gradient_accumulation_steps - 1,
+                )
+                for micro in range(config.gradient_accumulation_steps)
+            ]
+            strategy.optimizer_step(_learning_rate(config, step))
+            loss = _mean_across_ranks(sum(losses) / len(losses), device)
+            markers.write("step_end", step, loss=loss, tokens=tokens_per_step // ctx.world_size)
+            if config.barrier_every and step % config.barrier_every == 0:
+                waited = time.monotonic()
+                if dist.is_initialized():
+                    dist.barrier()
+                markers.write("barrier", step, wait_s=time.monotonic() - waited)
+            step_s = time.monotonic() - began
+            last = {
+                "step": step,
+                "loss": loss,
+                "step_time_s": step_s,
+                "tokens": tokens_per_step,
+                "tokens_per_s": tokens_per_step / step_s if step_s > 0 else 0.0,
+                "lr": _learning_rate(config, step),
+                "wall_s": time.time(),
+            }
+            mfu = _mfu(shape.flops_per_token(), last["tokens_per_s"], ctx.world_size, device)
+            if mfu is not None:
+                last["mfu"] = mfu
+            if metrics_file is not None:
+                metrics_file.write(json.dumps(last) + "\n")
+                if step % config.log_every == 0 or step == config.max_steps:
+                    print(
+                        f"step {step}/{config.max_steps} loss {loss:.4f} "
+                        f"{last['tokens_per_s']:,.0f} tok/s {step_s:.3f} s/step",
+                        flush=True,
+                    )
+            if config.save_steps and (step % config.save_steps == 0 or step == config.max_steps):
+                _checkpoint(strategy, ctx, markers, step, config, last)
+            else:
+                ctx.report(last, None)
+        markers.write("run_end", config.max_steps)
+    finally:
+        markers.close()
+        if metrics_file is not None:
+            metrics_file.close()
+    return last
+
+
+def _checkpoint(
+    strategy: Any,
+    ctx: WorkerContext,
+    markers: MarkerWriter,
+    step: int,
+    config: TrainConfig,
+    metrics: dict[str, Any],
+) -> None:
+    meta = {
+        "step": step,
+        "next_step": step + 1,
+        "seed": config.seed,
+        "world_size": ctx.world_size,
+        "strategy": config.strategy,
+    }
+    with tempfile.TemporaryDirectory(prefix="rtk-ckpt-") as tmp:
+        wrote = strategy.save(Path(tmp), meta)
+        markers.write("checkpoint", step)
+        ctx.report(metrics, Path(tmp) if wrote else None)
+
+
+def _learning_rate(config: TrainConfig, step: int) -> float:
+    """Linear warmup, then constant.
+
+    It depends on the step alone, never on max_steps, so a run resumed with a larger
+    --max-steps continues on the same schedule.
+    """
+    if config.warmup_steps and step <= config.warmup_steps:
+        return config.learning_rate * step / config.warmup_steps
+    return config.learning_rate
+
+
+def _mean_across_ranks(value: float, device: torch.device) -> float:
+    if not dist.is_initialized():
+        return value
+    tensor = torch.tensor([value], device=device)
+    dist.all_reduce(tensor)
+    return float(tensor.item()) / dist.get_world_size()
+
+
+def _device(local_rank: int) -> torch.device:
+    if torch.cuda.is_available():
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        return device
+    return torch.device("cpu")
+
+
+def _gpu_uuid(device: torch.device) -> str | None:
+    if device.type != "cuda":
+        return None
+    uuid = str(torch.cuda.get_device_properties(device).uuid)
+    return uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
+
+
+def _mfu(
+    flops_per_token: float, tokens_per_s: float, world: int, device: torch.device
+) -> float | None:
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    peak = next((v for k, v in PEAK_TFLOPS.items() if k in name), None)
+    if peak is None:
+        return None
+    return flops_per_token * tokens_per_s / (world * peak * 1e12)

@@ -1,0 +1,232 @@
+"""Wrapping the model for DDP, FSDP2 or DeepSpeed, and saving/loading their state.
+
+Each strategy exposes the same small surface to the loop: ``micro_step`` (forward and
+backward of one micro-batch), ``optimizer_step``, ``save`` and ``load``. Only rank 0
+writes model state for DDP and FSDP2; DeepSpeed writes its own sharded files on
+every rank (ZeRO partitions the optimizer).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from toolkit.train.config import TrainConfig
+from toolkit.train.model import GPT
+
+STATE_FILE = "state.pt"
+DEEPSPEED_TAG = "ds"
+
+
+def autocast_dtype(precision: str) -> torch.dtype | None:
+    """The autocast dtype for ``precision`` (None for fp32)."""
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+
+
+class Strategy:
+    """DDP (and the base for FSDP2): a torch optimizer over a wrapped module."""
+
+    def __init__(self, model: GPT, config: TrainConfig, device: torch.device, rank: int) -> None:
+        self.config = config
+        self.device = device
+        self.rank = rank
+        self.model = self.wrap(model.to(device))
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
+        )
+        dtype = autocast_dtype(config.precision)
+        self.dtype = dtype
+        use_scaler = config.precision == "fp16" and device.type == "cuda"
+        self.scaler = torch.amp.GradScaler("cuda") if use_scaler else None
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        """DDP tuned for overlap: gradients as bucket views, no buffer broadcast."""
+        if not dist.is_initialized() or dist.get_world_size() == 1:
+            return model
+        ids = [self.device.index] if self.device.type == "cuda" else None
+        return nn.parallel.DistributedDataParallel(
+            model,
+            device_ids=ids,
+            gradient_as_bucket_view=True,
+            broadcast_buffers=False,
+            bucket_cap_mb=self.config.bucket_cap_mb,
+        )
+
+    @contextlib.contextmanager
+    def _no_sync(self, last: bool) -> Iterator[None]:
+        no_sync = getattr(self.model, "no_sync", None)
+        if last or no_sync is None:
+            yield
+        else:
+            with no_sync():
+                yield
+
+    def micro_step(self, x: torch.Tensor, y: torch.Tensor, last: bool) -> float:
+        """Forward and backward of one micro-batch; gradients sync on the last one."""
+        with self._no_sync(last):
+            with torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype is not None):
+                loss = self.model(x.to(self.device), y.to(self.device))
+            scaled = loss / self.config.gradient_accumulation_steps
+            if self.scaler is not None:
+                self.scaler.scale(scaled).backward()
+            else:
+                scaled.backward()
+        return float(loss.detach())
+
+    def optimizer_step(self, lr: float) -> None:
+        """Apply the accumulated gradients."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def module(self) -> nn.Module:
+        """The unwrapped model."""
+        return getattr(self.model, "module", self.model)
+
+    def state(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Model and optimizer state, whole (as rank 0 writes it)."""
+        return self.module().state_dict(), self.optimizer.state_dict()
+
+    def save(self, directory: Path, meta: dict[str, Any]) -> bool:
+        """Write a checkpoint into ``directory``; True when this rank wrote files."""
+        model_state, optimizer_state = self.state()
+        if self.rank != 0:
+            return False
+        torch.save(
+            {**meta, "model": model_state, "optimizer": optimizer_state}, directory / STATE_FILE
+        )
+        return True
+
+    def load(self, directory: Path) -> dict[str, Any]:
+        """Restore from a checkpoint directory; returns its metadata."""
+        saved = torch.load(directory / STATE_FILE, map_location=self.device, weights_only=False)
+        self.module().load_state_dict(saved.pop("model"))
+        self.optimizer.load_state_dict(saved.pop("optimizer"))
+        return dict(saved)
+
+
+class Fsdp2(Strategy):
+    """FSDP2 (``fully_shard``) per block and at the root; full state dicts for checkpoints."""
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        """Shard each transformer block, then the whole model."""
+        from torch.distributed.fsdp import fully_shard
+
+        assert isinstance(model, GPT)
+        for block in model.blocks:
+            fully_shard(block)
+        fully_shard(model)
+        return model
+
+    def state(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Gather full, CPU-resident state dicts (a collective: every rank calls it)."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        return get_state_dict(self.model, self.optimizer, options=options)
+
+    def load(self, directory: Path) -> dict[str, Any]:
+        """Every rank reads the full state and keeps its shards."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+        saved = torch.load(directory / STATE_FILE, map_location="cpu", weights_only=False)
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        set_state_dict(
+            self.model,
+            self.optimizer,
+            model_state_dict=saved.pop("model"),
+            optim_state_dict=saved.pop("optimizer"),
+            options=options,
+        )
+        return dict(saved)
+
+
+class DeepSpeed(Strategy):
+    """DeepSpeed ZeRO (stage from the config, optional CPU offload of the optimizer)."""
+
+    def __init__(self, model: GPT, config: TrainConfig, device: torch.device, rank: int) -> None:
+        import deepspeed
+
+        self.config = config
+        self.device = device
+        self.rank = rank
+        self.dtype = None
+        self.scaler = None
+        zero: dict[str, Any] = {"stage": config.zero_stage}
+        if config.offload_optimizer:
+            zero["offload_optimizer"] = {"device": "cpu"}
+        ds_config: dict[str, Any] = {
+            "train_micro_batch_size_per_gpu": config.batch_size,
+            "gradient_accumulation_steps": config.gradient_accumulation_steps,
+            "zero_optimization": zero,
+            "optimizer": {
+                "type": "AdamW",
+                "params": {"lr": config.learning_rate, "weight_decay": config.weight_decay},
+            },
+            "bf16": {"enabled": config.precision == "bf16"},
+            "fp16": {"enabled": config.precision == "fp16"},
+            "steps_per_print": 10**9,
+        }
+        engine, optimizer, _, _ = deepspeed.initialize(
+            model=model.to(device), model_parameters=model.parameters(), config=ds_config
+        )
+        self.engine: Any = engine
+        self.model = engine
+        self.optimizer = optimizer
+
+    def micro_step(self, x: torch.Tensor, y: torch.Tensor, last: bool) -> float:
+        """DeepSpeed's own backward; it scales for accumulation itself."""
+        x, y = x.to(self.device), y.to(self.device)
+        loss = self.engine(x, y)
+        self.engine.backward(loss)
+        self.engine.step()
+        return float(loss.detach())
+
+    def optimizer_step(self, lr: float) -> None:
+        """DeepSpeed stepped inside ``micro_step`` at the accumulation boundary."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    def module(self) -> nn.Module:
+        """The unwrapped model."""
+        module: nn.Module = self.engine.module
+        return module
+
+    def save(self, directory: Path, meta: dict[str, Any]) -> bool:
+        """Every rank writes its ZeRO shard; rank 0 adds the metadata."""
+        self.engine.save_checkpoint(str(directory), tag=DEEPSPEED_TAG)
+        if self.rank == 0:
+            torch.save(meta, directory / STATE_FILE)
+        return True
+
+    def load(self, directory: Path) -> dict[str, Any]:
+        """Restore engine, optimizer shards and metadata."""
+        self.engine.load_checkpoint(str(directory), tag=DEEPSPEED_TAG)
+        saved: dict[str, Any] = torch.load(
+            directory / STATE_FILE, map_location="cpu", weights_only=False
+        )
+        return saved
+
+
+def make_strategy(
+    model: GPT, config: TrainConfig, device: torch.device, rank: int, local_rank: int
+) -> Strategy:
+    """The strategy ``config.strategy`` names."""
+    if config.strategy == "deepspeed":
+        # DeepSpeed insists on its launcher's variable even when the group exists.
+        os.environ.setdefault("LOCAL_RANK", str(local_rank))
+        return DeepSpeed(model, config, device, rank)
+    kinds: dict[str, type[Strategy]] = {"ddp": Strategy, "fsdp2": Fsdp2}
+    return kinds[config.strategy](model, config, device, rank)
