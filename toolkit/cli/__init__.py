@@ -12,6 +12,7 @@ from toolkit.cli.cmd_demo import demo_cmd
 from toolkit.cli.cmd_exec import exec_cmd
 from toolkit.cli.cmd_inventory import inventory_group
 from toolkit.cli.cmd_sandbox import sandbox_group
+from toolkit.cli.cmd_train import launch_cmd, train_cmd
 from toolkit.errors import RtkError
 
 CLI_HELP = """rtk: Ray on your own GPU nodes, checked, trained on, and power-profiled.
@@ -45,6 +46,8 @@ cli.add_command(down_cmd)
 cli.add_command(demo_cmd)
 cli.add_command(sandbox_group)
 cli.add_command(exec_cmd)
+cli.add_command(train_cmd)
+cli.add_command(launch_cmd)
 
 
 def main() -> None:

@@ -59,6 +59,15 @@ class StateStore:
         except OSError as e:
             raise StateError(f"cannot keep the cluster token in {self.dir}: {e}") from e
 
+    def read_token(self) -> str | None:
+        """The cluster's token if this machine has one (never creates it)."""
+        try:
+            return self.token_file.read_text(encoding="utf-8").strip() or None
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise StateError(f"cannot read {self.token_file}: {e}") from e
+
     def save(self, record: dict[str, Any]) -> None:
         """Write the bring-up record."""
         try:

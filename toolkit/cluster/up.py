@@ -106,7 +106,8 @@ def up(plan: ClusterPlan, transport: Transport, store: StateStore, reporter: Rep
         raise
     result.duration_s = time.monotonic() - began
     store.save(
-        {
+        (store.load() or {})
+        | {
             "cluster": inv.name,
             "source": inv.source,
             "head": head.node.name,

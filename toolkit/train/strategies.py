@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -51,13 +52,17 @@ class Strategy:
         if not dist.is_initialized() or dist.get_world_size() == 1:
             return model
         ids = [self.device.index] if self.device.type == "cuda" else None
-        return nn.parallel.DistributedDataParallel(
-            model,
-            device_ids=ids,
-            gradient_as_bucket_view=True,
-            broadcast_buffers=False,
-            bucket_cap_mb=self.config.bucket_cap_mb,
-        )
+        with warnings.catch_warnings():
+            # torch 2.13 prefers forward_sync_buffers, which still syncs at init; the
+            # GPT has no buffers, and broadcast_buffers=False is the documented switch.
+            warnings.filterwarnings("ignore", message=".*broadcast_buffers.*")
+            return nn.parallel.DistributedDataParallel(
+                model,
+                device_ids=ids,
+                gradient_as_bucket_view=True,
+                broadcast_buffers=False,
+                bucket_cap_mb=self.config.bucket_cap_mb,
+            )
 
     @contextlib.contextmanager
     def _no_sync(self, last: bool) -> Iterator[None]:

@@ -1,0 +1,212 @@
+"""``rtk train`` (the built-in GPT trainer) and ``rtk launch`` (any entrypoint), as Ray jobs."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+import toolkit
+from toolkit.cli.common import choose_inventory
+from toolkit.cluster import StateStore, build_plan
+from toolkit.cluster.jobs import JobOutcome, job_client, run_job
+from toolkit.errors import RtkError
+from toolkit.train.config import PRECISIONS, PRESETS, STRATEGIES, TrainConfig
+
+TRAIN_HELP = """Train the built-in GPT on the cluster INVENTORY describes, as a Ray job.
+
+\b
+The job runs Ray Train's TorchTrainer on the head: one worker per GPU (per node
+on CPU clusters) unless --num-workers says otherwise. Logs stream here; rtk ends
+with the job's real status, and Ctrl-C stops the job. The model is built from
+its size (nothing is downloaded); data is a learnable synthetic task, or a local
+text file read as bytes (--data).
+
+\b
+The run directory (--output-dir/RUN_ID) is written by the workers: markers
+(every step and barrier, per rank), metrics.jsonl, and checkpoints. It must be on
+a filesystem every node shares (or a URI Ray Train can write, e.g. s3://...).
+
+\b
+Examples:
+  rtk train inv.yaml --model-size tiny --max-steps 30 --barrier-every 5
+  rtk train inv.yaml --model-size 350M --strategy fsdp2 --precision bf16
+  rtk train inv.yaml --strategy deepspeed --zero-stage 2 --offload-optimizer
+  rtk train inv.yaml --resume --max-steps 40        continue the last run
+"""
+
+LAUNCH_HELP = """Run any COMMAND on the cluster as a Ray job (its driver runs on the head).
+
+\b
+The working directory (--working-dir, default .) is shipped with the job, and the
+command runs in the cluster's environment (NCCL/Gloo settings, Ray token).
+  rtk launch inv.yaml -- python my_train.py --lr 1e-4
+  rtk launch inv.yaml -- python -m openrlhf.cli.train_ppo_ray --actor_num_nodes 2
+"""
+
+
+@click.command("train", help=TRAIN_HELP)
+@click.argument("inventory", type=click.Path(dir_okay=False))
+@click.option("--model-size", type=click.Choice(list(PRESETS)), default="tiny", show_default=True)
+@click.option("--layers", type=int, help="Override the preset's layer count.")
+@click.option("--width", type=int, help="Override the preset's hidden size.")
+@click.option("--heads", type=int, help="Override the preset's attention heads.")
+@click.option("--seq-len", type=int, help="Override the preset's context length.")
+@click.option("--batch-size", type=int, default=8, show_default=True, help="Per worker.")
+@click.option("--gradient-accumulation-steps", type=int, default=1, show_default=True)
+@click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True)
+@click.option("--learning-rate", type=float, default=3e-3, show_default=True)
+@click.option("--warmup-steps", type=int, default=0, show_default=True)
+@click.option("--max-steps", type=int, default=100, show_default=True)
+@click.option(
+    "--num-workers",
+    type=int,
+    default=0,
+    show_default=True,
+    help="0: one per GPU in the cluster, or one per node on CPU clusters.",
+)
+@click.option("--resources-per-worker", default=None, help='JSON, e.g. \'{"GPU": 1, "CPU": 4}\'.')
+@click.option("--strategy", type=click.Choice(STRATEGIES), default="ddp", show_default=True)
+@click.option("--zero-stage", type=int, default=2, show_default=True, help="DeepSpeed ZeRO stage.")
+@click.option("--offload-optimizer", is_flag=True, help="DeepSpeed: optimizer state on the CPU.")
+@click.option("--gradient-checkpointing", is_flag=True)
+@click.option(
+    "--bucket-cap-mb", type=float, default=25.0, show_default=True, help="DDP gradient bucket size."
+)
+@click.option(
+    "--save-steps",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Checkpoint every N steps (and at the last); 0: never.",
+)
+@click.option("--keep-checkpoints", type=int, default=3, show_default=True)
+@click.option("--resume", is_flag=True, help="Continue the run --run-id names, or the last one.")
+@click.option(
+    "--barrier-every",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Every rank meets at a barrier every N optimizer steps (power traces).",
+)
+@click.option(
+    "--max-failures",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Restarts from the last checkpoint after a worker is lost.",
+)
+@click.option(
+    "--output-dir",
+    default="~/rtk-runs",
+    show_default=True,
+    help="Where run directories go, as a path on the nodes (shared by all).",
+)
+@click.option("--run-id", default=None, help="Name of the run directory (default: cluster-time).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--data", default=None, help="A text file on the nodes, read as bytes.")
+@click.option("--log-every", type=int, default=1, show_default=True)
+def train_cmd(inventory: str, **options: Any) -> None:
+    """Run the built-in trainer (help: TRAIN_HELP)."""
+    inv = choose_inventory(inventory, local=False)
+    plan = build_plan(inv)
+    store = StateStore(inv.name)
+    run_id = (
+        options.pop("run_id")
+        or _last_run(store, options["resume"])
+        or f"{inv.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    )
+    output_dir = options.pop("output_dir").rstrip("/")
+    options["resources_per_worker"] = _resources(options["resources_per_worker"])
+    config = TrainConfig(run_dir=f"{output_dir}/{run_id}", **options).check()
+    _remember_run(store, run_id, config.run_dir)
+    # The head's own Python (the one Ray runs), not whatever "python" is on its PATH.
+    python = plan.head.node.python
+    entrypoint = shlex.join([python, "-m", "toolkit.train.job", json.dumps(config.to_json())])
+
+    runtime_env = {"py_modules": [str(Path(toolkit.__file__).parent)]}
+    _finish(
+        run_job(
+            job_client(plan, store),
+            entrypoint,
+            runtime_env,
+            f"rtk-train-{run_id}-{int(time.time())}",
+            click.echo,
+        ),
+        config.run_dir,
+    )
+
+
+@click.command("launch", help=LAUNCH_HELP, context_settings={"ignore_unknown_options": True})
+@click.argument("inventory", type=click.Path(dir_okay=False))
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.option(
+    "--working-dir",
+    default=".",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Shipped with the job; the command runs inside it.",
+)
+def launch_cmd(inventory: str, command: tuple[str, ...], working_dir: str) -> None:
+    """Run any entrypoint (help: LAUNCH_HELP)."""
+    inv = choose_inventory(inventory, local=False)
+    plan = build_plan(inv)
+    store = StateStore(inv.name)
+    runtime_env = {"working_dir": str(Path(working_dir).resolve())}
+    _finish(
+        run_job(
+            job_client(plan, store),
+            shlex.join(command),
+            runtime_env,
+            f"rtk-launch-{inv.name}-{int(time.time())}",
+            click.echo,
+        ),
+        None,
+    )
+
+
+def _finish(outcome: JobOutcome, run_dir: str | None) -> None:
+    where = f"; run dir {run_dir}" if run_dir else ""
+    click.echo(
+        f"rtk: job {outcome.job_id} {outcome.status} after {outcome.duration_s:.1f} s{where}",
+        err=True,
+    )
+    if not outcome.ok:
+        if outcome.message:
+            click.echo(f"rtk: {outcome.message.strip()}", err=True)
+        sys.exit(1)
+
+
+def _resources(text: str | None) -> dict[str, float]:
+    if not text:
+        return {}
+    try:
+        data = json.loads(text)
+        return {str(k): float(v) for k, v in data.items()}
+    except (ValueError, AttributeError, TypeError) as e:
+        raise RtkError(
+            f'--resources-per-worker {text!r}: give a JSON object like \'{{"GPU": 1, "CPU": 4}}\''
+        ) from e
+
+
+def _last_run(store: StateStore, resume: bool) -> str | None:
+    if not resume:
+        return None
+    runs = (store.load() or {}).get("runs") or []
+    if not runs:
+        raise RtkError(
+            "--resume: no earlier run of this cluster is recorded here; name it with --run-id"
+        )
+    return str(runs[-1]["run_id"])
+
+
+def _remember_run(store: StateStore, run_id: str, run_dir: str) -> None:
+    record = store.load() or {}
+    runs = [r for r in record.get("runs", []) if r.get("run_id") != run_id]
+    record["runs"] = [*runs, {"run_id": run_id, "run_dir": run_dir, "at": time.time()}]
+    store.save(record)

@@ -1,0 +1,87 @@
+"""The Ray job that ``rtk train`` submits: ``python -m toolkit.train.job CONFIG_JSON``.
+
+It runs on the head, sizes the worker group from the cluster (one worker per GPU, or
+per node on CPU clusters, unless --num-workers says otherwise) and runs Ray Train's
+TorchTrainer with checkpoints kept in the run directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from ray.train.torch import TorchTrainer
+
+from toolkit.train.config import TrainConfig
+from toolkit.train.ray_worker import train_loop_per_worker
+
+RUN_NAME = "train"
+
+
+def worker_layout(config: TrainConfig, resources: dict[str, float], nodes: int) -> dict[str, Any]:
+    """How many workers, with what resources each, from the cluster's totals."""
+    gpus = int(resources.get("GPU", 0))
+    per_worker = dict(config.resources_per_worker) or ({"GPU": 1.0} if gpus else {"CPU": 1.0})
+    if config.num_workers:
+        count = config.num_workers
+    elif per_worker.get("GPU"):
+        count = max(1, int(gpus // per_worker["GPU"]))
+    else:
+        count = max(1, nodes)
+    return {
+        "num_workers": count,
+        "resources_per_worker": per_worker,
+        "use_gpu": bool(per_worker.get("GPU")),
+    }
+
+
+def main(argv: list[str]) -> int:
+    """Run the training job described by the JSON in ``argv[0]``."""
+    config = TrainConfig.from_json(json.loads(argv[0])).check()
+    # "~" in --output-dir means the home of the user the job runs as, on the nodes.
+    config = dataclasses.replace(config, run_dir=os.path.expanduser(config.run_dir))
+    Path(config.run_dir).mkdir(parents=True, exist_ok=True)
+    ray.init(logging_level=logging.ERROR)
+    alive = [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
+    totals: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
+    layout = worker_layout(config, totals, len(alive))
+    print(
+        f"rtk train: {layout['num_workers']} worker(s) x {layout['resources_per_worker']}, "
+        f"strategy {config.strategy}, run dir {config.run_dir}",
+        flush=True,
+    )
+    (Path(config.run_dir) / "train_config.json").write_text(
+        json.dumps({**config.to_json(), "layout": layout}, indent=2) + "\n"
+    )
+    trainer = TorchTrainer(
+        train_loop_per_worker,
+        train_loop_config=config.to_json(),
+        scaling_config=ScalingConfig(
+            num_workers=layout["num_workers"],
+            use_gpu=layout["use_gpu"],
+            resources_per_worker=layout["resources_per_worker"],
+            placement_strategy="SPREAD",
+        ),
+        run_config=RunConfig(
+            name=RUN_NAME,
+            storage_path=config.run_dir,
+            failure_config=FailureConfig(max_failures=config.max_failures),
+            checkpoint_config=CheckpointConfig(num_to_keep=config.keep_checkpoints),
+        ),
+    )
+    result = trainer.fit()
+    final = result.metrics or {}
+    print(f"rtk train: finished at step {final.get('step')} (loss {final.get('loss')})", flush=True)
+
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
