@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -40,6 +42,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     state = tempfile.mkdtemp(prefix="rtk-bench-state-")
+    atexit.register(shutil.rmtree, state, True)
     env = {**os.environ, "RTK_STATE_DIR": state}
     bare_env = {**env, "RAY_AUTH_MODE": "disabled", "RTK_CLUSTER_DIR": BARE_DIR}
     rtk = [sys.executable, "-m", "toolkit"]

@@ -15,8 +15,10 @@ Needs root (the sandbox), openssh-client and rsync (ray up uses it). Run by hand
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -230,6 +232,7 @@ def main() -> None:
     parser.add_argument("--skip-ray-up", action="store_true")
     args = parser.parse_args()
     state = tempfile.mkdtemp(prefix="rtk-bench-")
+    atexit.register(shutil.rmtree, state, True)
     env = {**os.environ, "RTK_STATE_DIR": state}
     rows = []
     for size in (int(s) for s in args.sizes.split(",")):
