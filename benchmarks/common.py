@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
-
 from toolkit.cluster.plan import NodePlan
 from toolkit.shell import join
 
@@ -13,8 +11,8 @@ def bare_ray_start(node_plan: NodePlan, temp_dir: str, node_ip: str) -> str:
 
     The processes carry RTK_CLUSTER_DIR=temp_dir so rtk's node agent can stop them.
     """
-    words = shlex.split(node_plan.start_command.split("&& exec ", 1)[1])
-    words = [f"--temp-dir={temp_dir}" if w.startswith("--temp-dir=") else w for w in words]
-    words = [w for w in words if not w.startswith("--node-ip-address")]
+    words = [
+        f"--temp-dir={temp_dir}" if w.startswith("--temp-dir=") else w for w in node_plan.start_argv
+    ]
     env = ["env", "RAY_AUTH_MODE=disabled", f"RTK_CLUSTER_DIR={temp_dir}"]
     return join([*env, *words, f"--node-ip-address={node_ip}"])

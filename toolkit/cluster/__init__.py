@@ -5,7 +5,7 @@ from __future__ import annotations
 from toolkit.cluster.down import DownResult, down
 from toolkit.cluster.plan import ClusterPlan, build_plan
 from toolkit.cluster.render import render_down, render_up
-from toolkit.cluster.report import Reporter, SilentReporter
+from toolkit.cluster.report import Reporter
 from toolkit.cluster.state import StateStore
 from toolkit.cluster.status import ClusterStatus, cluster_status
 from toolkit.cluster.up import UpResult, up
@@ -15,7 +15,6 @@ __all__ = [
     "ClusterStatus",
     "DownResult",
     "Reporter",
-    "SilentReporter",
     "StateStore",
     "UpResult",
     "build_plan",

@@ -62,6 +62,7 @@ class NodePlan:
     ports: tuple[int, ...]
     env: Mapping[str, EnvValue]
     probe_command: str
+    start_argv: tuple[str, ...]
     start_command: str
     stop_command: str
 
@@ -69,11 +70,6 @@ class NodePlan:
     def name(self) -> str:
         """The node's name."""
         return self.node.name
-
-    @property
-    def is_head(self) -> bool:
-        """True for the head node."""
-        return self.role == "head"
 
 
 @dataclass(frozen=True)
@@ -151,11 +147,9 @@ def _node_plan(
             inv.network.interface or "",
         ]
     )
+    start_argv = tuple(_ray_start_argv(inv, paths, node, role, head_address))
     start = with_env_file(
-        paths.env_file,
-        "exec "
-        + join(_ray_start_argv(inv, paths, node, role, head_address))
-        + ' --node-ip-address="$RTK_NODE_IP"',
+        paths.env_file, "exec " + join(start_argv) + ' --node-ip-address="$RTK_NODE_IP"'
     )
     stop = join([node.python, "-", "stop", paths.temp_dir, f"{STOP_GRACE_S:g}"])
     return NodePlan(
@@ -164,6 +158,7 @@ def _node_plan(
         ports=ports,
         env=_node_env(inv, paths, node, head_address),
         probe_command=probe,
+        start_argv=start_argv,
         start_command=start,
         stop_command=stop,
     )

@@ -13,13 +13,3 @@ class Reporter(Protocol):
 
     def info(self, message: str) -> None:
         """Something happened to the cluster as a whole."""
-
-
-class SilentReporter:
-    """A reporter that drops everything."""
-
-    def node(self, name: str, message: str) -> None:
-        """Drop a node message."""
-
-    def info(self, message: str) -> None:
-        """Drop a cluster message."""

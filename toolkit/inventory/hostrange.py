@@ -41,11 +41,6 @@ def expand_hosts(pattern: str) -> list[str]:
     return hosts
 
 
-def is_range(pattern: str) -> bool:
-    """Tell whether ``pattern`` names more than a single literal host."""
-    return "[" in pattern or "," in pattern
-
-
 def _split_top_level(pattern: str) -> list[str]:
     parts: list[str] = []
     depth = 0

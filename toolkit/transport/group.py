@@ -5,7 +5,7 @@ Like fabric's ``GroupResult``: one failing node never hides the others' results.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
@@ -43,9 +43,6 @@ class GroupResult(Generic[T]):
     def succeeded(self) -> Mapping[str, T]:
         """Nodes whose function returned."""
         return self.results
-
-    def __iter__(self) -> Iterator[str]:
-        yield from (*self.results, *self.errors)
 
 
 def run_each(
