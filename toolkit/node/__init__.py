@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+from functools import cache
 from importlib import resources
 from typing import Any
 
@@ -14,6 +15,7 @@ from toolkit.inventory import Node
 from toolkit.transport.base import Transport
 
 
+@cache
 def agent_source() -> str:
     """The text of ``agent.py``."""
     return resources.files(__package__).joinpath("agent.py").read_text(encoding="utf-8")
