@@ -90,3 +90,18 @@ def sandbox3() -> Iterator[Sandbox]:
         yield sandbox
     finally:
         sandbox.destroy()
+
+
+@pytest.fixture(scope="module")
+def sandbox_train() -> Iterator[Sandbox]:
+    """A fresh 3-node sandbox ``sbt`` for the training tests alone, so they never meet
+    what the bring-up tests (which kill Ray processes on purpose) leave on ``sb3``."""
+    from toolkit.sandbox import create, destroy
+
+    require_sandbox_host()
+    destroy("sbt")
+    sandbox = create(3, name="sbt", subnet="10.77.7")
+    try:
+        yield sandbox
+    finally:
+        sandbox.destroy()

@@ -37,12 +37,12 @@ TRAIN = [
 
 @pytest.fixture(scope="module")
 def trained(
-    sandbox3: Sandbox, tmp_path_factory: pytest.TempPathFactory, ray_available: None
+    sandbox_train: Sandbox, tmp_path_factory: pytest.TempPathFactory, ray_available: None
 ) -> Iterator[dict[str, Any]]:
     pytest.importorskip("torch")
     env = {"RTK_STATE_DIR": str(tmp_path_factory.mktemp("train-state"))}
     output = Path(f"/var/tmp/rtk-test-runs-{uuid.uuid4().hex[:8]}")
-    inventory = str(sandbox3.inventory_path)
+    inventory = str(sandbox_train.inventory_path)
     up = rtk("up", inventory, env=env)
     assert up.returncode == 0, up.stderr
     try:
@@ -94,9 +94,11 @@ def check_run(run_dir: Path, sandbox: Sandbox, steps: int) -> None:
     assert 1 <= len(checkpoints(run_dir)) <= 3
 
 
-def test_ddp_trains_marks_barriers_and_resumes(trained: dict[str, Any], sandbox3: Sandbox) -> None:
+def test_ddp_trains_marks_barriers_and_resumes(
+    trained: dict[str, Any], sandbox_train: Sandbox
+) -> None:
     run_dir = train(trained, "ddp", "--strategy", "ddp")
-    check_run(run_dir, sandbox3, 30)
+    check_run(run_dir, sandbox_train, 30)
     assert len(checkpoints(run_dir)) == 3
     train(trained, "ddp", "--strategy", "ddp", "--resume", "--max-steps", "40")
     steps = [m["step"] for m in metric_steps(run_dir)]
@@ -106,12 +108,12 @@ def test_ddp_trains_marks_barriers_and_resumes(trained: dict[str, Any], sandbox3
 
 @pytest.mark.parametrize("strategy", ["fsdp2", "deepspeed"])
 def test_fsdp2_and_deepspeed_train_on_gloo_ranks(
-    strategy: str, trained: dict[str, Any], sandbox3: Sandbox
+    strategy: str, trained: dict[str, Any], sandbox_train: Sandbox
 ) -> None:
     if strategy == "deepspeed":
         pytest.importorskip("deepspeed")
     extra = ["--strategy", strategy] + (["--zero-stage", "2"] if strategy == "deepspeed" else [])
-    check_run(train(trained, strategy, *extra), sandbox3, 30)
+    check_run(train(trained, strategy, *extra), sandbox_train, 30)
 
 
 def test_launch_runs_any_command_with_the_working_dir_and_cluster_env(
