@@ -7,7 +7,11 @@ The run directory is under /var/tmp, which every sandbox node shares with the ho
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -153,3 +157,82 @@ def test_launch_runs_any_command_with_the_working_dir_and_cluster_env(
     )
     assert failing.returncode == 1
     assert "FAILED" in failing.stderr
+
+
+def test_a_lost_worker_node_restarts_from_the_last_checkpoint(
+    trained: dict[str, Any], sandbox_train: Sandbox
+) -> None:
+    """Kill every Ray process of one worker node mid-run; ``rtk up`` brings it back."""
+    victim = sandbox_train.nodes[-1].name
+    run_dir = trained["output"] / "failover"
+    argv = [
+        *("--max-steps", "120", "--save-steps", "20", "--gradient-accumulation-steps", "4"),
+        *("--max-failures", "1", "--restart-wait-s", "120"),
+    ]
+    job = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "toolkit",
+            "train",
+            trained["inventory"],
+            *TRAIN,
+            *argv,
+            "--output-dir",
+            str(trained["output"]),
+            "--run-id",
+            "failover",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **trained["env"]},
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while len(metric_lines(run_dir)) < 45:
+            assert job.poll() is None, job.communicate()[0][-4000:]
+            assert time.monotonic() < deadline, "the run never reached step 45"
+            time.sleep(0.2)
+        # The victim's training worker is one of the processes killed.
+        assert sandbox_train.run_in(victim, ["pgrep", "-f", "RayTrainWorker"]).returncode == 0
+        killed = sandbox_train.run_in(victim, ["pkill", "-9", "-f", "ray"])
+        assert killed.returncode == 0, killed.stderr
+        killed_at = len(metric_lines(run_dir))
+        up = rtk("up", trained["inventory"], env=trained["env"], timeout=300)
+        assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+        output, _ = job.communicate(timeout=600)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode == 0, output[-4000:]
+    assert "SUCCEEDED after" in output
+    assert killed_at < 120, "the kill came after the run had finished"
+    assert [m["step"] for m in metric_steps(run_dir)] == list(range(1, 121))
+    starts = [r for r in read_markers(run_dir) if r["event"] == "run_start"]
+    restarts = [r for r in starts if r["resumed"]]
+    # Every rank restarted once, from one checkpoint, on all three nodes again. Which
+    # checkpoint: Ray Train's controller collects reports every 2 s, so a node lost
+    # within 2 s of a checkpoint restarts from the one before.
+    assert len(restarts) == 3
+    restart_steps = {r["step"] for r in restarts}
+    assert len(restart_steps) == 1
+    assert restart_steps <= {20, 40, 60, 80, 100}
+    assert restarts[0]["step"] <= killed_at
+
+    assert sorted({r["node"] for r in restarts}) == sorted(n.name for n in sandbox_train.nodes), [
+        (r["rank"], r["node"], r["hostname"], r["step"], r["wall_s"]) for r in starts
+    ]
+    superseded = run_dir / "metrics.superseded.jsonl"
+    restarted_at = restarts[0]["step"]
+    if superseded.exists():
+        assert all(
+            json.loads(x)["step"] > restarted_at for x in superseded.read_text().splitlines()
+        )
+
+
+def metric_lines(run_dir: Path) -> list[str]:
+    try:
+        return (run_dir / "metrics.jsonl").read_text().splitlines()
+    except FileNotFoundError:
+        return []

@@ -82,3 +82,19 @@ def test_presets_have_the_sizes_they_are_named_for() -> None:
     assert PRESETS["350M"].params == pytest.approx(350e6, rel=0.1)
     assert PRESETS["1.3B"].params == pytest.approx(1.3e9, rel=0.1)
     assert PRESETS["8B"].params == pytest.approx(8e9, rel=0.1)
+
+
+def test_steps_of_a_failed_attempt_move_aside_on_restart(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run_local(config(run, max_steps=20), 1, tmp_path / "rv1")
+    # The attempt that trained 21-23 died before its next checkpoint; the line for 23
+    # was cut short by the crash.
+    with (run / "metrics.jsonl").open("a") as f:
+        for step in (21, 22):
+            f.write(json.dumps({"step": step, "loss": 9.0}) + "\n")
+        f.write('{"step": 2')
+    run_local(config(run, max_steps=25, resume=True), 1, tmp_path / "rv2")
+    assert [m["step"] for m in metrics(run)] == list(range(1, 26))
+    assert all(m["loss"] != 9.0 for m in metrics(run))
+    superseded = (run / "metrics.superseded.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in superseded] == [21, 22]

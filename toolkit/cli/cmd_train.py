@@ -102,6 +102,14 @@ command runs in the cluster's environment (NCCL/Gloo settings, Ray token).
     help="Restarts from the last checkpoint after a worker is lost.",
 )
 @click.option(
+    "--restart-wait-s",
+    type=float,
+    default=600.0,
+    show_default=True,
+    help="After a failure, how long a restart waits for the workers' resources "
+    "(a lost node coming back) before it counts as failed too.",
+)
+@click.option(
     "--output-dir",
     default="~/rtk-runs",
     show_default=True,
@@ -129,7 +137,11 @@ def train_cmd(inventory: str, **options: Any) -> None:
     python = plan.head.node.python
     entrypoint = shlex.join([python, "-m", "toolkit.train.job", json.dumps(config.to_json())])
 
-    runtime_env = {"py_modules": [str(Path(toolkit.__file__).parent)]}
+    runtime_env = {
+        "py_modules": [str(Path(toolkit.__file__).parent)],
+        # Read by Ray Train's controller, which runs inside this job.
+        "env_vars": {"RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": f"{config.restart_wait_s:g}"},
+    }
     _finish(
         run_job(
             job_client(plan, store),

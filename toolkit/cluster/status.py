@@ -26,6 +26,10 @@ class NodeStatus:
     node_ip: str | None = None
     resources: dict[str, float] = field(default_factory=dict)
     problem: str | None = None
+    # Every live Ray node entry that claims this host. More than one means a stale
+    # entry: its raylet died and a new one took its pinned ports before the GCS's
+    # health check noticed (about 15 s in Ray 2.60).
+    ray_node_ids: list[str] = field(default_factory=list)
 
     @property
     def ready(self) -> bool:
@@ -80,9 +84,11 @@ def _match(status: ClusterStatus, ray_nodes: list[dict[str, Any]]) -> None:
     alive = [n for n in ray_nodes if n.get("state") == "ALIVE"]
     for node in status.nodes:
         marker = host_resource(node.name)
-        found = next((n for n in alive if marker in n.get("resources", {})), None)
-        if found is None:
+        claims = [n for n in alive if marker in n.get("resources", {})]
+        if not claims:
             continue
+        found = claims[-1]
+        node.ray_node_ids = [str(n.get("node_id")) for n in claims]
         node.alive = True
         node.node_ip = found.get("node_ip")
         node.resources = {k: float(v) for k, v in found.get("resources", {}).items()}
@@ -93,6 +99,11 @@ def _match(status: ClusterStatus, ray_nodes: list[dict[str, Any]]) -> None:
         ]
         if short:
             node.problem = "joined with " + "; ".join(short)
+        if len(claims) > 1:
+            node.problem = (
+                f"{len(claims)} live Ray nodes claim this host; the older ones are stale "
+                "(their raylet died) and Ray drops them after its health check"
+            )
 
 
 def expected_resources(node: Node) -> dict[str, float]:

@@ -94,6 +94,8 @@ def up(plan: ClusterPlan, transport: Transport, store: StateStore, reporter: Rep
 
         def start_worker(node_plan: NodePlan) -> None:
             if _settled(prepared[node_plan.name], outcomes[node_plan.name], reporter):
+                if outcomes[head.name].action == "already running":
+                    _await_stale_entry(plan, transport, reporter, node_plan.name)
                 start(node_plan)
 
         started = run_each(plan.workers, start_worker)
@@ -204,6 +206,37 @@ def _record_failures(
         outcome.action = "failed"
         outcome.error = str(error)
         reporter.node(name, f"failed: {error}")
+
+
+def _await_stale_entry(
+    plan: ClusterPlan, transport: Transport, reporter: Reporter, name: str
+) -> None:
+    """Wait until Ray no longer lists this node's dead raylet as alive.
+
+    A raylet killed hard stays ALIVE in the GCS until its health check gives up (about
+    15 s). A new raylet on the same pinned ports would answer for the old entry too, and
+    Ray could then place two STRICT_SPREAD bundles on one host, so the restart waits.
+
+    Raises:
+        WaitTimeoutError: The entry was still alive after ``ray.wait_timeout_s``.
+    """
+    timeout_s = plan.inventory.ray.wait_timeout_s
+    deadline = time.monotonic() + timeout_s
+    said = False
+    while True:
+        status = cluster_status(plan, transport)
+        node = next(n for n in status.nodes if n.name == name)
+        if status.error or not node.ray_node_ids:
+            return
+        if not said:
+            reporter.node(name, "waiting for Ray to drop this node's dead raylet (up to ~15 s)")
+            said = True
+        if time.monotonic() > deadline:
+            raise WaitTimeoutError(
+                f"{name}: Ray still lists its old raylet ({', '.join(node.ray_node_ids)}) "
+                f"as alive after {timeout_s:g} s, though none runs there"
+            )
+        time.sleep(POLL_INTERVAL_S * 2)
 
 
 def _wait(

@@ -74,6 +74,7 @@ class TrainConfig:
     resume: bool = False
     barrier_every: int = 0
     max_failures: int = 0
+    restart_wait_s: float = 600.0
     seed: int = 0
     data: str | None = None
     log_every: int = 1
@@ -124,6 +125,8 @@ class TrainConfig:
         for name in ("save_steps", "barrier_every", "max_failures", "num_workers"):
             if getattr(self, name) < 0:
                 problems.append(f"--{name.replace('_', '-')} must be 0 or more")
+        if self.restart_wait_s <= 0:
+            problems.append("--restart-wait-s must be more than 0")
         if self.strategy == "deepspeed" and self.zero_stage not in (0, 1, 2, 3):
             problems.append(f"--zero-stage {self.zero_stage}: choose 0, 1, 2 or 3")
         if problems:

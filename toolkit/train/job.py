@@ -35,10 +35,15 @@ def worker_layout(config: TrainConfig, resources: dict[str, float], nodes: int) 
         count = max(1, int(gpus // per_worker["GPU"]))
     else:
         count = max(1, nodes)
+    use_gpu = bool(per_worker.get("GPU"))
     return {
         "num_workers": count,
         "resources_per_worker": per_worker,
-        "use_gpu": bool(per_worker.get("GPU")),
+        "use_gpu": use_gpu,
+        # One worker per node on CPU clusters must stay one per node: after a node is
+        # lost the restart waits for it rather than doubling up on a survivor. GPU
+        # workers are held to their GPUs by the GPU resource itself.
+        "placement_strategy": "STRICT_SPREAD" if not use_gpu and count <= nodes else "SPREAD",
     }
 
 
@@ -67,7 +72,7 @@ def main(argv: list[str]) -> int:
             num_workers=layout["num_workers"],
             use_gpu=layout["use_gpu"],
             resources_per_worker=layout["resources_per_worker"],
-            placement_strategy="SPREAD",
+            placement_strategy=layout["placement_strategy"],
         ),
         run_config=RunConfig(
             name=RUN_NAME,

@@ -13,7 +13,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TextIO, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -58,11 +58,8 @@ def train_worker(config: TrainConfig, ctx: WorkerContext) -> dict[str, Any]:
     saved = ctx.load_latest(strategy.load)
     start = int(saved["step"]) if saved else 0
     markers.write("run_start", start, strategy=config.strategy, resumed=saved is not None)
-    metrics_file = (
-        (run_dir / "metrics.jsonl").open("a", encoding="utf-8", buffering=1)
-        if ctx.rank == 0
-        else None
-    )
+    metrics_file = _open_metrics(run_dir, start) if ctx.rank == 0 else None
+
     tokens_per_step = (
         config.batch_size * config.gradient_accumulation_steps * shape.seq_len * ctx.world_size
     )
@@ -188,3 +185,27 @@ def _mfu(
     if peak is None:
         return None
     return flops_per_token * tokens_per_s / (world * peak * 1e12)
+
+
+def _open_metrics(run_dir: Path, start: int) -> TextIO:
+    """Open metrics.jsonl to append after step ``start``.
+
+    Steps past ``start`` come from an attempt that failed before its next checkpoint;
+    they are about to be trained again, so they move to metrics.superseded.jsonl and
+    metrics.jsonl keeps every step exactly once.
+    """
+    path = run_dir / "metrics.jsonl"
+    if path.exists():
+        kept: list[str] = []
+        superseded: list[str] = []
+        for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
+            try:
+                step = int(json.loads(line)["step"])
+            except (ValueError, KeyError, TypeError):
+                continue  # a line cut short by the crash
+            (kept if step <= start else superseded).append(line)
+        if superseded:
+            with (run_dir / "metrics.superseded.jsonl").open("a", encoding="utf-8") as out:
+                out.writelines(superseded)
+        path.write_text("".join(kept), encoding="utf-8")
+    return path.open("a", encoding="utf-8", buffering=1)
