@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -71,7 +72,10 @@ def train(ctx: dict[str, Any], run_id: str, *extra: str) -> Path:
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert "SUCCEEDED after" in done.stderr
+    progress = re.findall(r"step (\d+)/\d+ loss", done.stdout)
+    assert progress and len(progress) == len(set(progress)), "progress lines repeated"
     return ctx["output"] / run_id
+
 
 
 def metric_steps(run_dir: Path) -> list[dict[str, Any]]:

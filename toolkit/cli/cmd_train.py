@@ -139,8 +139,14 @@ def train_cmd(inventory: str, **options: Any) -> None:
 
     runtime_env = {
         "py_modules": [str(Path(toolkit.__file__).parent)],
-        # Read by Ray Train's controller, which runs inside this job.
-        "env_vars": {"RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": f"{config.restart_wait_s:g}"},
+        "env_vars": {
+            # Read by Ray Train's controller, which runs inside this job.
+            "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": f"{config.restart_wait_s:g}",
+            # Ray Train 2.60 patches print() to log and also tees to the wrapped
+            # stdout, so every progress line reached the terminal twice.
+            "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
+        },
+
     }
     _finish(
         run_job(
