@@ -77,7 +77,6 @@ def train(ctx: dict[str, Any], run_id: str, *extra: str) -> Path:
     return ctx["output"] / run_id
 
 
-
 def metric_steps(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
 

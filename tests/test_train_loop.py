@@ -10,9 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from train_harness import run_local  # noqa: E402
-
 from toolkit.train.config import PRESETS, TrainConfig  # noqa: E402
+from toolkit.train.local import run_local  # noqa: E402
 from toolkit.train.markers import read_markers  # noqa: E402
 
 

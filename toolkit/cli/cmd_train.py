@@ -11,12 +11,13 @@ from typing import Any
 
 import click
 
-import toolkit
 from toolkit.cli.common import choose_inventory
+from toolkit.cli.reporting import report_if_here
 from toolkit.cluster import StateStore, build_plan
 from toolkit.cluster.jobs import JobOutcome, job_client, run_job
 from toolkit.errors import RtkError
 from toolkit.train.config import PRECISIONS, PRESETS, STRATEGIES, TrainConfig
+from toolkit.train.submit import submit_train
 
 TRAIN_HELP = """Train the built-in GPT on the cluster INVENTORY describes, as a Ray job.
 
@@ -119,6 +120,27 @@ command runs in the cluster's environment (NCCL/Gloo settings, Ray token).
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--data", default=None, help="A text file on the nodes, read as bytes.")
 @click.option("--log-every", type=int, default=1, show_default=True)
+@click.option(
+    "--telemetry/--no-telemetry",
+    default=True,
+    show_default=True,
+    help="Sample power, GPUs and hosts on every node during the run, then report.",
+)
+@click.option(
+    "--sensors",
+    "telemetry_sensors",
+    default="auto",
+    show_default=True,
+    help="auto (whatever each node has), host, nvml or host,nvml.",
+)
+@click.option("--telemetry-rate-hz", type=float, default=10.0, show_default=True)
+@click.option(
+    "--power-rate-hz",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="GPU instant-power readings per second, up to 50; 0: with every sample.",
+)
 def train_cmd(inventory: str, **options: Any) -> None:
     """Run the built-in trainer (help: TRAIN_HELP)."""
     inv = choose_inventory(inventory, local=False)
@@ -132,32 +154,12 @@ def train_cmd(inventory: str, **options: Any) -> None:
     output_dir = options.pop("output_dir").rstrip("/")
     options["resources_per_worker"] = _resources(options["resources_per_worker"])
     config = TrainConfig(run_dir=f"{output_dir}/{run_id}", **options).check()
-    _remember_run(store, run_id, config.run_dir)
-    # The head's own Python (the one Ray runs), not whatever "python" is on its PATH.
-    python = plan.head.node.python
-    entrypoint = shlex.join([python, "-m", "toolkit.train.job", json.dumps(config.to_json())])
-
-    runtime_env = {
-        "py_modules": [str(Path(toolkit.__file__).parent)],
-        "env_vars": {
-            # Read by Ray Train's controller, which runs inside this job.
-            "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": f"{config.restart_wait_s:g}",
-            # Ray Train 2.60 patches print() to log and also tees to the wrapped
-            # stdout, so every progress line reached the terminal twice.
-            "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
-        },
-
-    }
-    _finish(
-        run_job(
-            job_client(plan, store),
-            entrypoint,
-            runtime_env,
-            f"rtk-train-{run_id}-{int(time.time())}",
-            click.echo,
-        ),
-        config.run_dir,
-    )
+    outcome = submit_train(plan, store, config, run_id, click.echo)
+    _print_outcome(outcome, config.run_dir)
+    if config.telemetry:
+        report_if_here(config.run_dir)
+    if not outcome.ok:
+        sys.exit(1)
 
 
 @click.command("launch", help=LAUNCH_HELP, context_settings={"ignore_unknown_options": True})
@@ -176,28 +178,26 @@ def launch_cmd(inventory: str, command: tuple[str, ...], working_dir: str) -> No
     plan = build_plan(inv)
     store = StateStore(inv.name)
     runtime_env = {"working_dir": str(Path(working_dir).resolve())}
-    _finish(
-        run_job(
-            job_client(plan, store),
-            shlex.join(command),
-            runtime_env,
-            f"rtk-launch-{inv.name}-{int(time.time())}",
-            click.echo,
-        ),
-        None,
+    outcome = run_job(
+        job_client(plan, store),
+        shlex.join(command),
+        runtime_env,
+        f"rtk-launch-{inv.name}-{int(time.time())}",
+        click.echo,
     )
+    _print_outcome(outcome, None)
+    if not outcome.ok:
+        sys.exit(1)
 
 
-def _finish(outcome: JobOutcome, run_dir: str | None) -> None:
+def _print_outcome(outcome: JobOutcome, run_dir: str | None) -> None:
     where = f"; run dir {run_dir}" if run_dir else ""
     click.echo(
         f"rtk: job {outcome.job_id} {outcome.status} after {outcome.duration_s:.1f} s{where}",
         err=True,
     )
-    if not outcome.ok:
-        if outcome.message:
-            click.echo(f"rtk: {outcome.message.strip()}", err=True)
-        sys.exit(1)
+    if not outcome.ok and outcome.message:
+        click.echo(f"rtk: {outcome.message.strip()}", err=True)
 
 
 def _resources(text: str | None) -> dict[str, float]:
@@ -221,10 +221,3 @@ def _last_run(store: StateStore, resume: bool) -> str | None:
             "--resume: no earlier run of this cluster is recorded here; name it with --run-id"
         )
     return str(runs[-1]["run_id"])
-
-
-def _remember_run(store: StateStore, run_id: str, run_dir: str) -> None:
-    record = store.load() or {}
-    runs = [r for r in record.get("runs", []) if r.get("run_id") != run_id]
-    record["runs"] = [*runs, {"run_id": run_id, "run_dir": run_dir, "at": time.time()}]
-    store.save(record)

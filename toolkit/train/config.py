@@ -77,6 +77,11 @@ class TrainConfig:
     restart_wait_s: float = 600.0
     seed: int = 0
     data: str | None = None
+    telemetry: bool = True
+    telemetry_sensors: str = "auto"
+    telemetry_rate_hz: float = 10.0
+    power_rate_hz: float = 0.0
+
     log_every: int = 1
 
     def shape(self) -> ModelShape:
@@ -127,6 +132,11 @@ class TrainConfig:
                 problems.append(f"--{name.replace('_', '-')} must be 0 or more")
         if self.restart_wait_s <= 0:
             problems.append("--restart-wait-s must be more than 0")
+        if not 0 < self.telemetry_rate_hz <= 50:
+            problems.append("--telemetry-rate-hz must be above 0 and at most 50")
+        if not 0 <= self.power_rate_hz <= 50:
+            problems.append("--power-rate-hz must be 0 (same as --telemetry-rate-hz) to 50")
+
         if self.strategy == "deepspeed" and self.zero_stage not in (0, 1, 2, 3):
             problems.append(f"--zero-stage {self.zero_stage}: choose 0, 1, 2 or 3")
         if problems:

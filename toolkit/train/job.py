@@ -19,6 +19,7 @@ import ray
 from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
+from toolkit.telemetry.session import TelemetrySession
 from toolkit.train.config import TrainConfig
 from toolkit.train.ray_worker import train_loop_per_worker
 
@@ -81,7 +82,23 @@ def main(argv: list[str]) -> int:
             checkpoint_config=CheckpointConfig(num_to_keep=config.keep_checkpoints),
         ),
     )
-    result = trainer.fit()
+    session = (
+        TelemetrySession(
+            config.run_dir,
+            config.telemetry_sensors,
+            config.telemetry_rate_hz,
+            config.power_rate_hz or None,
+        )
+        if config.telemetry
+        else None
+    )
+    if session is not None:
+        session.start()
+    try:
+        result = trainer.fit()
+    finally:
+        if session is not None:
+            session.stop()
     final = result.metrics or {}
     print(f"rtk train: finished at step {final.get('step')} (loss {final.get('loss')})", flush=True)
 

@@ -1,4 +1,8 @@
-"""Run ``train_worker`` on N local processes with gloo: the trainer without Ray."""
+"""Run ``train_worker`` on N local processes with gloo: the trainer without Ray.
+
+Used by the tests and benchmarks to exercise the loop, strategies, markers and
+checkpoints on one machine, with no cluster.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ class LocalContext:
     """Checkpoints go to run_dir/checkpoints/step-NNNNN; every rank's files merge there."""
 
     def __init__(self, rank: int, world_size: int, run_dir: Path, keep: int) -> None:
+        """A context for ``rank`` of ``world_size`` keeping ``keep`` checkpoints."""
         self.rank = rank
         self.local_rank = rank
         self.world_size = world_size
@@ -28,6 +33,7 @@ class LocalContext:
         self.keep = keep
 
     def report(self, metrics: dict[str, Any], checkpoint_dir: Path | None) -> None:
+        """Copy this rank's checkpoint files into the step's directory; keep the newest."""
         if checkpoint_dir is not None:
             target = self.root / f"step-{metrics['step']:05d}"
             shutil.copytree(checkpoint_dir, target, dirs_exist_ok=True)
@@ -38,6 +44,7 @@ class LocalContext:
         dist.barrier()
 
     def load_latest(self, load: Callable[[Path], T]) -> T | None:
+        """Load the newest checkpoint, if any."""
         found = sorted(self.root.glob("step-*"))
         return load(found[-1]) if found else None
 
@@ -55,7 +62,7 @@ def _worker(rank: int, world: int, init: str, config: dict[str, Any]) -> None:
 def run_local(config: TrainConfig, world: int, rendezvous: Path) -> None:
     """Train on ``world`` local processes; raises when any rank fails."""
     rendezvous.unlink(missing_ok=True)
-    mp.start_processes(
+    mp.start_processes(  # type: ignore[attr-defined,no-untyped-call]
         _worker,
         args=(world, f"file://{rendezvous}", config.to_json()),
         nprocs=world,

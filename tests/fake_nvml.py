@@ -1,0 +1,332 @@
+"""A fake of the part of nvidia-ml-py (``pynvml``) that the NVML sensor calls.
+
+Shaped like the real library only: the same function names and signatures (a test
+checks every public name here against the real module with ``inspect``), the real
+constants and error classes (re-exported from ``pynvml``, which imports fine without a
+GPU), and the real ctypes structures as return values (``c_nvmlFieldValue_t``,
+``c_nvmlMemory_t``, ``c_nvmlUtilization_t``, ``nvmlPciInfo_t``).
+
+Test controls are named ``fake_*``: the GPUs, the fake clock (``fake_now_s``,
+``fake_advance``), call counts (``fake_calls``) and the init error.
+"""
+
+# The names are pynvml's own (camelCase), so that the fake matches the real API.
+# ruff: noqa: N802, N803
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pynvml as _real
+from pynvml import (
+    NVML_CLOCK_MEM,
+    NVML_CLOCK_SM,
+    NVML_DEVICE_MIG_DISABLE,
+    NVML_DEVICE_MIG_ENABLE,
+    NVML_ERROR_FUNCTION_NOT_FOUND,
+    NVML_ERROR_GPU_IS_LOST,
+    NVML_ERROR_INVALID_ARGUMENT,
+    NVML_ERROR_LIBRARY_NOT_FOUND,
+    NVML_ERROR_NO_PERMISSION,
+    NVML_ERROR_NOT_FOUND,
+    NVML_ERROR_NOT_SUPPORTED,
+    NVML_ERROR_UNINITIALIZED,
+    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
+    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
+    NVML_FI_DEV_POWER_INSTANT,
+    NVML_PCIE_UTIL_RX_BYTES,
+    NVML_PCIE_UTIL_TX_BYTES,
+    NVML_SUCCESS,
+    NVML_TEMPERATURE_GPU,
+    NVML_VALUE_TYPE_DOUBLE,
+    NVML_VALUE_TYPE_SIGNED_INT,
+    NVML_VALUE_TYPE_SIGNED_LONG_LONG,
+    NVML_VALUE_TYPE_UNSIGNED_INT,
+    NVML_VALUE_TYPE_UNSIGNED_LONG,
+    NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+    NVML_VALUE_TYPE_UNSIGNED_SHORT,
+    NVMLError,
+    NVMLError_FunctionNotFound,
+    NVMLError_GpuIsLost,
+    NVMLError_LibraryNotFound,
+    NVMLError_NoPermission,
+    NVMLError_NotFound,
+    NVMLError_NotSupported,
+    NVMLError_Uninitialized,
+)
+
+MAX_MIG_DEVICES = 7  # what NVML reports for an A100/H100
+
+
+def sawtooth_power_mw(t_s: float) -> int:
+    """A power draw that changes over time: 100 W rising to 400 W every 2 s."""
+    return 100_000 + int(150_000 * (t_s % 2.0))
+
+
+@dataclass
+class FakeGpu:
+    """One fake GPU. ``unsupported``/``no_permission``/``errors`` name pynvml functions."""
+
+    uuid: str
+    name: str = "NVIDIA H100 80GB HBM3"
+    serial: str = "1654923000001"
+    pci_bus_id: str = "00000000:18:00.0"
+    memory_total_bytes: int = 80 * 1024**3
+    memory_used_bytes: int = 3 * 1024**3
+    power_limit_mw: int = 700_000
+    power_mw: Callable[[float], int] = sawtooth_power_mw
+    average_power_mw: int = 250_000
+    energy_mj: int = 5_000_000
+    sm_clock_mhz: int = 1980
+    mem_clock_mhz: int = 2619
+    temperature_c: int = 41
+    gpu_util_pct: int = 87
+    mem_util_pct: int = 35
+    clocks_event_reasons: int = 0
+    pcie_tx_kbs: int = 1200
+    pcie_rx_kbs: int = 3400
+    nvlink_tx_kib: int = 10_000
+    nvlink_rx_kib: int = 20_000
+    unsupported: set[str] = field(default_factory=set)
+    no_permission: set[str] = field(default_factory=set)
+    errors: dict[str, int] = field(default_factory=dict)
+    unsupported_fields: set[int] = field(default_factory=set)
+    mig_capable: bool = True
+    mig_enabled: bool = False
+    mig_uuids: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class FakeHandle:
+    """Stands for a ``c_nvmlDevice_t``: a GPU, or one of its MIG devices."""
+
+    gpu: FakeGpu
+    mig_index: int | None = None
+
+
+class FakeNvml:
+    """An object shaped like the ``pynvml`` module, over a list of fake GPUs."""
+
+    # The real constants and error classes, so codes and ``except`` clauses match exactly.
+    NVML_SUCCESS = NVML_SUCCESS
+    NVML_ERROR_UNINITIALIZED = NVML_ERROR_UNINITIALIZED
+    NVML_ERROR_INVALID_ARGUMENT = NVML_ERROR_INVALID_ARGUMENT
+    NVML_ERROR_NOT_SUPPORTED = NVML_ERROR_NOT_SUPPORTED
+    NVML_ERROR_NO_PERMISSION = NVML_ERROR_NO_PERMISSION
+    NVML_ERROR_NOT_FOUND = NVML_ERROR_NOT_FOUND
+    NVML_ERROR_LIBRARY_NOT_FOUND = NVML_ERROR_LIBRARY_NOT_FOUND
+    NVML_ERROR_FUNCTION_NOT_FOUND = NVML_ERROR_FUNCTION_NOT_FOUND
+    NVML_ERROR_GPU_IS_LOST = NVML_ERROR_GPU_IS_LOST
+    NVML_CLOCK_SM = NVML_CLOCK_SM
+    NVML_CLOCK_MEM = NVML_CLOCK_MEM
+    NVML_TEMPERATURE_GPU = NVML_TEMPERATURE_GPU
+    NVML_PCIE_UTIL_TX_BYTES = NVML_PCIE_UTIL_TX_BYTES
+    NVML_PCIE_UTIL_RX_BYTES = NVML_PCIE_UTIL_RX_BYTES
+    NVML_DEVICE_MIG_DISABLE = NVML_DEVICE_MIG_DISABLE
+    NVML_DEVICE_MIG_ENABLE = NVML_DEVICE_MIG_ENABLE
+    NVML_FI_DEV_POWER_INSTANT = NVML_FI_DEV_POWER_INSTANT
+    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX = NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX
+    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
+    NVML_VALUE_TYPE_DOUBLE = NVML_VALUE_TYPE_DOUBLE
+    NVML_VALUE_TYPE_UNSIGNED_INT = NVML_VALUE_TYPE_UNSIGNED_INT
+    NVML_VALUE_TYPE_UNSIGNED_LONG = NVML_VALUE_TYPE_UNSIGNED_LONG
+    NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+    NVML_VALUE_TYPE_SIGNED_LONG_LONG = NVML_VALUE_TYPE_SIGNED_LONG_LONG
+    NVML_VALUE_TYPE_SIGNED_INT = NVML_VALUE_TYPE_SIGNED_INT
+    NVML_VALUE_TYPE_UNSIGNED_SHORT = NVML_VALUE_TYPE_UNSIGNED_SHORT
+    NVMLError = NVMLError
+    NVMLError_NotSupported = NVMLError_NotSupported
+    NVMLError_NoPermission = NVMLError_NoPermission
+    NVMLError_NotFound = NVMLError_NotFound
+    NVMLError_Uninitialized = NVMLError_Uninitialized
+    NVMLError_LibraryNotFound = NVMLError_LibraryNotFound
+    NVMLError_FunctionNotFound = NVMLError_FunctionNotFound
+    NVMLError_GpuIsLost = NVMLError_GpuIsLost
+
+    def __init__(
+        self,
+        gpus: Sequence[FakeGpu] = (),
+        *,
+        init_error: int | None = None,
+        strings_as_bytes: bool = False,
+    ) -> None:
+        self.fake_gpus = list(gpus)
+        self.fake_init_error = init_error
+        self.fake_strings_as_bytes = strings_as_bytes  # nvidia-ml-py < 11.515 returned bytes
+        self.fake_now_s = 1_795_250_000.0  # NVML timestamps are wall-clock microseconds
+        self.fake_calls: Counter[tuple[str, str]] = Counter()
+        self.fake_init_count = 0
+
+    # -- test controls ------------------------------------------------------------------
+
+    def fake_advance(self, dt_s: float) -> None:
+        """Let ``dt_s`` pass: the clock moves and every energy counter counts up."""
+        for gpu in self.fake_gpus:
+            gpu.energy_mj += int(gpu.power_mw(self.fake_now_s) * dt_s)
+        self.fake_now_s += dt_s
+
+    def fake_count(self, function: str, uuid: str | None = None) -> int:
+        """How many times ``function`` was called (for one GPU, or in all)."""
+        return sum(
+            n for (f, u), n in self.fake_calls.items() if f == function and uuid in (None, u)
+        )
+
+    def _enter(self, function: str, handle: FakeHandle | None = None) -> FakeGpu | None:
+        uuid = "" if handle is None else handle.gpu.uuid
+        self.fake_calls[(function, uuid)] += 1
+        if self.fake_init_count <= 0:
+            raise NVMLError(NVML_ERROR_UNINITIALIZED)
+        if handle is None:
+            return None
+        gpu = handle.gpu
+        if function in gpu.unsupported:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        if function in gpu.no_permission:
+            raise NVMLError(NVML_ERROR_NO_PERMISSION)
+        if function in gpu.errors:
+            raise NVMLError(gpu.errors[function])
+        return gpu
+
+    def _string(self, text: str) -> str | bytes:
+        return text.encode() if self.fake_strings_as_bytes else text
+
+    # -- the pynvml API -----------------------------------------------------------------
+
+    def nvmlInit(self) -> None:
+        self.fake_calls[("nvmlInit", "")] += 1
+        if self.fake_init_error is not None:
+            raise NVMLError(self.fake_init_error)
+        self.fake_init_count += 1
+
+    def nvmlShutdown(self) -> None:
+        self._enter("nvmlShutdown")
+        self.fake_init_count -= 1
+
+    def nvmlDeviceGetCount(self) -> int:
+        self._enter("nvmlDeviceGetCount")
+        return len(self.fake_gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeHandle:
+        self._enter("nvmlDeviceGetHandleByIndex")
+        if not 0 <= index < len(self.fake_gpus):
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        return FakeHandle(self.fake_gpus[index])
+
+    def nvmlDeviceGetUUID(self, handle: FakeHandle) -> str | bytes:
+        self._enter("nvmlDeviceGetUUID", handle)
+        if handle.mig_index is not None:
+            return self._string(handle.gpu.mig_uuids[handle.mig_index])
+        return self._string(handle.gpu.uuid)
+
+    def nvmlDeviceGetName(self, handle: FakeHandle) -> str | bytes:
+        return self._string(self._gpu("nvmlDeviceGetName", handle).name)
+
+    def nvmlDeviceGetSerial(self, handle: FakeHandle) -> str | bytes:
+        return self._string(self._gpu("nvmlDeviceGetSerial", handle).serial)
+
+    def nvmlDeviceGetMemoryInfo(self, handle: FakeHandle, version: Any = None) -> Any:
+        gpu = self._gpu("nvmlDeviceGetMemoryInfo", handle)
+        used, total = gpu.memory_used_bytes, gpu.memory_total_bytes
+        return _real.c_nvmlMemory_t(total=total, free=total - used, used=used)
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: FakeHandle) -> int:
+        return self._gpu("nvmlDeviceGetEnforcedPowerLimit", handle).power_limit_mw
+
+    def nvmlDeviceGetPciInfo(self, handle: FakeHandle) -> Any:
+        gpu = self._gpu("nvmlDeviceGetPciInfo", handle)
+        bus_id = gpu.pci_bus_id.encode()
+        return _real.nvmlPciInfo_t(busIdLegacy=bus_id, busId=bus_id)
+
+    def nvmlDeviceGetMigMode(self, device: FakeHandle) -> list[int]:
+        gpu = self._gpu("nvmlDeviceGetMigMode", device)
+        if not gpu.mig_capable:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        mode = NVML_DEVICE_MIG_ENABLE if gpu.mig_enabled else NVML_DEVICE_MIG_DISABLE
+        return [mode, mode]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, device: FakeHandle) -> int:
+        gpu = self._gpu("nvmlDeviceGetMaxMigDeviceCount", device)
+        if not gpu.mig_capable:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return MAX_MIG_DEVICES
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, device: FakeHandle, index: int) -> FakeHandle:
+        gpu = self._gpu("nvmlDeviceGetMigDeviceHandleByIndex", device)
+        if not gpu.mig_enabled or index >= MAX_MIG_DEVICES:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        if index >= len(gpu.mig_uuids):
+            raise NVMLError(NVML_ERROR_NOT_FOUND)
+        return FakeHandle(gpu, index)
+
+    def nvmlDeviceGetFieldValues(self, handle: FakeHandle, fieldIds: Sequence[Any]) -> Any:
+        gpu = self._gpu("nvmlDeviceGetFieldValues", handle)
+        values = (_real.c_nvmlFieldValue_t * len(fieldIds))()
+        for value, requested in zip(values, fieldIds, strict=True):
+            field_id, scope = requested if isinstance(requested, tuple) else (requested, 0)
+            value.fieldId, value.scopeId = field_id, scope
+            value.timestamp = int(self.fake_now_s * 1_000_000)
+            value.latencyUsec = 0
+            if field_id in gpu.unsupported_fields:
+                value.nvmlReturn = NVML_ERROR_NOT_SUPPORTED
+            elif field_id == NVML_FI_DEV_POWER_INSTANT:
+                value.valueType = NVML_VALUE_TYPE_UNSIGNED_INT
+                value.value.uiVal = gpu.power_mw(self.fake_now_s)
+                value.nvmlReturn = NVML_SUCCESS
+            elif field_id in (
+                NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
+                NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
+            ):
+                value.valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+                tx = field_id == NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX
+                value.value.ullVal = gpu.nvlink_tx_kib if tx else gpu.nvlink_rx_kib
+                value.nvmlReturn = NVML_SUCCESS
+            else:
+                value.nvmlReturn = NVML_ERROR_NOT_SUPPORTED
+        return values
+
+    def nvmlDeviceGetPowerUsage(self, handle: FakeHandle) -> int:
+        return self._gpu("nvmlDeviceGetPowerUsage", handle).average_power_mw
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: FakeHandle) -> int:
+        return self._gpu("nvmlDeviceGetTotalEnergyConsumption", handle).energy_mj
+
+    def nvmlDeviceGetClockInfo(self, handle: FakeHandle, type: int) -> int:
+        gpu = self._gpu("nvmlDeviceGetClockInfo", handle)
+        if type == NVML_CLOCK_SM:
+            return gpu.sm_clock_mhz
+        if type == NVML_CLOCK_MEM:
+            return gpu.mem_clock_mhz
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+
+    def nvmlDeviceGetTemperature(self, handle: FakeHandle, sensor: int) -> int:
+        gpu = self._gpu("nvmlDeviceGetTemperature", handle)
+        if sensor != NVML_TEMPERATURE_GPU:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        return gpu.temperature_c
+
+    def nvmlDeviceGetUtilizationRates(self, handle: FakeHandle) -> Any:
+        gpu = self._gpu("nvmlDeviceGetUtilizationRates", handle)
+        if gpu.mig_enabled:  # as on real GPUs: no utilisation in MIG mode
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return _real.c_nvmlUtilization_t(gpu=gpu.gpu_util_pct, memory=gpu.mem_util_pct)
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: FakeHandle) -> int:
+        return self._gpu("nvmlDeviceGetCurrentClocksEventReasons", handle).clocks_event_reasons
+
+    def nvmlDeviceGetPcieThroughput(self, device: FakeHandle, counter: int) -> int:
+        gpu = self._gpu("nvmlDeviceGetPcieThroughput", device)
+        if counter == NVML_PCIE_UTIL_TX_BYTES:
+            return gpu.pcie_tx_kbs
+        if counter == NVML_PCIE_UTIL_RX_BYTES:
+            return gpu.pcie_rx_kbs
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+
+    def _gpu(self, function: str, handle: FakeHandle) -> FakeGpu:
+        gpu = self._enter(function, handle)
+        assert gpu is not None
+        if handle.mig_index is not None:  # only the UUID is asked of MIG handles here
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return gpu

@@ -1,0 +1,44 @@
+"""``rtk report RUN_DIR``: a run's power telemetry as figures, tables and plots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from toolkit.cli.common import print_json
+
+REPORT_HELP = """Report a run's power telemetry: energy per node, device, step and token.
+
+\b
+RUN_DIR is a run directory of `rtk train --telemetry` (see docs/telemetry.md). The
+samples of every node are put on the head node's clock (clock offsets from the
+manifest) and lined up with the trainer's markers; energy comes from the GPU energy
+counter where there is one, else from integrated power. Gaps in the samples (a lost
+node, a stalled sampler) are shown, never filled in.
+
+\b
+Writes RUN_DIR/report/: summary.json (every figure), traces.csv (all samples on the
+aligned timeline), plots/*.png and report.html; prints the summary.
+  rtk report ~/rtk-runs/mycluster-20260101-120000
+  rtk report RUN_DIR --json          the summary as JSON on stdout
+"""
+
+JSON_HELP = "Print summary.json's content instead of the text summary."
+
+
+@click.command("report", help=REPORT_HELP)
+@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+def report_cmd(run_dir: Path, as_json: bool) -> None:
+    """Build and write a run's report (help: REPORT_HELP)."""
+    # Imported here: numpy and matplotlib would slow every other rtk command's start.
+    from toolkit.telemetry.report import build_report, format_summary, summary_dict, write_report
+
+    report = build_report(run_dir)
+    files = write_report(report)
+    if as_json:
+        print_json(summary_dict(report))
+        return
+    click.echo(format_summary(report))
+    click.echo(f"\nreport: {files.html}")

@@ -1,0 +1,102 @@
+"""``rtk telemetry record``: sample every node while any command runs."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from toolkit.cli.common import choose_inventory
+from toolkit.cli.reporting import report_if_here
+from toolkit.cluster import StateStore, build_plan
+from toolkit.cluster.jobs import job_client, run_job
+from toolkit.train.submit import package_dir
+
+TELEMETRY_HELP = "Power and GPU telemetry for any workload."
+
+RECORD_HELP = """Sample every node of INVENTORY's cluster while COMMAND runs, then report.
+
+\b
+COMMAND runs as a Ray job on the head (so a Ray program reaches the whole cluster),
+inside --working-dir, which is shipped with it. Meanwhile one sampler per node
+records power, GPU and host readings; when the command ends, each node's trace is
+collected into the run directory and the report is built. rtk exits with the
+command's status.
+
+\b
+Examples:
+  rtk telemetry record inv.yaml -- python my_train.py --epochs 1
+  rtk telemetry record inv.yaml --rate-hz 20 --power-rate-hz 50 -- ./bench.sh
+"""
+
+
+@click.group("telemetry", help=TELEMETRY_HELP)
+def telemetry_group() -> None:
+    """The telemetry commands (help: TELEMETRY_HELP)."""
+
+
+@telemetry_group.command(
+    "record", help=RECORD_HELP, context_settings={"ignore_unknown_options": True}
+)
+@click.argument("inventory", type=click.Path(dir_okay=False))
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.option("--working-dir", default=".", show_default=True, type=click.Path(file_okay=False))
+@click.option(
+    "--output-dir",
+    default="~/rtk-runs",
+    show_default=True,
+    help="Where run directories go, as a path on the head.",
+)
+@click.option("--run-id", default=None, help="Name of the run directory (default: cluster-time).")
+@click.option("--sensors", default="auto", show_default=True, help="auto, host, nvml, host,nvml.")
+@click.option("--rate-hz", type=float, default=10.0, show_default=True)
+@click.option("--power-rate-hz", type=float, default=0.0, show_default=True)
+def record_cmd(
+    inventory: str,
+    command: tuple[str, ...],
+    working_dir: str,
+    output_dir: str,
+    run_id: str | None,
+    sensors: str,
+    rate_hz: float,
+    power_rate_hz: float,
+) -> None:
+    """Record telemetry around a command (help: RECORD_HELP)."""
+    inv = choose_inventory(inventory, local=False)
+    plan = build_plan(inv)
+    store = StateStore(inv.name)
+    run_id = run_id or f"{inv.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_dir = f"{output_dir.rstrip('/')}/{run_id}"
+    options = {
+        "run_dir": run_dir,
+        "sensors": sensors,
+        "rate_hz": rate_hz,
+        "power_rate_hz": power_rate_hz,
+    }
+    python = plan.head.node.python
+    entrypoint = shlex.join(
+        [python, "-m", "toolkit.telemetry.record", json.dumps(options), *command]
+    )
+    runtime_env = {
+        "py_modules": [package_dir()],
+        "working_dir": str(Path(working_dir).resolve()),
+    }
+    outcome = run_job(
+        job_client(plan, store),
+        entrypoint,
+        runtime_env,
+        f"rtk-record-{run_id}-{int(time.time())}",
+        click.echo,
+    )
+    click.echo(
+        f"rtk: job {outcome.job_id} {outcome.status} after {outcome.duration_s:.1f} s; "
+        f"run dir {run_dir}",
+        err=True,
+    )
+    report_if_here(run_dir)
+    if not outcome.ok:
+        sys.exit(1)

@@ -1,0 +1,1 @@
+"""Power and GPU telemetry: sensors, the per-node sampler, clock offsets, the report."""

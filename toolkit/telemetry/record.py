@@ -1,0 +1,51 @@
+"""The Ray job behind ``rtk telemetry record``: sample every node while a command runs.
+
+``python -m toolkit.telemetry.record OPTIONS_JSON COMMAND...`` starts a sampler on every
+node, runs COMMAND on the head (inside the job's working directory), then collects the
+traces into the run directory and exits with the command's exit status.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import ray
+
+from toolkit.telemetry.session import TelemetrySession
+
+
+def main(argv: list[str]) -> int:
+    """Run ``argv[1:]`` under telemetry described by the JSON in ``argv[0]``."""
+    options = json.loads(argv[0])
+    command = argv[1:]
+    run_dir = Path(os.path.expanduser(options["run_dir"]))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    ray.init(logging_level=logging.ERROR)
+    session = TelemetrySession(
+        run_dir, options["sensors"], options["rate_hz"], options.get("power_rate_hz") or None
+    )
+    session.start()
+    began = time.monotonic()
+    try:
+        code = subprocess.run(command, check=False).returncode
+    finally:
+        session.stop()
+    (run_dir / "command.json").write_text(
+        json.dumps(
+            {"command": command, "exit_code": code, "duration_s": time.monotonic() - began},
+            indent=2,
+        )
+        + "\n"
+    )
+    print(f"rtk telemetry: command exited {code}; traces in {run_dir}/telemetry", flush=True)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

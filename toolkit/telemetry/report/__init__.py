@@ -1,0 +1,24 @@
+"""``rtk report``: a run directory's telemetry, aligned, as figures, tables and plots.
+
+``build_report(run_dir)`` reads the run directory (docs/telemetry.md) and computes
+every figure; ``write_report(report)`` writes ``<run_dir>/report/``: summary.json,
+traces.csv, plots/*.png and report.html. ``format_summary(report)`` is the terminal
+text and ``summary_dict(report)`` the JSON.
+"""
+
+from __future__ import annotations
+
+from toolkit.telemetry.report.build import Report, build_report
+from toolkit.telemetry.report.errors import ReportError
+from toolkit.telemetry.report.summary import format_summary, summary_dict
+from toolkit.telemetry.report.write import ReportFiles, write_report
+
+__all__ = [
+    "Report",
+    "ReportError",
+    "ReportFiles",
+    "build_report",
+    "format_summary",
+    "summary_dict",
+    "write_report",
+]

@@ -1,0 +1,157 @@
+"""``build_report``: a run directory in, every figure of the report out (no files written)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from toolkit.telemetry.report.crosscheck import CrossCheck, cross_checks
+from toolkit.telemetry.report.energy import NodeReport, node_reports
+from toolkit.telemetry.report.load import RunData, load_run
+from toolkit.telemetry.report.steps import (
+    Phase,
+    RunFigures,
+    StepEnergy,
+    StepStats,
+    phases,
+    run_figures,
+    step_energies,
+    step_stats,
+)
+from toolkit.telemetry.report.timeline import Barrier, Timeline, Window, align
+
+
+@dataclass(frozen=True)
+class Report:
+    """A run's telemetry report.
+
+    Attributes:
+        run_dir: The run directory.
+        data: What was read from it.
+        timeline: Samples and markers on the head's timeline, and the window.
+        nodes: Node -> its figures (devices inside), in manifest order.
+        run: The run's totals and rates.
+        steps: Energy of each step of the reference rank.
+        step_stats: The per-step energy distribution; None without steps.
+        phases: Energy between barriers; empty without barriers.
+        cross_checks: Counter against integrated power, per GPU.
+        notes: What the reader should know (lost nodes, gaps, restarts, disagreement).
+    """
+
+    run_dir: Path
+    data: RunData
+    timeline: Timeline
+    nodes: dict[str, NodeReport]
+    run: RunFigures
+    steps: list[StepEnergy]
+    step_stats: StepStats | None
+    phases: list[Phase]
+    cross_checks: list[CrossCheck]
+    notes: list[str]
+
+    @property
+    def window(self) -> Window:
+        """The span the report covers."""
+        return self.timeline.window
+
+    @property
+    def barriers(self) -> list[Barrier]:
+        """Barrier exits inside the window."""
+        window = self.window
+        return [b for b in self.timeline.barriers if window.start_s <= b.t_s <= window.end_s]
+
+    @property
+    def rate_hz(self) -> float:
+        """The sampler's full-reading rate."""
+        return self.data.manifest.rate_hz
+
+    def relative_s(self, t_s: float) -> float:
+        """A head-timeline time as seconds since the window's start."""
+        return t_s - self.window.start_s
+
+
+def build_report(run_dir: Path) -> Report:
+    """Read ``run_dir`` and compute every figure of its report.
+
+    Raises:
+        ReportError: The run has no telemetry manifest or no samples.
+    """
+    data = load_run(Path(run_dir))
+    timeline = align(data)
+    nodes = node_reports(timeline, data.manifest.nodes, data.manifest.rate_hz)
+    checks, check_notes = cross_checks(
+        nodes, timeline.window, timeline.barriers, data.manifest.rate_hz
+    )
+    steps = step_energies(nodes, timeline)
+    run = run_figures(nodes, timeline, data.metrics)
+    notes = [
+        *data.notes,
+        *timeline.notes,
+        *_notes(nodes, timeline, run, checks),
+        *check_notes,
+    ]
+    return Report(
+        run_dir=Path(run_dir),
+        data=data,
+        timeline=timeline,
+        nodes=nodes,
+        run=run,
+        steps=steps,
+        step_stats=step_stats(steps),
+        phases=phases(nodes, timeline),
+        cross_checks=checks,
+        notes=notes,
+    )
+
+
+def _notes(
+    nodes: dict[str, NodeReport], timeline: Timeline, run: RunFigures, checks: list[CrossCheck]
+) -> list[str]:
+    notes: list[str] = []
+    window = timeline.window
+    if window.basis == "samples":
+        notes.append("window taken from the samples (no step markers): no per-step figures")
+    elif not timeline.steps:
+        notes.append("no completed steps in the markers: no per-step figures")
+    for node in nodes.values():
+        why = f" ({node.error})" if node.error else ""
+        if node.status == "lost":
+            notes.append(f"node {node.name}: sampler lost{why}; its data is kept up to the loss")
+        elif node.status == "missing":
+            notes.append(f"node {node.name}: nothing collected{why}")
+        for gap in node.gaps:
+            covered = f"{node.covered_fraction:.0%} of the window covered"
+            at = f"{gap.start_s - window.start_s:.1f} s"
+            if gap.where == "trailing":
+                notes.append(
+                    f"node {node.name}: samples stop at {at}, {gap.duration_s:.1f} s before "
+                    f"the window's end ({covered}; nothing after that is counted)"
+                )
+            elif gap.where != "no samples":
+                notes.append(
+                    f"node {node.name}: {gap.where} gap of {gap.duration_s:.1f} s at {at} "
+                    f"({covered}; integrated power counts nothing there, an energy counter's "
+                    "delta spans it)"
+                )
+            elif node.status != "missing":
+                notes.append(f"node {node.name}: no samples in the window")
+    if run.restarts:
+        notes.append(
+            f"the run resumed {run.restarts} time(s): re-run steps count once (the latest "
+            "attempt); the window and energy include the failed attempts"
+        )
+    for check in checks:
+        if check.flagged:
+            ratio = f"{check.ratio:.3f}" if check.ratio is not None else "n/a"
+            notes.append(
+                f"{check.node}/{check.device}: integrated power and the energy counter differ "
+                f"by more than 15% in {len(check.flagged)} of {len(check.windows)} windows "
+                f"(overall power/counter {ratio}); totals use the counter"
+            )
+    spread = max((b.spread_s for b in timeline.barriers), default=0.0)
+    if spread > 0.1:
+        notes.append(
+            f"barrier exits disagree by up to {spread:.3f} s across ranks after clock "
+            "correction: the nodes' traces may be misaligned by about that much"
+        )
+    return notes

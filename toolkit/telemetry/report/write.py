@@ -1,0 +1,55 @@
+"""``write_report``: the report's files in ``<run_dir>/report/``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from toolkit.telemetry.report.build import Report
+from toolkit.telemetry.report.html import render_html
+from toolkit.telemetry.report.summary import summary_dict
+from toolkit.telemetry.report.traces import write_traces
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    """Where the report's files went.
+
+    Attributes:
+        directory: The report directory.
+        summary_json: Every figure, as JSON.
+        traces_csv: Every sample on the aligned timeline.
+        html: The page with the tables and the plots.
+        plots: Plot name (``power``, ``step_energy``, ``utilization``) -> PNG.
+    """
+
+    directory: Path
+    summary_json: Path
+    traces_csv: Path
+    html: Path
+    plots: dict[str, Path]
+
+
+def write_report(report: Report, out_dir: Path | None = None) -> ReportFiles:
+    """Write summary.json, traces.csv, plots/*.png and report.html.
+
+    Args:
+        report: What ``build_report`` returned.
+        out_dir: Where to write; ``<run_dir>/report`` by default.
+    """
+    directory = Path(out_dir) if out_dir is not None else report.run_dir / "report"
+    directory.mkdir(parents=True, exist_ok=True)
+    summary_json = directory / "summary.json"
+    summary_json.write_text(
+        json.dumps(summary_dict(report), indent=2, allow_nan=False) + "\n", encoding="utf-8"
+    )
+    traces_csv = directory / "traces.csv"
+    write_traces(report, traces_csv)
+    # matplotlib is imported here, not with the package: the CLI stays quick to start.
+    from toolkit.telemetry.report.plots import write_plots
+
+    plots = write_plots(report, directory / "plots")
+    html = directory / "report.html"
+    html.write_text(render_html(report, plots, directory), encoding="utf-8")
+    return ReportFiles(directory, summary_json, traces_csv, html, plots)

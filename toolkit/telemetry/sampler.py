@@ -1,0 +1,184 @@
+"""The per-node sampler: reads its sensors on a fixed schedule and appends JSON lines.
+
+One sampler per node, in a thread, at ``rate_hz`` for full readings and optionally a
+faster ``power_rate_hz`` for GPU instant power. Lines are written as they come and
+flushed to the operating system at least every ``flush_s``, so killing the process
+loses at most that much (the kernel keeps what was flushed). Every line carries
+``wall_s`` and ``mono_s``; the format is in docs/telemetry.md.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from toolkit.telemetry.sensors.base import Sensor
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_RATE_HZ = 10.0
+MAX_POWER_RATE_HZ = 50.0
+
+
+@dataclass
+class SamplerStats:
+    """What a sampler wrote."""
+
+    samples: int = 0
+    ticks: int = 0
+    late_ticks: int = 0
+    errors: int = 0
+    first_wall_s: float | None = None
+    last_wall_s: float | None = None
+    last_error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return dict(vars(self))
+
+
+class Sampler:
+    """Samples ``sensors`` into ``path`` until stopped."""
+
+    def __init__(
+        self,
+        sensors: Sequence[Sensor],
+        path: Path,
+        rate_hz: float = DEFAULT_RATE_HZ,
+        power_rate_hz: float | None = None,
+        flush_s: float = 1.0,
+    ) -> None:
+        """Prepare (nothing runs until ``start``).
+
+        Args:
+            sensors: What to read.
+            path: The JSON-lines file to append to.
+            rate_hz: Full readings per second.
+            power_rate_hz: Instant-power readings per second (GPUs); None or at most
+                ``rate_hz`` means power comes with the full readings only.
+            flush_s: Longest time a written line may stay in this process's buffer.
+        """
+        if rate_hz <= 0:
+            raise ValueError(f"rate_hz must be above 0, got {rate_hz}")
+        power_rate_hz = power_rate_hz or rate_hz
+        if power_rate_hz > MAX_POWER_RATE_HZ:
+            raise ValueError(f"power_rate_hz must be at most {MAX_POWER_RATE_HZ:g}")
+        self.sensors = list(sensors)
+        self.path = path
+        self.rate_hz = rate_hz
+        self.power_rate_hz = max(power_rate_hz, rate_hz)
+        self.flush_s = flush_s
+        self.stats = SamplerStats()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Open the file and start sampling in a daemon thread."""
+        if self._thread is not None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        out = self.path.open("a", encoding="utf-8")
+        self._thread = threading.Thread(
+            target=self._run, args=(out,), name="rtk-sampler", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 5.0) -> SamplerStats:
+        """Stop sampling, flush and close the file; return what was written."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        return self.stats
+
+    @property
+    def running(self) -> bool:
+        """True while the sampling thread runs."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def _run(self, out: IO[str]) -> None:
+        # Ticks at the power rate; every k-th tick is a full reading.
+        period_s = 1.0 / self.power_rate_hz
+        full_every = max(1, round(self.power_rate_hz / self.rate_hz))
+        began = time.monotonic()
+        last_flush = began
+        tick = 0
+        try:
+            while not self._stop.is_set():
+                self._sample(out, full=tick % full_every == 0)
+                tick += 1
+                now = time.monotonic()
+                if now - last_flush >= self.flush_s:
+                    out.flush()
+                    last_flush = now
+                due = began + tick * period_s
+                if due < now:  # fell behind: skip the missed ticks, never burst
+                    self.stats.late_ticks += 1
+                    tick = int((now - began) / period_s) + 1
+                    due = began + tick * period_s
+                self._stop.wait(max(0.0, due - time.monotonic()))
+        finally:
+            out.flush()
+            out.close()
+
+    def _sample(self, out: IO[str], full: bool) -> None:
+        self.stats.ticks += 1
+        for sensor in self.sensors:
+            try:
+                readings = sensor.read() if full else sensor.read_power()
+            except Exception as e:  # noqa: BLE001 - one bad read must not end the trace
+                self.stats.errors += 1
+                self.stats.last_error = f"{sensor.name}: {e}"
+                logger.warning("sensor %s failed: %s", sensor.name, e)
+                continue
+            wall_s, mono_s = time.time(), time.monotonic()
+            for reading in readings:
+                out.write(json.dumps({"wall_s": wall_s, "mono_s": mono_s, **reading}) + "\n")
+                self.stats.samples += 1
+            if readings:
+                if self.stats.first_wall_s is None:
+                    self.stats.first_wall_s = wall_s
+                self.stats.last_wall_s = wall_s
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Sample this machine into a file until SIGTERM or SIGINT (benchmarks, debugging).
+
+    ``python -m toolkit.telemetry.sampler OUT.jsonl [--sensors auto] [--rate-hz 10]
+    [--power-rate-hz 0]``
+    """
+    import argparse
+    import signal
+
+    from toolkit.telemetry.sensors.factory import make_sensors
+
+    parser = argparse.ArgumentParser(prog="python -m toolkit.telemetry.sampler")
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--sensors", default="auto")
+    parser.add_argument("--rate-hz", type=float, default=DEFAULT_RATE_HZ)
+    parser.add_argument("--power-rate-hz", type=float, default=0.0)
+    args = parser.parse_args(argv)
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+    sensors = make_sensors(args.sensors)
+    sampler = Sampler(sensors, args.out, args.rate_hz, args.power_rate_hz or None)
+    sampler.start()
+    print(json.dumps({"started": True, "sensors": [s.name for s in sensors]}), flush=True)
+    done.wait()
+    stats = sampler.stop()
+    for sensor in sensors:
+        sensor.close()
+    print(json.dumps(stats.to_json()), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

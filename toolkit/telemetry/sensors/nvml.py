@@ -1,0 +1,326 @@
+"""The NVML sensor: NVIDIA GPUs through nvidia-ml-py (which imports as ``pynvml``).
+
+GPUs are keyed by UUID, never by index. A call that answers NotSupported, NoPermission
+or FunctionNotFound for a GPU is remembered and not made again for that GPU; its fields
+are left out of the readings. On a GPU in MIG mode, power, energy, clocks and
+temperature are read on the parent GPU (keyed by its UUID); the MIG instances' UUIDs are
+listed in ``devices()`` and utilisation, which NVML does not give per instance, is left
+out.
+
+``nvmlDeviceGetPcieThroughput`` samples a byte counter over 20 ms and blocks meanwhile,
+so PCIe throughput is read for at most one GPU per ``read()`` (the stalest one), and
+for each GPU at most once per ``pcie_interval_s``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from toolkit.telemetry.sensors.base import Sensor, SensorError
+
+logger = logging.getLogger(__name__)
+
+PCIE_INTERVAL_S = 1.0
+"""Least time between two PCIe throughput readings of one GPU (each blocks 20 ms)."""
+
+ALL_LINKS_SCOPE = 0xFFFFFFFF
+"""Field-value scope (UINT_MAX) that sums an NVLink throughput counter over all links."""
+
+# Which member of the c_nvmlValue_t union holds a field value, by NVML_VALUE_TYPE_* name.
+_VALUE_MEMBERS = {
+    "NVML_VALUE_TYPE_DOUBLE": "dVal",
+    "NVML_VALUE_TYPE_UNSIGNED_INT": "uiVal",
+    "NVML_VALUE_TYPE_UNSIGNED_LONG": "ulVal",
+    "NVML_VALUE_TYPE_UNSIGNED_LONG_LONG": "ullVal",
+    "NVML_VALUE_TYPE_SIGNED_LONG_LONG": "sllVal",
+    "NVML_VALUE_TYPE_SIGNED_INT": "siVal",
+    "NVML_VALUE_TYPE_UNSIGNED_SHORT": "usVal",
+}
+
+
+def _text(value: Any) -> str:
+    """NVML strings: ``str`` in current nvidia-ml-py, ``bytes`` in older releases."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@dataclass
+class _Gpu:
+    index: int
+    handle: Any
+    uuid: str = ""
+    info: dict[str, Any] = field(default_factory=dict)
+    unsupported: set[str] = field(default_factory=set)
+    pcie_read_s: float = -math.inf
+
+
+class NvmlSensor(Sensor):
+    """Every GPU NVML sees on this node.
+
+    Args:
+        nvml: The ``pynvml`` module, or an object shaped like it (tests pass a fake);
+            ``None`` imports ``pynvml``.
+        pcie_interval_s: Least time between PCIe throughput readings of one GPU;
+            0 reads every GPU's PCIe throughput on every ``read()``.
+        clock: Monotonic clock in seconds (for the PCIe schedule).
+
+    Raises:
+        SensorError: pynvml does not import, ``nvmlInit`` fails or there is no GPU.
+    """
+
+    name = "nvml"
+
+    def __init__(
+        self,
+        nvml: Any = None,
+        *,
+        pcie_interval_s: float = PCIE_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if nvml is None:
+            try:
+                import pynvml
+            except ImportError as e:
+                raise SensorError(f"nvml: cannot import pynvml (nvidia-ml-py): {e}") from e
+            nvml = pynvml
+        self._nvml = nvml
+        self._pcie_interval_s = pcie_interval_s
+        self._clock = clock
+        self._skip_codes = {
+            nvml.NVML_ERROR_NOT_SUPPORTED,
+            nvml.NVML_ERROR_NO_PERMISSION,
+            nvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+        }
+        self._value_members = {
+            getattr(nvml, const): member
+            for const, member in _VALUE_MEMBERS.items()
+            if hasattr(nvml, const)
+        }
+        try:
+            nvml.nvmlInit()
+        except nvml.NVMLError as e:
+            raise SensorError(f"nvml: nvmlInit failed: {e}") from e
+        self._initialized = True
+        try:
+            count = int(nvml.nvmlDeviceGetCount())
+            self._gpus = [self._open_gpu(i) for i in range(count)]
+        except nvml.NVMLError as e:
+            self.close()
+            raise SensorError(f"nvml: cannot list GPUs: {e}") from e
+        except SensorError:
+            self.close()
+            raise
+        if not self._gpus:
+            self.close()
+            raise SensorError("nvml: NVML is loaded but sees no GPU")
+        logger.debug("nvml sensor: %s", ", ".join(g.uuid for g in self._gpus))
+
+    def devices(self) -> dict[str, dict[str, Any]]:
+        """Per GPU UUID: name, serial, memory, power limit, PCI bus id, MIG mode and devices.
+
+        ``unsupported`` lists the queries found unsupported so far (they are not retried).
+        """
+        return {g.uuid: {**g.info, "unsupported": sorted(g.unsupported)} for g in self._gpus}
+
+    def read(self) -> list[dict[str, Any]]:
+        """One ``kind: "gpu"`` reading per GPU with every field it supports."""
+        nvml = self._nvml
+        pcie_due = self._pcie_due()
+        rows = []
+        for gpu in self._gpus:
+            row: dict[str, Any] = {"device": gpu.uuid, "kind": "gpu"}
+            row.update(self._power(gpu))
+            energy_mj = self._query(gpu, "energy", nvml.nvmlDeviceGetTotalEnergyConsumption)
+            if energy_mj is not None:
+                row["energy_j"] = energy_mj / 1000.0
+            limit_mw = self._query(gpu, "power_limit", nvml.nvmlDeviceGetEnforcedPowerLimit)
+            if limit_mw is not None:
+                row["power_limit_w"] = limit_mw / 1000.0
+            for key, clock_type in (
+                ("sm_clock", nvml.NVML_CLOCK_SM),
+                ("mem_clock", nvml.NVML_CLOCK_MEM),
+            ):
+                mhz = self._query(gpu, key, nvml.nvmlDeviceGetClockInfo, clock_type)
+                if mhz is not None:
+                    row[f"{key}_mhz"] = int(mhz)
+            temp = self._query(
+                gpu, "temperature", nvml.nvmlDeviceGetTemperature, nvml.NVML_TEMPERATURE_GPU
+            )
+            if temp is not None:
+                row["temperature_c"] = int(temp)
+            util = self._query(gpu, "utilization", nvml.nvmlDeviceGetUtilizationRates)
+            if util is not None:
+                row["gpu_util_pct"] = int(util.gpu)
+                row["mem_util_pct"] = int(util.memory)
+            memory = self._query(gpu, "memory", nvml.nvmlDeviceGetMemoryInfo)
+            if memory is not None:
+                row["memory_used_bytes"] = int(memory.used)
+                row["memory_total_bytes"] = int(memory.total)
+            reasons = self._query(gpu, "clocks_event_reasons", self._clocks_event_reasons_fn())
+            if reasons is not None:
+                row["clocks_event_reasons"] = int(reasons)
+            if gpu in pcie_due:
+                row.update(self._pcie(gpu))
+            row.update(self._nvlink(gpu))
+            rows.append(row)
+        return rows
+
+    def read_power(self) -> list[dict[str, Any]]:
+        """One ``kind: "gpu_power"`` reading per GPU: power only, instant where supported."""
+        rows = []
+        for gpu in self._gpus:
+            power = self._power(gpu)
+            if power:
+                rows.append({"device": gpu.uuid, "kind": "gpu_power", **power})
+        return rows
+
+    def close(self) -> None:
+        """Shut NVML down (once); a failure is logged, not raised."""
+        if not self._initialized:
+            return
+        self._initialized = False
+        try:
+            self._nvml.nvmlShutdown()
+        except self._nvml.NVMLError as e:
+            logger.warning("nvmlShutdown failed: %s", e)
+
+    # -- opening ------------------------------------------------------------------------
+
+    def _open_gpu(self, index: int) -> _Gpu:
+        nvml = self._nvml
+        gpu = _Gpu(index=index, handle=nvml.nvmlDeviceGetHandleByIndex(index))
+        gpu.uuid = _text(nvml.nvmlDeviceGetUUID(gpu.handle))
+        info: dict[str, Any] = {"kind": "gpu", "uuid": gpu.uuid, "nvml_index": index}
+        name = self._query(gpu, "name", nvml.nvmlDeviceGetName)
+        if name is not None:
+            info["name"] = _text(name)
+        serial = self._query(gpu, "serial", nvml.nvmlDeviceGetSerial)
+        if serial is not None:
+            info["serial"] = _text(serial)
+        memory = self._query(gpu, "memory", nvml.nvmlDeviceGetMemoryInfo)
+        if memory is not None:
+            info["memory_total_bytes"] = int(memory.total)
+        limit_mw = self._query(gpu, "power_limit", nvml.nvmlDeviceGetEnforcedPowerLimit)
+        if limit_mw is not None:
+            info["power_limit_w"] = limit_mw / 1000.0
+        pci = self._query(gpu, "pci_info", nvml.nvmlDeviceGetPciInfo)
+        if pci is not None:
+            info["pci_bus_id"] = _text(pci.busId)
+        mig_mode = self._query(gpu, "mig_mode", nvml.nvmlDeviceGetMigMode)
+        if mig_mode is not None:
+            enabled = mig_mode[0] == nvml.NVML_DEVICE_MIG_ENABLE
+            info["mig_mode"] = "enabled" if enabled else "disabled"
+            if enabled:
+                info["mig_devices"] = self._mig_uuids(gpu)
+                gpu.unsupported.add("utilization")  # NVML has no utilisation per instance
+        gpu.info = info
+        return gpu
+
+    def _mig_uuids(self, gpu: _Gpu) -> list[str]:
+        nvml = self._nvml
+        count = self._query(gpu, "mig_device_count", nvml.nvmlDeviceGetMaxMigDeviceCount) or 0
+        uuids = []
+        for i in range(int(count)):
+            try:
+                handle = nvml.nvmlDeviceGetMigDeviceHandleByIndex(gpu.handle, i)
+            except nvml.NVMLError as e:
+                if e.value == nvml.NVML_ERROR_NOT_FOUND:  # an empty MIG slot
+                    continue
+                raise SensorError(f"nvml: {gpu.uuid}: MIG device {i}: {e}") from e
+            uuids.append(_text(nvml.nvmlDeviceGetUUID(handle)))
+        return uuids
+
+    # -- reading ------------------------------------------------------------------------
+
+    def _query(self, gpu: _Gpu, key: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(gpu.handle, *args)``, or None when ``key`` is (now known) unsupported."""
+        if key in gpu.unsupported:
+            return None
+        try:
+            return fn(gpu.handle, *args)
+        except self._nvml.NVMLError as e:
+            if getattr(e, "value", None) in self._skip_codes:
+                logger.debug("nvml: %s: %s not available: %s", gpu.uuid, key, e)
+                gpu.unsupported.add(key)
+                return None
+            raise SensorError(f"nvml: {gpu.uuid}: {key}: {e}") from e
+
+    def _field_values(self, gpu: _Gpu, call_key: str, wanted: dict[str, Any]) -> dict[str, Any]:
+        """The successful field values among ``wanted`` (key -> field id or (id, scope))."""
+        wanted = {k: f for k, f in wanted.items() if k not in gpu.unsupported}
+        if not wanted:
+            return {}
+        values = self._query(
+            gpu, call_key, self._nvml.nvmlDeviceGetFieldValues, list(wanted.values())
+        )
+        if values is None:
+            return {}
+        found = {}
+        for key, value in zip(wanted, values, strict=False):
+            if value.nvmlReturn == self._nvml.NVML_SUCCESS:
+                found[key] = value
+            elif value.nvmlReturn in self._skip_codes:
+                gpu.unsupported.add(key)
+        return found
+
+    def _value(self, field_value: Any) -> Any:
+        member = self._value_members.get(field_value.valueType, "ullVal")
+        return getattr(field_value.value, member)
+
+    def _power(self, gpu: _Gpu) -> dict[str, Any]:
+        nvml = self._nvml
+        fields = self._field_values(
+            gpu, "field_values", {"power_instant": nvml.NVML_FI_DEV_POWER_INSTANT}
+        )
+        instant = fields.get("power_instant")
+        if instant is not None:
+            return {
+                "power_w": self._value(instant) / 1000.0,
+                "power_source": "nvml_instant",
+                "nvml_ts_us": int(instant.timestamp),
+            }
+        usage_mw = self._query(gpu, "power_usage", nvml.nvmlDeviceGetPowerUsage)
+        if usage_mw is None:
+            return {}
+        return {"power_w": usage_mw / 1000.0, "power_source": "nvml_average"}
+
+    def _nvlink(self, gpu: _Gpu) -> dict[str, Any]:
+        nvml = self._nvml
+        wanted = {
+            "nvlink_tx": (nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, ALL_LINKS_SCOPE),
+            "nvlink_rx": (nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, ALL_LINKS_SCOPE),
+        }
+        fields = self._field_values(gpu, "nvlink_field_values", wanted)
+        return {f"{key}_kib": int(self._value(v)) for key, v in fields.items()}
+
+    def _pcie_due(self) -> list[_Gpu]:
+        """The GPUs whose PCIe throughput this ``read()`` takes."""
+        able = [g for g in self._gpus if not {"pcie_tx", "pcie_rx"} <= g.unsupported]
+        if self._pcie_interval_s <= 0:
+            return able
+        now = self._clock()
+        due = [g for g in able if now - g.pcie_read_s >= self._pcie_interval_s]
+        return [min(due, key=lambda g: g.pcie_read_s)] if due else []
+
+    def _pcie(self, gpu: _Gpu) -> dict[str, Any]:
+        nvml = self._nvml
+        gpu.pcie_read_s = self._clock()
+        row = {}
+        for key, counter in (
+            ("pcie_tx", nvml.NVML_PCIE_UTIL_TX_BYTES),
+            ("pcie_rx", nvml.NVML_PCIE_UTIL_RX_BYTES),
+        ):
+            kbs = self._query(gpu, key, nvml.nvmlDeviceGetPcieThroughput, counter)
+            if kbs is not None:
+                row[f"{key}_kbs"] = int(kbs)
+        return row
+
+    def _clocks_event_reasons_fn(self) -> Callable[..., Any]:
+        # nvidia-ml-py before 12.535 only has the older name of the same call.
+        nvml = self._nvml
+        fn = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        return fn if fn is not None else nvml.nvmlDeviceGetCurrentClocksThrottleReasons  # type: ignore[no-any-return]

@@ -1,0 +1,304 @@
+"""Telemetry for a run on a Ray cluster: samplers, clock offsets, collected traces.
+
+The session runs in the driver (the Ray job on the head). It starts one ``NodeSampler``
+actor pinned to each alive node; each writes its samples to a file on its own node
+(no shared filesystem assumed). At the end the driver measures clock offsets again,
+stops the samplers and fetches every node's file with a task pinned to that node, so
+a node whose sampler died still gives up what it wrote before dying.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import socket
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from toolkit.telemetry.clock import ClockOffset, combine, estimate_offset
+from toolkit.telemetry.sampler import DEFAULT_RATE_HZ, Sampler
+from toolkit.telemetry.sensors.factory import make_sensors
+
+logger = logging.getLogger(__name__)
+
+MANIFEST_VERSION = 1
+HOST_RESOURCE_PREFIX = "rtk_host:"
+CALL_TIMEOUT_S = 60.0
+
+
+def manifest_path(run_dir: str | Path) -> Path:
+    """Where a run's telemetry manifest lives."""
+    return Path(run_dir) / "telemetry" / "manifest.json"
+
+
+def samples_path(run_dir: str | Path, node: str) -> Path:
+    """Where a node's collected samples live in the run directory."""
+    return Path(run_dir) / "telemetry" / "nodes" / node / "samples.jsonl"
+
+
+def node_local_dir(key: str) -> Path:
+    """The directory on a node where its sampler writes during the run."""
+    return Path(tempfile.gettempdir()) / f"rtk-telemetry-{key}"
+
+
+@ray.remote(num_cpus=0, max_restarts=0)
+class NodeSampler:
+    """One node's sampler, as a Ray actor pinned to that node."""
+
+    def __init__(self, key: str, sensors: str, rate_hz: float, power_rate_hz: float | None) -> None:
+        """Open the node's sensors; nothing is sampled before ``start``."""
+        self.path = node_local_dir(key) / "samples.jsonl"
+        self.sensors = make_sensors(sensors)
+        self.sampler = Sampler(self.sensors, self.path, rate_hz, power_rate_hz)
+
+    def info(self) -> dict[str, Any]:
+        """Who and what this sampler is: host, pid, sensors and their devices."""
+        devices: dict[str, Any] = {}
+        for sensor in self.sensors:
+            devices.update(sensor.devices())
+        return {
+            "hostname": socket.gethostname(),
+            "node": os.environ.get("RTK_NODE"),
+            "pid": os.getpid(),
+            "sensors": [s.name for s in self.sensors],
+            "devices": devices,
+            "path": str(self.path),
+        }
+
+    def wall_s(self) -> float:
+        """This node's wall clock (for offset estimates)."""
+        return time.time()
+
+    def start(self) -> None:
+        """Start sampling."""
+        self.sampler.start()
+
+    def stop(self) -> dict[str, Any]:
+        """Stop sampling and close the sensors; return the sampler's statistics."""
+        stats = self.sampler.stop()
+        for sensor in self.sensors:
+            sensor.close()
+        return stats.to_json()
+
+
+@ray.remote(num_cpus=0)
+def _read_node_file(path: str) -> bytes | None:
+    """Return a file on the node this task runs on (None if there is none)."""
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+@ray.remote(num_cpus=0)
+def _remove_node_dir(path: str) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@dataclass
+class _Node:
+    name: str
+    node_id: str
+    by_host: bool = False  # the name is an rtk_host resource
+    actor: Any = None
+    info: dict[str, Any] = field(default_factory=dict)
+    start_clock: ClockOffset | None = None
+    end_clock: ClockOffset | None = None
+    stats: dict[str, Any] | None = None
+    status: str = "starting"
+    error: str | None = None
+
+
+class TelemetrySession:
+    """Sample every alive node of the Ray cluster this driver is connected to."""
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        sensors: str = "auto",
+        rate_hz: float = DEFAULT_RATE_HZ,
+        power_rate_hz: float | None = None,
+        clock_rounds: int = 15,
+    ) -> None:
+        """Prepare a session; ``start`` begins sampling."""
+        self.run_dir = Path(run_dir)
+        self.sensors = sensors
+        self.rate_hz = rate_hz
+        self.power_rate_hz = power_rate_hz
+        self.clock_rounds = clock_rounds
+        self.key = hashlib.sha256(f"{self.run_dir}:{time.time()}".encode()).hexdigest()[:12]
+        self.nodes: list[_Node] = []
+        self.started_wall_s: float | None = None
+        self.ended_wall_s: float | None = None
+        self.head = socket.gethostname()
+
+    def __enter__(self) -> TelemetrySession:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Start a sampler on every alive node and measure clock offsets."""
+        head_id = ray.get_runtime_context().get_node_id()
+        for node in ray.nodes():  # type: ignore[no-untyped-call]
+            if not node.get("Alive"):
+                continue
+            name, by_host = _node_name(node)
+            self.nodes.append(_Node(name, node["NodeID"], by_host))
+            if node["NodeID"] == head_id:
+                self.head = name
+        for node in self.nodes:
+            node.actor = NodeSampler.options(  # type: ignore[attr-defined]
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False),
+                name=f"rtk-sampler-{self.key}-{node.name}",
+            ).remote(self.key, self.sensors, self.rate_hz, self.power_rate_hz)
+        infos = {n.name: n.actor.info.remote() for n in self.nodes}
+        for node in self.nodes:
+            try:
+                node.info = ray.get(infos[node.name], timeout=CALL_TIMEOUT_S)
+                node.start_clock = self._offset(node)
+                ray.get(node.actor.start.remote(), timeout=CALL_TIMEOUT_S)
+                node.status = "running"
+            except Exception as e:  # noqa: BLE001 - one node's failure is recorded, not fatal
+                node.status, node.error = "missing", f"sampler did not start: {e}"
+                logger.warning("telemetry: %s: %s", node.name, node.error)
+        self.started_wall_s = time.time()
+        self._write_manifest()
+        running = sum(n.status == "running" for n in self.nodes)
+        print(
+            f"rtk telemetry: sampling {running}/{len(self.nodes)} node(s) at "
+            f"{self.rate_hz:g} Hz ({', '.join(sorted(self._sensor_names()))})",
+            flush=True,
+        )
+
+    def stop(self) -> None:
+        """Measure offsets again, stop every sampler, collect every node's samples."""
+        self.ended_wall_s = time.time()
+        for node in self.nodes:
+            if node.status != "running":
+                continue
+            try:
+                node.end_clock = self._offset(node)
+                node.stats = ray.get(node.actor.stop.remote(), timeout=CALL_TIMEOUT_S)
+                node.status = "complete"
+            except Exception as e:  # noqa: BLE001 - a dead sampler still has its file
+                node.status, node.error = "lost", f"sampler died during the run: {e}"
+                logger.warning("telemetry: %s: %s", node.name, node.error)
+        for node in self.nodes:
+            self._collect(node)
+        self._write_manifest()
+        for node in self.nodes:
+            if node.actor is not None:
+                ray.kill(node.actor)
+
+    def _offset(self, node: _Node) -> ClockOffset:
+        actor = node.actor
+
+        def remote_wall_s() -> float:
+            value: float = ray.get(actor.wall_s.remote(), timeout=CALL_TIMEOUT_S)
+            return value
+
+        return estimate_offset(remote_wall_s, self.clock_rounds)
+
+    def _collect(self, node: _Node) -> None:
+        path = node.info.get("path")
+        if not path:
+            return
+        # By host resource where there is one: a node whose Ray was restarted during
+        # the run has a new node id but still holds the file in its filesystem.
+        where: dict[str, Any] = (
+            {"resources": {f"{HOST_RESOURCE_PREFIX}{node.name}": 0.001}}
+            if node.by_host
+            else {"scheduling_strategy": NodeAffinitySchedulingStrategy(node.node_id, soft=False)}
+        )
+        try:
+            data = ray.get(
+                _read_node_file.options(**where).remote(path),
+                timeout=CALL_TIMEOUT_S,
+            )
+        except Exception as e:  # noqa: BLE001 - the node itself is gone
+            node.status, node.error = "missing", f"could not collect samples: {e}"
+            return
+        if data is None:
+            node.status, node.error = "missing", f"no samples file on the node ({path})"
+            return
+        target = samples_path(self.run_dir, node.name)
+        if Path(path).resolve() != target.resolve():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+            _remove_node_dir.options(**where).remote(str(Path(path).parent))
+        lines = [x for x in data.splitlines() if x.strip()]
+        node.stats = node.stats or {}
+        node.stats["samples"] = len(lines)
+        if lines:
+            node.stats["first_wall_s"] = _wall(lines[0])
+            node.stats["last_wall_s"] = _wall(lines[-1])
+
+    def _sensor_names(self) -> set[str]:
+        return {s for n in self.nodes for s in n.info.get("sensors", [])}
+
+    def manifest(self) -> dict[str, Any]:
+        """The manifest as it stands (docs/telemetry.md)."""
+        return {
+            "v": MANIFEST_VERSION,
+            "run_dir": str(self.run_dir),
+            "head": self.head,
+            "rate_hz": self.rate_hz,
+            "power_rate_hz": self.power_rate_hz or self.rate_hz,
+            "started_wall_s": self.started_wall_s,
+            "ended_wall_s": self.ended_wall_s,
+            "nodes": {
+                n.name: {
+                    "hostname": n.info.get("hostname"),
+                    "node_id": n.node_id,
+                    "pid": n.info.get("pid"),
+                    "sensors": n.info.get("sensors", []),
+                    "devices": n.info.get("devices", {}),
+                    "clock": combine(n.start_clock, n.end_clock),
+                    "status": n.status,
+                    "samples": (n.stats or {}).get("samples", 0),
+                    "first_wall_s": (n.stats or {}).get("first_wall_s"),
+                    "last_wall_s": (n.stats or {}).get("last_wall_s"),
+                    "sampler": n.stats,
+                    "error": n.error,
+                }
+                for n in self.nodes
+            },
+        }
+
+    def _write_manifest(self) -> None:
+        path = manifest_path(self.run_dir)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.manifest(), indent=2) + "\n")
+        tmp.replace(path)
+
+
+def _node_name(node: dict[str, Any]) -> tuple[str, bool]:
+    """The inventory name of a Ray node (its rtk_host resource), else its host name.
+
+    The flag says whether the name came from the rtk_host resource.
+    """
+    for key in node.get("Resources", {}):
+        if key.startswith(HOST_RESOURCE_PREFIX):
+            return str(key[len(HOST_RESOURCE_PREFIX) :]), True
+    return str(node.get("NodeManagerHostname") or node["NodeID"][:12]), False
+
+
+def _wall(line: bytes) -> float | None:
+    try:
+        value = json.loads(line).get("wall_s")
+    except ValueError:
+        return None
+    return float(value) if value is not None else None

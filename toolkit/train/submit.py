@@ -1,0 +1,61 @@
+"""Submit the built-in trainer to a cluster rtk brought up, as a Ray job."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import toolkit
+from toolkit.cluster.jobs import JobOutcome, job_client, run_job
+from toolkit.cluster.plan import ClusterPlan
+from toolkit.cluster.state import StateStore
+from toolkit.train.config import TrainConfig
+
+
+def train_job(plan: ClusterPlan, config: TrainConfig) -> tuple[str, dict[str, Any]]:
+    """The entrypoint and runtime environment of the training job."""
+    # The head's own Python (the one Ray runs), not whatever "python" is on its PATH.
+    python = plan.head.node.python
+    entrypoint = shlex.join([python, "-m", "toolkit.train.job", json.dumps(config.to_json())])
+    runtime_env = {
+        "py_modules": [package_dir()],
+        "env_vars": {
+            # Read by Ray Train's controller, which runs inside this job.
+            "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": f"{config.restart_wait_s:g}",
+            # Ray Train 2.60 patches print() to log and also tees to the wrapped
+            # stdout, so every progress line reached the terminal twice.
+            "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
+        },
+    }
+    return entrypoint, runtime_env
+
+
+def package_dir() -> str:
+    """This toolkit's source directory, shipped with jobs so nodes run the same code."""
+    return str(Path(toolkit.__file__).parent)
+
+
+def submit_train(
+    plan: ClusterPlan,
+    store: StateStore,
+    config: TrainConfig,
+    run_id: str,
+    echo: Callable[[str], None],
+) -> JobOutcome:
+    """Run the trainer as a Ray job, streaming its log through ``echo``, to its end."""
+    entrypoint, runtime_env = train_job(plan, config)
+    record = store.load() or {}
+    runs = [r for r in record.get("runs", []) if r.get("run_id") != run_id]
+    record["runs"] = [*runs, {"run_id": run_id, "run_dir": config.run_dir, "at": time.time()}]
+    store.save(record)
+    return run_job(
+        job_client(plan, store),
+        entrypoint,
+        runtime_env,
+        f"rtk-train-{run_id}-{int(time.time())}",
+        echo,
+    )
