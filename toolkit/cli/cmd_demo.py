@@ -22,7 +22,7 @@ DEMO_HELP = """Run rtk's whole flow on this machine, with the embedded one-node 
 \b
 1. brings up a local Ray cluster (token auth, pinned ports) and shows its status,
 2. runs a Ray task on every node,
-3. trains the tiny GPT on 2 workers with a barrier every 5 steps, while a sampler
+3. trains the tiny GPT on 2 workers with a barrier every 10 steps, while a sampler
    records power and host telemetry,
 4. builds the report (terminal summary, summary.json, traces.csv, report.html),
 5. takes the cluster down again, also when a step fails.
@@ -33,7 +33,7 @@ It needs the trainer's packages: pip install torch==2.13.0 'rtk[train]'.
 
 @click.command("demo", help=DEMO_HELP)
 @click.option("--keep", is_flag=True, help="Leave the cluster running at the end.")
-@click.option("--max-steps", type=int, default=30, show_default=True)
+@click.option("--max-steps", type=int, default=100, show_default=True)
 @click.option("--num-workers", type=int, default=2, show_default=True)
 @click.option("--output-dir", default="~/rtk-runs", show_default=True)
 def demo_cmd(keep: bool, max_steps: int, num_workers: int, output_dir: str) -> None:
@@ -49,9 +49,9 @@ def demo_cmd(keep: bool, max_steps: int, num_workers: int, output_dir: str) -> N
         model_size="tiny",
         num_workers=num_workers,
         max_steps=max_steps,
-        barrier_every=5,
+        barrier_every=10,
         save_steps=max_steps,
-        log_every=5,
+        log_every=10,
     ).check()
     html = None
     with make_transport(inv) as transport:

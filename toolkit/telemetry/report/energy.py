@@ -198,7 +198,12 @@ def device_report(series: DeviceSeries, window: Window, threshold_s: float) -> D
         counter, resets = EnergyCurve.from_counter(t_e, energy, threshold_s)
     t_p, power_w = series.values("power_w")
     power = EnergyCurve.from_power(t_p, power_w, threshold_s) if t_p.size >= 2 else None
-    if counter is not None:
+    rapl = series.values("rapl_package_j")[0].size > 0
+    if series.power_source == "model" and power is not None and not rapl:
+        # The host sensor's modelled energy_j is the integral of its modelled power,
+        # not a meter: label it as the estimate it is.
+        source, curve, counter = MODELLED, power, None
+    elif counter is not None:
         source, curve = COUNTER, counter
     elif power is not None:
         curve = power
