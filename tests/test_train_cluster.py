@@ -6,6 +6,7 @@ The run directory is under /var/tmp, which every sandbox node shares with the ho
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -99,6 +100,62 @@ def check_run(run_dir: Path, sandbox: Sandbox, steps: int) -> None:
         barriers = [r["step"] for r in records if r["rank"] == rank and r["event"] == "barrier"]
         assert barriers == [5, 10, 15, 20, 25, 30]
     assert 1 <= len(checkpoints(run_dir)) <= 3
+    check_telemetry(run_dir, sandbox, steps)
+
+
+def samples(run_dir: Path, node: str) -> list[dict[str, Any]]:
+    rows = []
+    for line in (run_dir / "telemetry" / "nodes" / node / "samples.jsonl").read_text().splitlines():
+        with contextlib.suppress(ValueError):  # the last line of a killed sampler
+            rows.append(json.loads(line))
+    return rows
+
+
+def check_telemetry(
+    run_dir: Path, sandbox: Sandbox, steps: int, lost: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """Traces from every node, a report consistent with them; returns the summary."""
+    manifest = json.loads((run_dir / "telemetry" / "manifest.json").read_text())
+    names = sorted(n.name for n in sandbox.nodes)
+    assert sorted(manifest["nodes"]) == names
+    summary = json.loads((run_dir / "report" / "summary.json").read_text())
+    window = summary["window"]
+    for name, node in manifest["nodes"].items():
+        assert node["status"] == ("lost" if name in lost else "complete"), (name, node)
+        rows = samples(run_dir, name)
+        assert len(rows) == node["samples"] > 0
+        # The sandbox's nodes share the host's clock: the offsets must find ~0.
+        assert abs(node["clock"]["offset_s"]) < 0.05
+        if name in lost:
+            continue
+        # The report's energy for the node is what its own trace says: the sensor's
+        # cumulative energy between the window's ends, on the node's clock.
+        offset = node["clock"]["offset_s"]
+        t = [r["wall_s"] - offset for r in rows]
+        e = [r["energy_j"] for r in rows]
+        start, end = window["start_wall_s"], window["end_wall_s"]
+        assert t[0] <= start and t[-1] >= end
+        expected = interp(end, t, e) - interp(start, t, e)
+        assert summary["nodes"][name]["energy_j"] == pytest.approx(expected, rel=0.1, abs=0.5)
+    # The step timeline: every step on rank 0, every barrier met by all three ranks.
+    assert summary["run"]["steps"] == steps
+    assert [s["step"] for s in summary["steps"]["per_step"]] == list(range(1, steps + 1))
+    barriers = summary["barriers"]
+    assert all(b["ranks"] == 3 and b["spread_s"] < 1.0 for b in barriers)
+    for plot in ("power", "step_energy", "utilization"):
+        png = run_dir / "report" / "plots" / f"{plot}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (run_dir / "report" / "report.html").is_file()
+    return summary
+
+
+def interp(x: float, xs: list[float], ys: list[float]) -> float:
+    for (x0, y0), (x1, y1) in zip(
+        zip(xs, ys, strict=True), zip(xs[1:], ys[1:], strict=True), strict=False
+    ):
+        if x0 <= x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0) if x1 > x0 else y0
+    raise AssertionError(f"{x} outside the trace")
 
 
 def test_ddp_trains_marks_barriers_and_resumes(
@@ -191,13 +248,23 @@ def test_a_lost_worker_node_restarts_from_the_last_checkpoint(
         text=True,
         env={**os.environ, **trained["env"]},
     )
+    sampler_victim = sandbox_train.nodes[1].name
     try:
         deadline = time.monotonic() + 300
-        while len(metric_lines(run_dir)) < 45:
-            assert job.poll() is None, job.communicate()[0][-4000:]
-            assert time.monotonic() < deadline, "the run never reached step 45"
-            time.sleep(0.2)
-        # The victim's training worker is one of the processes killed.
+
+        def reach(step: int) -> None:
+            while len(metric_lines(run_dir)) < step:
+                assert job.poll() is None, job.communicate()[0][-4000:]
+                assert time.monotonic() < deadline, f"the run never reached step {step}"
+                time.sleep(0.2)
+
+        # First one node's telemetry sampler dies (SIGKILL); training goes on.
+        reach(25)
+        sampler_killed = sandbox_train.run_in(sampler_victim, ["pkill", "-9", "-f", "NodeSampler"])
+        assert sampler_killed.returncode == 0, "no sampler process to kill"
+        sampler_killed_at = time.time()
+        reach(45)
+        # Then a whole worker node's Ray; its training worker is one of the processes.
         assert sandbox_train.run_in(victim, ["pgrep", "-f", "RayTrainWorker"]).returncode == 0
         killed = sandbox_train.run_in(victim, ["pkill", "-9", "-f", "ray"])
         assert killed.returncode == 0, killed.stderr
@@ -226,6 +293,14 @@ def test_a_lost_worker_node_restarts_from_the_last_checkpoint(
     assert sorted({r["node"] for r in restarts}) == sorted(n.name for n in sandbox_train.nodes), [
         (r["rank"], r["node"], r["hostname"], r["step"], r["wall_s"]) for r in starts
     ]
+    # Telemetry: the report builds; the node whose sampler was killed shows its data up
+    # to the kill and a gap after it; the node whose Ray was killed lost its sampler too.
+    summary = check_telemetry(run_dir, sandbox_train, 120, lost=(sampler_victim, victim))
+    rows = samples(run_dir, sampler_victim)
+    assert sampler_killed_at - 1.5 < rows[-1]["wall_s"] < sampler_killed_at + 0.5
+    node = summary["nodes"][sampler_victim]
+    assert node["partial"] and node["gaps"] and node["covered_fraction"] < 1.0
+    assert "report: " in output
     superseded = run_dir / "metrics.superseded.jsonl"
     restarted_at = restarts[0]["step"]
     if superseded.exists():

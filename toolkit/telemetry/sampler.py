@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Sequence
@@ -75,6 +76,8 @@ class Sampler:
         self.power_rate_hz = max(power_rate_hz, rate_hz)
         self.flush_s = flush_s
         self.stats = SamplerStats()
+        # The newest reading of every device (for live scraping), by device key.
+        self.latest: dict[str, dict[str, Any]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -138,8 +141,11 @@ class Sampler:
                 continue
             wall_s, mono_s = time.time(), time.monotonic()
             for reading in readings:
-                out.write(json.dumps({"wall_s": wall_s, "mono_s": mono_s, **reading}) + "\n")
+                row = {"wall_s": wall_s, "mono_s": mono_s, **reading}
+                out.write(json.dumps(row) + "\n")
                 self.stats.samples += 1
+                device = str(reading.get("device"))
+                self.latest[device] = {**self.latest.get(device, {}), **row}
             if readings:
                 if self.stats.first_wall_s is None:
                     self.stats.first_wall_s = wall_s
@@ -162,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sensors", default="auto")
     parser.add_argument("--rate-hz", type=float, default=DEFAULT_RATE_HZ)
     parser.add_argument("--power-rate-hz", type=float, default=0.0)
+    parser.add_argument("--prometheus-port", type=int, default=0)
     args = parser.parse_args(argv)
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
@@ -169,6 +176,10 @@ def main(argv: list[str] | None = None) -> int:
     sensors = make_sensors(args.sensors)
     sampler = Sampler(sensors, args.out, args.rate_hz, args.power_rate_hz or None)
     sampler.start()
+    if args.prometheus_port:
+        from toolkit.telemetry.prometheus import serve
+
+        serve(sampler, args.prometheus_port, node=os.environ.get("RTK_NODE", ""))
     print(json.dumps({"started": True, "sensors": [s.name for s in sensors]}), flush=True)
     done.wait()
     stats = sampler.stop()

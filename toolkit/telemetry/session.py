@@ -236,9 +236,14 @@ class TelemetrySession:
         target = samples_path(self.run_dir, node.name)
         if Path(path).resolve() != target.resolve():
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
+            # A resumed run appends: the trace covers every invocation, and the time
+            # between them shows as a gap.
+            with target.open("ab") as out:
+                if out.tell() and not data.startswith(b"\n"):
+                    out.write(b"\n")
+                out.write(data)
             _remove_node_dir.options(**where).remote(str(Path(path).parent))
-        lines = [x for x in data.splitlines() if x.strip()]
+        lines = [x for x in target.read_bytes().splitlines() if x.strip()]
         node.stats = node.stats or {}
         node.stats["samples"] = len(lines)
         if lines:
