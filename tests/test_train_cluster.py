@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -314,3 +315,81 @@ def metric_lines(run_dir: Path) -> list[str]:
         return (run_dir / "metrics.jsonl").read_text().splitlines()
     except FileNotFoundError:
         return []
+
+
+def test_telemetry_record_samples_every_node_around_any_command(
+    trained: dict[str, Any], sandbox_train: Sandbox, tmp_path: Path
+) -> None:
+    """``rtk telemetry record``: traces from all nodes, live /metrics, the command's status."""
+    port = "9464"
+    argv = [
+        sys.executable,
+        "-m",
+        "toolkit",
+        "telemetry",
+        "record",
+        trained["inventory"],
+        "--output-dir",
+        str(trained["output"]),
+        "--run-id",
+        "record",
+        "--prometheus-port",
+        port,
+        "--working-dir",
+        str(tmp_path),
+        "--",
+        "python",
+        "-c",
+        "import time; time.sleep(6)",
+    ]
+    job = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **trained["env"]},
+    )
+    scraped: dict[str, str] = {}
+    try:
+        deadline = time.monotonic() + 120
+        while len(scraped) < 3 and time.monotonic() < deadline and job.poll() is None:
+            for node in sandbox_train.nodes:
+                if node.name in scraped:
+                    continue
+                url = f"http://{node.address}:{port}/metrics"
+                with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as r:
+                    scraped[node.name] = r.read().decode()
+            time.sleep(0.3)
+        output, _ = job.communicate(timeout=300)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode == 0, output[-4000:]
+    assert sorted(scraped) == sorted(n.name for n in sandbox_train.nodes)
+    for name, body in scraped.items():
+        assert f'rtk_cpu_util_pct{{node="{name}",device="host",kind="host"}}' in body
+    run_dir = trained["output"] / "record"
+    manifest = json.loads((run_dir / "telemetry" / "manifest.json").read_text())
+    assert {n["status"] for n in manifest["nodes"].values()} == {"complete"}
+    assert json.loads((run_dir / "command.json").read_text())["exit_code"] == 0
+    assert (run_dir / "report" / "report.html").is_file()
+    summary = json.loads((run_dir / "report" / "summary.json").read_text())
+    assert summary["window"]["basis"] != "markers"  # no trainer: the samples' span
+    assert summary["window"]["duration_s"] > 5
+    failing = rtk(
+        "telemetry",
+        "record",
+        trained["inventory"],
+        "--output-dir",
+        str(trained["output"]),
+        "--working-dir",
+        str(tmp_path),
+        "--",
+        "python",
+        "-c",
+        "raise SystemExit(4)",
+        env=trained["env"],
+        timeout=300,
+    )
+    assert failing.returncode == 1
+    assert "exited 4" in failing.stdout

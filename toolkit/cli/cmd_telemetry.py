@@ -55,6 +55,13 @@ def telemetry_group() -> None:
 @click.option("--sensors", default="auto", show_default=True, help="auto, host, nvml, host,nvml.")
 @click.option("--rate-hz", type=float, default=10.0, show_default=True)
 @click.option("--power-rate-hz", type=float, default=0.0, show_default=True)
+@click.option(
+    "--prometheus-port",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Serve each node's newest readings at http://NODE:PORT/metrics; 0: off.",
+)
 def record_cmd(
     inventory: str,
     command: tuple[str, ...],
@@ -64,6 +71,7 @@ def record_cmd(
     sensors: str,
     rate_hz: float,
     power_rate_hz: float,
+    prometheus_port: int,
 ) -> None:
     """Record telemetry around a command (help: RECORD_HELP)."""
     inv = choose_inventory(inventory, local=False)
@@ -76,6 +84,7 @@ def record_cmd(
         "sensors": sensors,
         "rate_hz": rate_hz,
         "power_rate_hz": power_rate_hz,
+        "prometheus_port": prometheus_port,
     }
     python = plan.head.node.python
     entrypoint = shlex.join(

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from toolkit.cli.common import choose_inventory
+from toolkit.cli.common import choose_inventory, inventory_options
 from toolkit.cli.reporting import report_if_here
 from toolkit.cluster import StateStore, build_plan
 from toolkit.cluster.jobs import JobOutcome, job_client, run_job
@@ -32,6 +32,9 @@ text file read as bytes (--data).
 The run directory (--output-dir/RUN_ID) is written by the workers: markers
 (every step and barrier, per rank), metrics.jsonl, and checkpoints. It must be on
 a filesystem every node shares (or a URI Ray Train can write, e.g. s3://...).
+With telemetry (the default) one sampler per node records power, GPU and host
+readings; at the end they are collected into RUN_DIR/telemetry and the report is
+built into RUN_DIR/report (see rtk report --help).
 
 \b
 Examples:
@@ -39,6 +42,7 @@ Examples:
   rtk train inv.yaml --model-size 350M --strategy fsdp2 --precision bf16
   rtk train inv.yaml --strategy deepspeed --zero-stage 2 --offload-optimizer
   rtk train inv.yaml --resume --max-steps 40        continue the last run
+  rtk up --local && rtk train --local --num-workers 2   this machine alone
 """
 
 LAUNCH_HELP = """Run any COMMAND on the cluster as a Ray job (its driver runs on the head).
@@ -52,7 +56,7 @@ command runs in the cluster's environment (NCCL/Gloo settings, Ray token).
 
 
 @click.command("train", help=TRAIN_HELP)
-@click.argument("inventory", type=click.Path(dir_okay=False))
+@inventory_options
 @click.option("--model-size", type=click.Choice(list(PRESETS)), default="tiny", show_default=True)
 @click.option("--layers", type=int, help="Override the preset's layer count.")
 @click.option("--width", type=int, help="Override the preset's hidden size.")
@@ -141,9 +145,16 @@ command runs in the cluster's environment (NCCL/Gloo settings, Ray token).
     show_default=True,
     help="GPU instant-power readings per second, up to 50; 0: with every sample.",
 )
-def train_cmd(inventory: str, **options: Any) -> None:
+@click.option(
+    "--prometheus-port",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Serve each node's newest readings at http://NODE:PORT/metrics; 0: off.",
+)
+def train_cmd(inventory: str | None, **options: Any) -> None:
     """Run the built-in trainer (help: TRAIN_HELP)."""
-    inv = choose_inventory(inventory, local=False)
+    inv = choose_inventory(inventory, options.pop("local"))
     plan = build_plan(inv)
     store = StateStore(inv.name)
     run_id = (

@@ -28,7 +28,11 @@ def main(argv: list[str]) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     ray.init(logging_level=logging.ERROR)
     session = TelemetrySession(
-        run_dir, options["sensors"], options["rate_hz"], options.get("power_rate_hz") or None
+        run_dir,
+        options["sensors"],
+        options["rate_hz"],
+        options.get("power_rate_hz") or None,
+        prometheus_port=int(options.get("prometheus_port") or 0),
     )
     session.start()
     began = time.monotonic()

@@ -54,11 +54,21 @@ def node_local_dir(key: str) -> Path:
 class NodeSampler:
     """One node's sampler, as a Ray actor pinned to that node."""
 
-    def __init__(self, key: str, sensors: str, rate_hz: float, power_rate_hz: float | None) -> None:
+    def __init__(
+        self,
+        key: str,
+        sensors: str,
+        rate_hz: float,
+        power_rate_hz: float | None,
+        prometheus_port: int = 0,
+    ) -> None:
         """Open the node's sensors; nothing is sampled before ``start``."""
         self.path = node_local_dir(key) / "samples.jsonl"
         self.sensors = make_sensors(sensors)
         self.sampler = Sampler(self.sensors, self.path, rate_hz, power_rate_hz)
+        self.prometheus_port = prometheus_port
+        self.server: Any = None
+
 
     def info(self) -> dict[str, Any]:
         """Who and what this sampler is: host, pid, sensors and their devices."""
@@ -79,11 +89,19 @@ class NodeSampler:
         return time.time()
 
     def start(self) -> None:
-        """Start sampling."""
+        """Start sampling (and serving /metrics when a Prometheus port was given)."""
         self.sampler.start()
+        if self.prometheus_port:
+            from toolkit.telemetry.prometheus import serve
+
+            node = os.environ.get("RTK_NODE") or socket.gethostname()
+            self.server = serve(self.sampler, self.prometheus_port, node)
 
     def stop(self) -> dict[str, Any]:
         """Stop sampling and close the sensors; return the sampler's statistics."""
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
         stats = self.sampler.stop()
         for sensor in self.sensors:
             sensor.close()
@@ -128,8 +146,10 @@ class TelemetrySession:
         rate_hz: float = DEFAULT_RATE_HZ,
         power_rate_hz: float | None = None,
         clock_rounds: int = 15,
+        prometheus_port: int = 0,
     ) -> None:
         """Prepare a session; ``start`` begins sampling."""
+        self.prometheus_port = prometheus_port
         self.run_dir = Path(run_dir)
         self.sensors = sensors
         self.rate_hz = rate_hz
@@ -162,7 +182,7 @@ class TelemetrySession:
             node.actor = NodeSampler.options(  # type: ignore[attr-defined]
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False),
                 name=f"rtk-sampler-{self.key}-{node.name}",
-            ).remote(self.key, self.sensors, self.rate_hz, self.power_rate_hz)
+            ).remote(self.key, self.sensors, self.rate_hz, self.power_rate_hz, self.prometheus_port)
         infos = {n.name: n.actor.info.remote() for n in self.nodes}
         for node in self.nodes:
             try:

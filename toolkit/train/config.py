@@ -81,6 +81,7 @@ class TrainConfig:
     telemetry_sensors: str = "auto"
     telemetry_rate_hz: float = 10.0
     power_rate_hz: float = 0.0
+    prometheus_port: int = 0
 
     log_every: int = 1
 

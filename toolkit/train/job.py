@@ -88,6 +88,7 @@ def main(argv: list[str]) -> int:
             config.telemetry_sensors,
             config.telemetry_rate_hz,
             config.power_rate_hz or None,
+            prometheus_port=config.prometheus_port,
         )
         if config.telemetry
         else None
