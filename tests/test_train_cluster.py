@@ -393,3 +393,61 @@ def test_telemetry_record_samples_every_node_around_any_command(
     )
     assert failing.returncode == 1
     assert "exited 4" in failing.stdout
+
+
+def test_results_come_back_from_the_head_without_a_shared_filesystem(
+    trained: dict[str, Any], sandbox_train: Sandbox, tmp_path: Path
+) -> None:
+    """A run directory in the head's private /tmp: rtk packs it there and unpacks it here."""
+    output = tmp_path / "private-runs"  # exists on no node: each node's /tmp is its own
+    done = rtk(
+        "telemetry",
+        "record",
+        trained["inventory"],
+        "--output-dir",
+        str(output),
+        "--run-id",
+        "away",
+        "--working-dir",
+        str(tmp_path),
+        "--",
+        "python",
+        "-c",
+        "import time; time.sleep(2)",
+        env=trained["env"],
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "from the head into" in done.stderr
+    run_dir = output / "away"
+    manifest = json.loads((run_dir / "telemetry" / "manifest.json").read_text())
+    assert sorted(manifest["nodes"]) == sorted(n.name for n in sandbox_train.nodes)
+    for name in manifest["nodes"]:
+        assert samples(run_dir, name)
+    assert (run_dir / "report" / "report.html").is_file()
+    # The head really holds it in its own /tmp, which this machine cannot see directly.
+    head = sandbox_train.nodes[0].name
+    listing = sandbox_train.run_in(head, ["ls", str(run_dir / "telemetry")])
+    assert listing.returncode == 0 and "manifest.json" in listing.stdout
+
+
+def test_training_without_a_shared_filesystem_gathers_every_ranks_markers(
+    trained: dict[str, Any], sandbox_train: Sandbox, tmp_path: Path
+) -> None:
+    """Each rank writes markers on its own node; the head gathers them, rtk brings them here."""
+    output = tmp_path / "private-runs"
+    done = rtk(
+        "train",
+        trained["inventory"],
+        *("--num-workers", "3", "--max-steps", "10", "--barrier-every", "5"),
+        *("--save-steps", "0", "--output-dir", str(output), "--run-id", "apart"),
+        env=trained["env"],
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_dir = output / "apart"
+    records = read_markers(run_dir)
+    assert sorted({r["rank"] for r in records}) == [0, 1, 2]
+    summary = json.loads((run_dir / "report" / "summary.json").read_text())
+    assert summary["run"]["steps"] == 10
+    assert [b["ranks"] for b in summary["barriers"]] == [3, 3]

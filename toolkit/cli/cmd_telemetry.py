@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from toolkit.cli.common import choose_inventory
-from toolkit.cli.reporting import report_if_here
+from toolkit.cli.reporting import from_head, report_if_here
 from toolkit.cluster import StateStore, build_plan
 from toolkit.cluster.jobs import job_client, run_job
 from toolkit.train.submit import package_dir
@@ -106,6 +106,6 @@ def record_cmd(
         f"run dir {run_dir}",
         err=True,
     )
-    report_if_here(run_dir)
+    report_if_here(run_dir, from_head(inv, plan, run_dir))
     if not outcome.ok:
         sys.exit(1)

@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from toolkit.cli.common import choose_inventory, inventory_options
-from toolkit.cli.reporting import report_if_here
+from toolkit.cli.reporting import from_head, report_if_here
 from toolkit.cluster import StateStore, build_plan
 from toolkit.cluster.jobs import JobOutcome, job_client, run_job
 from toolkit.errors import RtkError
@@ -168,7 +168,7 @@ def train_cmd(inventory: str | None, **options: Any) -> None:
     outcome = submit_train(plan, store, config, run_id, click.echo)
     _print_outcome(outcome, config.run_dir)
     if config.telemetry:
-        report_if_here(config.run_dir)
+        report_if_here(config.run_dir, from_head(inv, plan, config.run_dir))
     if not outcome.ok:
         sys.exit(1)
 

@@ -99,6 +99,10 @@ class ClusterPlan:
         argv = [self.head.node.python, "-", "status", url, self.head_address]
         return with_env_file(self.paths.env_file, join(argv))
 
+    def pack_command(self, run_dir: str) -> str:
+        """Command run on the head that prints a run directory's results as base64 tar."""
+        return join([self.head.node.python, "-", "pack", run_dir])
+
     def smoke_command(self) -> str:
         """Command run on the head that runs one Ray task on every node (agent on stdin)."""
         hosts = ",".join(n.name for n in self.nodes)

@@ -265,11 +265,47 @@ def smoke(gcs_address: str, hosts_text: str) -> dict[str, Any]:
         ray.shutdown()
 
 
+# What rtk brings back from a run directory: never checkpoints, which can be huge.
+PACK_PATTERNS = (
+    "telemetry/**/*",
+    "markers/*.jsonl",
+    "metrics*.jsonl",
+    "*.json",
+)
+
+
+def pack(run_dir: str) -> dict[str, Any]:
+    """A run directory's telemetry, markers and metrics, as a base64 tar.gz."""
+    import base64
+    import io
+    import tarfile
+    from pathlib import Path
+
+    root = Path(os.path.expanduser(run_dir))
+    if not root.is_dir():
+        raise FileNotFoundError(f"no run directory {root} on this node")
+    buffer = io.BytesIO()
+    names = []
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for pattern in PACK_PATTERNS:
+            for path in sorted(root.glob(pattern)):
+                if path.is_file():
+                    name = str(path.relative_to(root))
+                    tar.add(path, arcname=name)
+                    names.append(name)
+    return {
+        "run_dir": str(root),
+        "files": names,
+        "tar_gz_b64": base64.b64encode(buffer.getvalue()).decode(),
+    }
+
+
 COMMANDS: dict[str, Callable[..., dict[str, Any]]] = {
     "probe": probe,
     "stop": stop,
     "status": status,
     "smoke": smoke,
+    "pack": pack,
 }
 
 

@@ -69,7 +69,6 @@ class NodeSampler:
         self.prometheus_port = prometheus_port
         self.server: Any = None
 
-
     def info(self) -> dict[str, Any]:
         """Who and what this sampler is: host, pid, sensors and their devices."""
         devices: dict[str, Any] = {}
@@ -115,6 +114,19 @@ def _read_node_file(path: str) -> bytes | None:
         return Path(path).read_bytes()
     except FileNotFoundError:
         return None
+
+
+@ray.remote(num_cpus=0)
+def _read_node_markers(run_dir: str) -> dict[str, bytes]:
+    """This node's view of the marker files, by path relative to the run directory.
+
+    Without a shared filesystem, each node holds only its own ranks' files.
+    """
+    root = Path(run_dir)
+    return {
+        str(path.relative_to(root)): path.read_bytes()
+        for path in sorted((root / "markers").glob("rank-*.jsonl"))
+    }
 
 
 @ray.remote(num_cpus=0)
@@ -263,12 +275,29 @@ class TelemetrySession:
                     out.write(b"\n")
                 out.write(data)
             _remove_node_dir.options(**where).remote(str(Path(path).parent))
+        self._collect_markers(node, where)
         lines = [x for x in target.read_bytes().splitlines() if x.strip()]
         node.stats = node.stats or {}
         node.stats["samples"] = len(lines)
         if lines:
             node.stats["first_wall_s"] = _wall(lines[0])
             node.stats["last_wall_s"] = _wall(lines[-1])
+
+    def _collect_markers(self, node: _Node, where: dict[str, Any]) -> None:
+        """Copy marker files only that node has (or has longer) into the run directory."""
+        try:
+            found = ray.get(
+                _read_node_markers.options(**where).remote(str(self.run_dir)),
+                timeout=CALL_TIMEOUT_S,
+            )
+        except Exception as e:  # noqa: BLE001 - markers on a shared filesystem need no copy
+            logger.warning("telemetry: %s: could not read its markers: %s", node.name, e)
+            return
+        for relative, data in found.items():
+            target = self.run_dir / relative
+            if not target.exists() or target.stat().st_size < len(data):
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(data)
 
     def _sensor_names(self) -> set[str]:
         return {s for n in self.nodes for s in n.info.get("sensors", [])}
