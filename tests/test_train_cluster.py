@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -451,3 +452,49 @@ def test_training_without_a_shared_filesystem_gathers_every_ranks_markers(
     summary = json.loads((run_dir / "report" / "summary.json").read_text())
     assert summary["run"]["steps"] == 10
     assert [b["ranks"] for b in summary["barriers"]] == [3, 3]
+
+
+def test_ctrl_c_stops_the_job_on_the_cluster(
+    trained: dict[str, Any], sandbox_train: Sandbox
+) -> None:
+    job = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "toolkit",
+            "train",
+            trained["inventory"],
+            *TRAIN,
+            "--max-steps",
+            "100000",
+            "--no-telemetry",
+            "--output-dir",
+            str(trained["output"]),
+            "--run-id",
+            "interrupted",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **trained["env"]},
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while len(metric_lines(trained["output"] / "interrupted")) < 5:
+            assert job.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+        job.send_signal(signal.SIGINT)
+        output, _ = job.communicate(timeout=120)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode == 130, output[-3000:]
+    assert "rtk: stopping job" in output
+    # The job's workers are gone from every node.
+    deadline = time.monotonic() + 60
+    while any(
+        sandbox_train.run_in(n.name, ["pgrep", "-f", "RayTrainWorker"]).returncode == 0
+        for n in sandbox_train.nodes
+    ):
+        assert time.monotonic() < deadline, "training workers still run after Ctrl-C"
+        time.sleep(1)
