@@ -394,6 +394,22 @@ def test_telemetry_record_samples_every_node_around_any_command(
     )
     assert failing.returncode == 1
     assert "exited 4" in failing.stdout
+    missing = rtk(
+        "telemetry",
+        "record",
+        trained["inventory"],
+        "--output-dir",
+        str(trained["output"]),
+        "--working-dir",
+        str(tmp_path),
+        "--",
+        "no-such-program-rtk",
+        env=trained["env"],
+        timeout=300,
+    )
+    assert missing.returncode == 1
+    assert "cannot run 'no-such-program-rtk'" in missing.stdout
+    assert "exited 127" in missing.stdout
 
 
 def test_results_come_back_from_the_head_without_a_shared_filesystem(

@@ -38,8 +38,12 @@ def main(argv: list[str]) -> int:
     began = time.monotonic()
     try:
         code = subprocess.run(command, check=False).returncode
+    except OSError as e:  # not found, not executable: the shell's codes
+        print(f"rtk telemetry: cannot run {command[0]!r}: {e}", flush=True)
+        code = 127 if isinstance(e, FileNotFoundError) else 126
     finally:
         session.stop()
+
     (run_dir / "command.json").write_text(
         json.dumps(
             {"command": command, "exit_code": code, "duration_s": time.monotonic() - began},
