@@ -11,6 +11,7 @@ from toolkit.cli.cmd_cluster import down_cmd, status_cmd, up_cmd
 from toolkit.cli.cmd_demo import demo_cmd
 from toolkit.cli.cmd_exec import exec_cmd
 from toolkit.cli.cmd_inventory import inventory_group
+from toolkit.cli.cmd_preflight import preflight_cmd
 from toolkit.cli.cmd_report import report_cmd
 from toolkit.cli.cmd_sandbox import sandbox_group
 from toolkit.cli.cmd_telemetry import telemetry_group
@@ -26,6 +27,7 @@ Start here:
   rtk up inv.yaml --dry-run      print what bring-up would do, touch nothing
   rtk up inv.yaml                Ray head + workers, token auth, pinned ports
   rtk status inv.yaml            alive nodes and their resources
+  rtk preflight inv.yaml         prove the nodes fit: host, software, ports, clocks
   rtk train inv.yaml --barrier-every 5   GPT on Ray Train, with power telemetry
   rtk report RUN_DIR             energy per node, GPU, step and token; report.html
   rtk telemetry record inv.yaml -- CMD   telemetry around any workload
@@ -55,6 +57,7 @@ cli.add_command(train_cmd)
 cli.add_command(launch_cmd)
 cli.add_command(telemetry_group)
 cli.add_command(report_cmd)
+cli.add_command(preflight_cmd)
 
 
 def main() -> None:

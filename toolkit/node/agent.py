@@ -123,15 +123,198 @@ def _interface_owning(ip: str) -> str | None:
     return None
 
 
+# Network facts for the NCCL / Gloo profiles (toolkit.netenv). Paths are read under a
+# root so that tests can point them at recorded sysfs trees; a missing or unreadable
+# file is an absent fact, never an error.
+SYS_NET = "sys/class/net"
+SYS_INFINIBAND = "sys/class/infiniband"
+NET_TYPES = {"1": "ether", "32": "infiniband", "772": "loopback", "776": "ipv6-tunnel"}
+GID_SCAN = 16  # GID table entries read per RoCE/IB port (the first ones are the populated ones)
+ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _number(text: str | None) -> int | None:
+    """``"9000"``, ``"0x1"`` or ``"-1"`` as an int; None when absent or not a number."""
+    if text is None:
+        return None
+    try:
+        return int(text, 16) if text.lower().startswith("0x") else int(text)
+    except ValueError:
+        return None
+
+
+def _names(path: str) -> list[str]:
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
+def _after_colon(text: str | None) -> str | None:
+    """``"4: ACTIVE"`` -> ``"ACTIVE"`` (sysfs port states carry their numeric code)."""
+    return text.split(":", 1)[-1].strip() if text else None
+
+
+def _link(root: str, name: str, nested: bool = True) -> dict[str, Any]:
+    """One network interface from /sys/class/net: MTU, state, speed, bonding."""
+    base = os.path.join(root, SYS_NET, name)
+    speed = _number(_read(os.path.join(base, "speed")))
+    kind = _read(os.path.join(base, "type"))
+    master = os.path.join(base, "master")
+    link: dict[str, Any] = {
+        "name": name,
+        "exists": os.path.isdir(base),
+        "mtu": _number(_read(os.path.join(base, "mtu"))),
+        "operstate": _read(os.path.join(base, "operstate")),
+        "speed_mbps": speed if speed is not None and speed > 0 else None,
+        "type": NET_TYPES.get(kind or "", kind),
+        "master": os.path.basename(os.readlink(master)) if os.path.islink(master) else None,
+        "lower": [n[len("lower_") :] for n in _names(base) if n.startswith("lower_")],
+        "bond": None,
+    }
+    slaves = _read(os.path.join(base, "bonding", "slaves"))
+    if slaves is not None:
+        mode = _read(os.path.join(base, "bonding", "mode")) or ""
+        link["bond"] = {
+            "mode": mode.split()[0] if mode else None,
+            "slaves": [_link(root, s, False) if nested else {"name": s} for s in slaves.split()],
+        }
+    return link
+
+
+def _route_devices(root: str, interface: str) -> list[str]:
+    """The interface and every device under it (a bond's slaves, a VLAN's parent...)."""
+    seen: list[str] = []
+    todo = [interface]
+    while todo and len(seen) < 32:
+        name = todo.pop(0)
+        if name in seen:
+            continue
+        seen.append(name)
+        base = os.path.join(root, SYS_NET, name)
+        todo += (_read(os.path.join(base, "bonding", "slaves")) or "").split()
+        todo += [n[len("lower_") :] for n in _names(base) if n.startswith("lower_")]
+    return seen
+
+
+def _hca_port(base: str, number: str) -> dict[str, Any]:
+    """One HCA port: state, link layer, rate, and its first populated GIDs."""
+    path = os.path.join(base, "ports", number)
+    rate = _read(os.path.join(path, "rate"))
+    rate_match = re.match(r"\s*([\d.]+)\s*Gb/sec", rate or "")
+    gids = []
+    indexes = sorted(int(i) for i in _names(os.path.join(path, "gids")) if i.isdigit())
+    for index in indexes[:GID_SCAN]:
+        gid = _read(os.path.join(path, "gids", str(index)))
+        if not gid or gid == ZERO_GID:
+            continue
+        attrs = os.path.join(path, "gid_attrs")
+        gids.append(
+            {
+                "index": index,
+                "gid": gid,
+                "type": _read(os.path.join(attrs, "types", str(index))),
+                "ndev": _read(os.path.join(attrs, "ndevs", str(index))),
+            }
+        )
+    return {
+        "port": int(number),
+        "state": _after_colon(_read(os.path.join(path, "state"))),
+        "phys_state": _after_colon(_read(os.path.join(path, "phys_state"))),
+        "link_layer": _read(os.path.join(path, "link_layer")),
+        "rate": rate,
+        "rate_gbps": float(rate_match.group(1)) if rate_match else None,
+        "netdevs": [],
+        "gids": gids,
+    }
+
+
+def _hca(root: str, name: str) -> dict[str, Any]:
+    """One RDMA device: its ports and the network interfaces on each port."""
+    base = os.path.join(root, SYS_INFINIBAND, name)
+    numbers = sorted((n for n in _names(os.path.join(base, "ports")) if n.isdigit()), key=int)
+    ports = {int(n): _hca_port(base, n) for n in numbers}
+    for netdev in _names(os.path.join(base, "device", "net")):
+        where = os.path.join(base, "device", "net", netdev)
+        index = _number(_read(os.path.join(where, "dev_port")))
+        if index is None:
+            index = _number(_read(os.path.join(where, "dev_id")))
+        number = index + 1 if index is not None and index + 1 in ports else min(ports, default=1)
+        if number in ports:
+            ports[number]["netdevs"].append(netdev)
+    for port in ports.values():
+        # RoCE GIDs name their netdev: the one the port serves (a bond under RoCE LAG).
+        for gid in port["gids"]:
+            if gid["ndev"] and gid["ndev"] not in port["netdevs"]:
+                port["netdevs"].append(gid["ndev"])
+    return {
+        "name": name,
+        "software": name.startswith(("rxe", "siw")) or os.path.exists(os.path.join(base, "parent")),
+        "fw_ver": _read(os.path.join(base, "fw_ver")),
+        "ports": list(ports.values()),
+    }
+
+
+def network_facts(interface: str | None, root: str = "/") -> dict[str, Any]:
+    """What the NCCL/Gloo profile needs: the route interface and the RDMA ports.
+
+    Reads sysfs under ``root``: the interface's MTU, state, speed and bonding from
+    /sys/class/net, every port of /sys/class/infiniband with its state, link layer,
+    rate and netdevs, and which ports back the interface (directly or under a bond).
+    Never raises: what cannot be read is left out, an unexpected failure is "error".
+    """
+    facts: dict[str, Any] = {
+        "interface": interface,
+        "link": None,
+        "route_devices": [],
+        "infiniband": False,
+        "hcas": [],
+        "route_ports": [],
+    }
+    try:
+        if interface:
+            facts["link"] = _link(root, interface)
+            facts["route_devices"] = _route_devices(root, interface)
+        ib = os.path.join(root, SYS_INFINIBAND)
+        facts["infiniband"] = os.path.isdir(ib)
+        for name in _names(ib):
+            hca = _hca(root, name)
+            for port in hca["ports"]:
+                port["backs_route"] = bool(set(port["netdevs"]) & set(facts["route_devices"]))
+                if port["backs_route"]:
+                    facts["route_ports"].append(f"{name}:{port['port']}")
+            facts["hcas"].append(hca)
+    except Exception as e:  # noqa: BLE001 - facts are best effort; rtk shows what failed
+        facts["error"] = f"{type(e).__name__}: {e}"
+    return facts
+
+
 def probe(head: str, marker_dir: str, ports_text: str, interface: str = "") -> dict[str, Any]:
     """Everything rtk decides on before starting Ray on this node."""
     pids = marked_pids(marker_dir)
     ports = [int(p) for p in ports_text.split(",") if p]
     busy = sorted(set(ports) & listening_ports()) if not pids else []
+    route = route_to(head, interface or None)
+    network = network_facts(route.get("interface"))
+    if interface:
+        network["interface_source"] = "inventory"
+    elif route.get("source_ip") is not None and route.get("source_ip") == route.get("head_ip"):
+        network["interface_source"] = "head"
+    else:
+        network["interface_source"] = "route"
     return {
         "hostname": socket.gethostname(),
         "python": platform.python_version(),
-        "route": route_to(head, interface or None),
+        "route": route,
+        "network": network,
         "rtk_pids": sorted(pids),
         "raylet_running": "raylet" in pids.values(),
         "busy_ports": busy,

@@ -115,7 +115,12 @@ class Sandbox:
         names = ", ".join(n.name for n in self.nodes)
         raise SandboxError(f"sandbox {self.name} has no node {node_name!r} (it has {names})")
 
+    def hosts_file(self, node_name: str) -> Path:
+        """The host-side file a node sees, read-only, as its /etc/hosts."""
+        return Path(self._layout_of(node_name).hosts_file)
+
     def _layout_of(self, node_name: str) -> NodeLayout:
+
         return next(n for n in self.layout.nodes if n.name == node_name)
 
     def run_in(

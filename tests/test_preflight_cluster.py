@@ -1,0 +1,116 @@
+"""``rtk preflight`` on the 3-node sandbox: a healthy cluster passes, each fault is caught
+by name on the right node, and every fault is undone after its test."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import require_sandbox_host, rtk
+
+from toolkit.sandbox import Sandbox
+
+pytestmark = pytest.mark.ray
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, ray_available: None) -> Iterator[Sandbox]:
+    from toolkit.sandbox import create, destroy
+
+    require_sandbox_host()
+    destroy("sbpf")
+    sandbox = create(3, name="sbpf", subnet="10.77.9")
+    env = {"RTK_STATE_DIR": str(tmp_path_factory.mktemp("pf-state"))}
+    sandbox.env = env  # type: ignore[attr-defined]
+    try:
+        up = rtk("up", str(sandbox.inventory_path), env=env)
+        assert up.returncode == 0, up.stderr
+        yield sandbox
+        rtk("down", str(sandbox.inventory_path), env=env)
+    finally:
+        sandbox.destroy()
+
+
+def preflight(sandbox: Sandbox) -> tuple[int, dict[str, Any]]:
+    done = rtk("preflight", str(sandbox.inventory_path), "--json", env=sandbox.env)  # type: ignore[attr-defined]
+    return done.returncode, json.loads(done.stdout)
+
+
+def failures(result: dict[str, Any]) -> set[tuple[str, str]]:
+    return {(c["name"], c["scope"]) for c in result["checks"] if c["status"] == "fail"}
+
+
+def test_a_healthy_cluster_passes(cluster: Sandbox) -> None:
+    code, result = preflight(cluster)
+    assert code == 0, result
+    assert failures(result) == set()
+    names = [n.name for n in cluster.nodes]
+    pairs = {c["scope"] for c in result["checks"] if c["name"].startswith("net.port.")}
+    assert pairs == {f"{a}->{b}" for a in names for b in names if a != b}
+    assert {c["name"] for c in result["checks"]} >= {
+        "connect.node",
+        "host.dev_shm",
+        "host.hostname",
+        "host.disk_free",
+        "host.ephemeral_ports",
+        "host.clock_offset",
+        "software.ray",
+        "software.python",
+    }
+
+
+def test_a_host_name_resolving_to_loopback_is_caught_on_its_node(cluster: Sandbox) -> None:
+    node = cluster.nodes[1].name
+    hosts = cluster.hosts_file(node)  # the node sees it, read-only, as /etc/hosts
+    before = hosts.read_text()
+    hosts.write_text(f"127.0.1.1\t{node}\n" + before)  # the Debian installer's line, first
+    try:
+        code, result = preflight(cluster)
+    finally:
+        hosts.write_text(before)
+    assert code == 1
+    assert failures(result) == {("host.hostname", node)}
+    assert preflight(cluster)[0] == 0  # undone
+
+
+def test_a_tiny_dev_shm_is_caught_on_its_node(cluster: Sandbox) -> None:
+    node = cluster.nodes[2].name
+    cluster.run_in(node, ["mount", "-o", "remount,size=16m", "/dev/shm"])
+    try:
+        code, result = preflight(cluster)
+    finally:
+        cluster.run_in(node, ["mount", "-o", "remount,size=50%", "/dev/shm"])
+    assert code == 1
+    assert failures(result) == {("host.dev_shm", node)}
+    shm = next(c for c in result["checks"] if c["name"] == "host.dev_shm" and c["scope"] == node)
+    assert shm["measured"] == "16 MiB"
+
+
+def test_a_different_ray_on_one_node_is_caught_on_that_node(
+    cluster: Sandbox, tmp_path: Path
+) -> None:
+    import importlib.metadata
+
+    node = cluster.nodes[2].name
+    real = Path(str(importlib.metadata.distribution("ray")._path)) / "METADATA"  # type: ignore[attr-defined]
+    other = Path("/var/tmp") / f"rtk-test-METADATA-{tmp_path.name}"
+    version = importlib.metadata.version("ray")
+    other.write_text(real.read_text().replace(f"Version: {version}", "Version: 2.59.0", 1))
+    # Inside that node's mount namespace only: its Python now reports Ray 2.59.0.
+    bound = cluster.run_in(node, ["mount", "--bind", str(other), str(real)])
+    assert bound.returncode == 0, bound.stderr
+    try:
+        code, result = preflight(cluster)
+    finally:
+        cluster.run_in(node, ["umount", str(real)])
+        other.unlink()
+    assert code == 1
+    assert failures(result) == {("software.ray", node)}
+    odd = next(c for c in result["checks"] if c["name"] == "software.ray" and c["scope"] == node)
+    assert odd["measured"] == "2.59.0" and version in odd["threshold"]
+    assert shutil.which("python3")  # the host's own Ray is untouched
+    assert importlib.metadata.version("ray") == version

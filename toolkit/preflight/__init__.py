@@ -1,0 +1,1 @@
+"""Preflight: prove the nodes are fit before a run (host, software, connectivity)."""

@@ -1,0 +1,130 @@
+"""Run preflight: gather every node's facts in parallel, then grade them.
+
+Each node runs ``toolkit/node/facts.py`` once (over its transport, like the agent): host
+facts, package versions, its clock, and TCP connections to the Ray ports of every other
+node that is up. The grading is pure (``toolkit.preflight.checks``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from toolkit.cluster.plan import ClusterPlan, NodePlan
+from toolkit.cluster.status import cluster_status
+from toolkit.errors import ClusterError
+from toolkit.preflight import checks
+from toolkit.preflight.result import Check, PreflightReport
+from toolkit.shell import join
+from toolkit.transport.base import Transport
+from toolkit.transport.group import run_each
+
+FACTS_TIMEOUT_S = 30.0
+HEAD_PORTS = ("gcs", "dashboard", "client_server")
+NODE_PORTS = ("node_manager", "object_manager")
+
+
+@cache
+def facts_source() -> str:
+    """The text of the node-side facts script."""
+    return resources.files("toolkit.node").joinpath("facts.py").read_text(encoding="utf-8")
+
+
+@dataclass
+class _Answer:
+    facts: dict[str, Any]
+    sent_s: float
+    received_s: float
+
+
+def targets(plan: ClusterPlan, src: str, up: set[str]) -> dict[str, str]:
+    """``dst:port-name`` -> ``host:port`` for every Ray port ``src`` must reach on nodes up."""
+    ports = plan.inventory.ports
+    found: dict[str, str] = {}
+    for node_plan in plan.nodes:
+        dst = node_plan.node
+        if dst.name == src or dst.name not in up:
+            continue
+        names = NODE_PORTS + (HEAD_PORTS if node_plan.role == "head" else ())
+        for name in names:
+            found[f"{dst.name}:{name}"] = f"{dst.address}:{getattr(ports, name)}"
+    return found
+
+
+def run_preflight(
+    plan: ClusterPlan,
+    transport: Transport,
+    run_dir: str = "~",
+    thresholds: checks.Thresholds = checks.Thresholds(),  # noqa: B008 - frozen
+) -> PreflightReport:
+    """Check every node of ``plan``; never raises for an unfit node (that is a result)."""
+    began = time.monotonic()
+    report = PreflightReport(plan.inventory.name)
+    status = cluster_status(plan, transport)
+    up = {n.name for n in status.nodes if n.alive}
+
+    def gather(node_plan: NodePlan) -> _Answer:
+        node = node_plan.node
+        peers = ",".join(f"{k}={v}" for k, v in targets(plan, node.name, up).items())
+        command = join([node.python, "-", run_dir, peers])
+        sent = time.time()
+        result = transport.run(node, command, stdin=facts_source(), timeout_s=FACTS_TIMEOUT_S)
+        received = time.time()
+        lines = result.stdout.strip().splitlines()
+        if not result.ok or not lines:
+            raise ClusterError(result.tail() or f"exit status {result.exit_code}")
+        return _Answer(json.loads(lines[-1]), sent, received)
+
+    answers = run_each(plan.nodes, gather)
+    multi_node = len(plan.nodes) > 1
+    pinned = {
+        name: getattr(plan.inventory.ports, name)
+        for name in type(plan.inventory.ports).model_fields
+        if name not in ("min_worker", "max_worker")
+    }
+    for node_plan in plan.nodes:
+        name = node_plan.node.name
+        if name in answers.failed:
+            report.checks.append(
+                Check(
+                    "connect.node",
+                    name,
+                    "fail",
+                    str(answers.failed[name]).splitlines()[0][:160],
+                    "reachable over the inventory's transport",
+                    "check the node is up, its sshd, and the inventory's ssh settings",
+                )
+            )
+            continue
+        facts = answers.results[name].facts
+        report.checks.append(Check("connect.node", name, "pass", str(facts.get("hostname"))))
+        report.checks += checks.host_checks(name, facts, multi_node, thresholds)
+        report.checks.append(checks.port_range_check(name, facts, pinned))
+        reach = facts.get("reach")
+        if isinstance(reach, dict):
+            report.checks += checks.reach_checks(name, reach)
+    report.checks += checks.version_checks({n: a.facts for n, a in answers.results.items()})
+    # Clock offsets from one round trip each: coarse (the transport's latency is the
+    # error bar), enough to catch a node whose clock is seconds off.
+    offsets = {
+        n: (float(a.facts["wall_s"]) - (a.sent_s + a.received_s) / 2, (a.received_s - a.sent_s) / 2)
+        for n, a in answers.results.items()
+    }
+    report.checks += checks.clock_checks(offsets, plan.head.node.name, thresholds)
+    if len(up) < len(plan.nodes):
+        report.checks.append(
+            Check(
+                "net.ports",
+                "cluster",
+                "warn",
+                f"Ray up on {len(up)}/{len(plan.nodes)} node(s)",
+                "Ray up on every node",
+                "port reachability is checked between nodes where Ray runs: rtk up first",
+            )
+        )
+    report.duration_s = time.monotonic() - began
+    return report
