@@ -4,8 +4,9 @@
 set -euo pipefail
 
 # iproute2: `ip route get` on nodes and the sandbox's netns/veth/bridge; procps: pgrep;
-# openssh-server and tini: the sandbox's nodes; rsync: `ray up` in benchmarks/bringup.py.
-packages=(iproute2 procps openssh-server tini rsync)
+# openssh-server and tini: the sandbox's nodes; rsync: `ray up` in benchmarks/bringup.py;
+# iptables: preflight's test blocks a Ray port inside one node.
+packages=(iproute2 procps openssh-server tini rsync iptables)
 
 missing=()
 for pkg in "${packages[@]}"; do

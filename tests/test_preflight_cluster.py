@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import require_sandbox_host, rtk
+from conftest import require, require_sandbox_host, rtk
 
 from toolkit.sandbox import Sandbox
 
@@ -114,3 +114,25 @@ def test_a_different_ray_on_one_node_is_caught_on_that_node(
     assert odd["measured"] == "2.59.0" and version in odd["threshold"]
     assert shutil.which("python3")  # the host's own Ray is untouched
     assert importlib.metadata.version("ray") == version
+
+
+def test_a_firewalled_ray_port_is_caught_on_every_pair_into_that_node(cluster: Sandbox) -> None:
+    require(shutil.which("iptables") is not None, "iptables (scripts/system-packages.sh)")
+    node = cluster.nodes[1].name
+    rule = ["INPUT", "-p", "tcp", "--dport", "6381", "-j", "DROP"]  # object manager
+    added = cluster.run_in(node, ["iptables", "-A", *rule])
+    assert added.returncode == 0, added.stderr
+    try:
+        code, result = preflight(cluster)
+    finally:
+        cluster.run_in(node, ["iptables", "-D", *rule])
+    assert code == 1
+    others = [n.name for n in cluster.nodes if n.name != node]
+    assert failures(result) == {("net.port.object_manager", f"{o}->{node}") for o in others}
+    blocked = next(
+        c
+        for c in result["checks"]
+        if c["scope"] == f"{others[0]}->{node}" and c["name"] == "net.port.object_manager"
+    )
+    assert "timed out" in blocked["measured"]
+    assert preflight(cluster)[0] == 0  # undone

@@ -65,6 +65,12 @@ class WaitTimeoutError(ClusterError):
     exit_code = 5
 
 
+class NetEnvError(ClusterError):
+    """A node's network cannot serve the NCCL/Gloo profile asked for (e.g. ib, no IB port)."""
+
+    exit_code = 4
+
+
 class StateError(RtkError):
     """rtk's record of a cluster is missing or does not match the inventory."""
 

@@ -251,10 +251,8 @@ def _hca(root: str, name: str) -> dict[str, Any]:
         if number in ports:
             ports[number]["netdevs"].append(netdev)
     for port in ports.values():
-        # RoCE GIDs name their netdev: the one the port serves (a bond under RoCE LAG).
-        for gid in port["gids"]:
-            if gid["ndev"] and gid["ndev"] not in port["netdevs"]:
-                port["netdevs"].append(gid["ndev"])
+        # RoCE GIDs name the netdev holding their address: a bond over the port's netdev.
+        port["gid_netdevs"] = sorted({g["ndev"] for g in port["gids"] if g["ndev"]})
     return {
         "name": name,
         "software": name.startswith(("rxe", "siw")) or os.path.exists(os.path.join(base, "parent")),
@@ -288,7 +286,8 @@ def network_facts(interface: str | None, root: str = "/") -> dict[str, Any]:
         for name in _names(ib):
             hca = _hca(root, name)
             for port in hca["ports"]:
-                port["backs_route"] = bool(set(port["netdevs"]) & set(facts["route_devices"]))
+                served = set(port["netdevs"]) | set(port["gid_netdevs"])
+                port["backs_route"] = bool(served & set(facts["route_devices"]))
                 if port["backs_route"]:
                     facts["route_ports"].append(f"{name}:{port['port']}")
             facts["hcas"].append(hca)
