@@ -27,6 +27,7 @@ def test_demo_trains_with_telemetry_reports_and_leaves_nothing_behind(
     assert took_s < 180, f"rtk demo took {took_s:.0f} s; the target is under 3 minutes"
     assert "1/1 node(s) ready" in done.stdout
     assert "task for localhost ran on host" in done.stdout
+    assert "preflight of local: " in done.stdout
     assert "demo finished in" in done.stdout
     # The report: printed, written, and about the run that just happened.
     html = Path(re.findall(r"open the report: (\S+)", done.stdout)[-1])

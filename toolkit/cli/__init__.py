@@ -9,6 +9,7 @@ import click
 from toolkit import __version__
 from toolkit.cli.cmd_cluster import down_cmd, status_cmd, up_cmd
 from toolkit.cli.cmd_demo import demo_cmd
+from toolkit.cli.cmd_env import env_cmd
 from toolkit.cli.cmd_exec import exec_cmd
 from toolkit.cli.cmd_inventory import inventory_group
 from toolkit.cli.cmd_preflight import preflight_cmd
@@ -28,6 +29,7 @@ Start here:
   rtk up inv.yaml                Ray head + workers, token auth, pinned ports
   rtk status inv.yaml            alive nodes and their resources
   rtk preflight inv.yaml         prove the nodes fit: host, software, ports, clocks
+  rtk env inv.yaml               network detected per node, NCCL/Gloo variables and why
   rtk train inv.yaml --barrier-every 5   GPT on Ray Train, with power telemetry
   rtk report RUN_DIR             energy per node, GPU, step and token; report.html
   rtk telemetry record inv.yaml -- CMD   telemetry around any workload
@@ -58,6 +60,7 @@ cli.add_command(launch_cmd)
 cli.add_command(telemetry_group)
 cli.add_command(report_cmd)
 cli.add_command(preflight_cmd)
+cli.add_command(env_cmd)
 
 
 def main() -> None:

@@ -12,7 +12,9 @@ from toolkit.cli.common import ConsoleReporter
 from toolkit.cli.reporting import report_if_here
 from toolkit.cluster import StateStore, build_plan, cluster_status, down, up
 from toolkit.cluster.smoke import run_smoke
+from toolkit.errors import RtkError
 from toolkit.inventory import default_inventory
+from toolkit.preflight.runner import run_preflight
 from toolkit.train.config import TrainConfig
 from toolkit.train.submit import submit_train
 from toolkit.transport import make_transport
@@ -21,7 +23,7 @@ DEMO_HELP = """Run rtk's whole flow on this machine, with the embedded one-node 
 
 \b
 1. brings up a local Ray cluster (token auth, pinned ports) and shows its status,
-2. runs a Ray task on every node,
+2. runs the preflight checks (rtk preflight) and a Ray task on every node,
 3. trains the tiny GPT on 2 workers with a barrier every 10 steps, while a sampler
    records power and host telemetry,
 4. builds the report (terminal summary, summary.json, traces.csv, report.html),
@@ -58,6 +60,10 @@ def demo_cmd(keep: bool, max_steps: int, num_workers: int, output_dir: str) -> N
         try:
             up(plan, transport, store, reporter)
             click.echo(render_status(cluster_status(plan, transport)))
+            preflight = run_preflight(plan, transport, output_dir)
+            click.echo(preflight.render(), nl=False)
+            if preflight.exit_code:
+                raise RtkError("preflight failed: see the FAIL lines above")
             ran = run_smoke(plan, transport)
             for name, where in ran.items():
                 click.echo(f"  task for {name} ran on host {where['hostname']}")

@@ -3,7 +3,9 @@
 Nothing here touches a node. ``rtk up --dry-run`` prints this plan, and the executor
 (``toolkit.cluster.up``) runs exactly these commands, so what a user reads is what
 happens. Values a node reports at run time (its address on the route to the head,
-that route's interface) appear as ``Detect`` placeholders until the probe fills them.
+that route's interface) appear as ``Detect`` placeholders until the probe fills them;
+the NCCL variables of the network profile (``toolkit.netenv``) depend on the node's
+HCAs, so ``fill_env`` inserts them, after ``NETWORK_AFTER``, once the probe is in.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from toolkit.shell import join, with_env_file
 
 STOP_GRACE_S = 8.0
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+# The env file entry after which the network profile's variables go.
+NETWORK_AFTER = "NCCL_SOCKET_IFNAME"
 
 
 @dataclass(frozen=True)
@@ -248,8 +252,17 @@ def _bracket(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def fill_env(plan: NodePlan, facts: Mapping[str, str | None]) -> dict[str, str]:
+def fill_env(
+    plan: NodePlan, facts: Mapping[str, str | None], network: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The node's env file values, with every ``Detect`` replaced by the probe's fact.
+
+    Args:
+        plan: The node's plan.
+        facts: Probe facts by name (``node_ip``, ``interface``).
+        network: The network profile's variables for this node (``NetEnv.variables``);
+            they go after ``NETWORK_AFTER``, except those the plan already sets (the
+            inventory's own values, which win).
 
     Raises:
         KeyError: The probe did not report a fact the env needs (its name).
@@ -263,4 +276,6 @@ def fill_env(plan: NodePlan, facts: Mapping[str, str | None]) -> dict[str, str]:
             env[key] = fact
         else:
             env[key] = value
+        if key == NETWORK_AFTER and network:
+            env.update({k: v for k, v in network.items() if k not in plan.env})
     return env

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from toolkit.cluster.plan import ClusterPlan, Detect, NodePlan
+from toolkit.cluster.plan import NETWORK_AFTER, ClusterPlan, Detect, NodePlan
+from toolkit.netenv import describe_profile
 from toolkit.resources import render
 
 
@@ -66,7 +67,13 @@ def _render_node(plan: ClusterPlan, node_plan: NodePlan) -> list[str]:
         lines.append(f"  {step}. write {plan.paths.token_file} (0600): the cluster's token")
         step += 1
     lines.append(f"  {step}. write {plan.paths.env_file} (0600):")
-    lines += [f"       {line}" for line in env_file(plan, node_plan, env_shown).splitlines()]
+    env_lines = env_file(plan, node_plan, env_shown).splitlines()
+    after = next(
+        (i + 1 for i, line in enumerate(env_lines) if line.startswith(f"{NETWORK_AFTER}=")),
+        len(env_lines),
+    )
+    env_lines[after:after] = describe_profile(plan.inventory.network.profile).splitlines()
+    lines += [f"       {line}" for line in env_lines]
     lines.append(f"  {step + 1}. start (skipped when this cluster's Ray already runs there):")
     lines.append(f"       {node_plan.start_command}")
     return lines

@@ -20,6 +20,7 @@ from toolkit.cluster.report import Reporter
 from toolkit.cluster.state import StateStore
 from toolkit.cluster.status import ClusterStatus, cluster_status
 from toolkit.errors import ClusterError, WaitTimeoutError
+from toolkit.netenv import env_for_node
 from toolkit.node import call_agent
 from toolkit.transport.base import Transport
 from toolkit.transport.group import DEFAULT_PARALLEL, run_each
@@ -36,6 +37,7 @@ class NodeOutcome:
     role: str
     action: str = "pending"  # started | already running | failed
     node_ip: str | None = None
+    network_profile: str | None = None
     duration_s: float = 0.0
     error: str | None = None
 
@@ -130,7 +132,12 @@ def _prepare(
     reporter: Reporter,
     outcome: NodeOutcome,
 ) -> bool:
-    """Probe, write token and env file; True when ``ray start`` is still needed."""
+    """Probe, write token and env file; True when ``ray start`` is still needed.
+
+    Raises:
+        ClusterError: The node cannot start Ray: no route to the head, a port in use,
+            or (``NetEnvError``) its network does not fit the inventory's profile.
+    """
     node = node_plan.node
     reporter.node(node.name, "probing")
     facts = call_agent(transport, node, node_plan.probe_command, PROBE_TIMEOUT_S)
@@ -151,9 +158,14 @@ def _prepare(
             f"{node.name}: port(s) {', '.join(map(str, busy))} already in use by another "
             "program; stop it or choose other ports in the inventory's ports: section"
         )
+    network = env_for_node(plan.inventory, node, facts.get("network") or {})
+    outcome.network_profile = network.profile
+    reporter.node(node.name, f"network profile {network.profile}: {network.profile_reason}")
     try:
         env = fill_env(
-            node_plan, {"node_ip": route.get("source_ip"), "interface": route.get("interface")}
+            node_plan,
+            {"node_ip": route.get("source_ip"), "interface": route.get("interface")},
+            network.variables,
         )
     except KeyError as e:
         raise ClusterError(

@@ -1,0 +1,137 @@
+"""Probe every node of a cluster for its network and choose its NCCL / Gloo variables.
+
+What ``rtk env`` runs: the same read-only probe as ``rtk up`` (the plan's probe command
+with the node agent on stdin), on every node at once, then ``choose_env`` per node.
+One node that cannot be reached or does not fit the profile never hides the others.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from toolkit.cluster.plan import ClusterPlan, NodePlan
+from toolkit.errors import NetEnvError
+from toolkit.netenv.facts import NetworkFacts
+from toolkit.netenv.profiles import NetEnv, env_for_node
+from toolkit.node import call_agent
+from toolkit.transport.base import Transport
+from toolkit.transport.group import run_each
+
+PROBE_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class NodeNetwork:
+    """One node's network as probed, and the environment chosen for it.
+
+    Attributes:
+        name: The node's inventory name.
+        role: ``head`` or ``worker``.
+        address: The address rtk reaches it at.
+        route: The probe's route to the head (``head_ip``, ``source_ip``, ``interface``).
+        detected: The probe's raw ``network`` answer (what ``--json`` prints).
+        facts: The same, parsed; None when the probe failed.
+        env: The chosen variables; None when the probe failed or the profile does not fit.
+        error: Why there is no ``env``, if there is none.
+    """
+
+    name: str
+    role: str
+    address: str
+    route: dict[str, Any]
+    detected: dict[str, Any]
+    facts: NetworkFacts | None
+    env: NetEnv | None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {
+            "name": self.name,
+            "role": self.role,
+            "address": self.address,
+            "route": self.route,
+            "detected": self.detected,
+            "env": self.env.to_json() if self.env else None,
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True)
+class NetworkReport:
+    """Every node's network and environment (``rtk env``)."""
+
+    cluster: str
+    profile: str
+    nodes: tuple[NodeNetwork, ...]
+    duration_s: float
+
+    @property
+    def failed(self) -> dict[str, str]:
+        """Nodes without a chosen environment, with the reason."""
+        return {n.name: n.error or "no environment" for n in self.nodes if n.env is None}
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (``rtk env --json``)."""
+        return {
+            "cluster": self.cluster,
+            "profile": self.profile,
+            "duration_s": round(self.duration_s, 3),
+            "nodes": [n.to_json() for n in self.nodes],
+            "failed": self.failed,
+        }
+
+
+def detect_network(
+    plan: ClusterPlan, transport: Transport, timeout_s: float = PROBE_TIMEOUT_S
+) -> NetworkReport:
+    """Probe every node in parallel and choose each one's network environment.
+
+    Never raises for one node's failure: it is recorded on that node (``error``).
+    """
+    began = time.monotonic()
+
+    def probe(node_plan: NodePlan) -> dict[str, Any]:
+        return call_agent(transport, node_plan.node, node_plan.probe_command, timeout_s)
+
+    answers = run_each(plan.nodes, probe)
+    nodes = []
+    for node_plan in plan.nodes:
+        error = answers.failed.get(node_plan.name)
+        answer = answers.succeeded.get(node_plan.name, {})
+        nodes.append(_node_network(plan, node_plan, answer, str(error) if error else None))
+    return NetworkReport(
+        cluster=plan.inventory.name,
+        profile=plan.inventory.network.profile,
+        nodes=tuple(nodes),
+        duration_s=time.monotonic() - began,
+    )
+
+
+def _node_network(
+    plan: ClusterPlan, node_plan: NodePlan, answer: dict[str, Any], error: str | None
+) -> NodeNetwork:
+    node = node_plan.node
+    route = answer.get("route") if isinstance(answer.get("route"), dict) else {}
+    detected = answer.get("network") if isinstance(answer.get("network"), dict) else {}
+    facts = NetworkFacts.from_json(detected or {}) if error is None else None
+    env = None
+    if error is None and route and route.get("error"):
+        error = f"{node.name}: {route['error']}"
+    if error is None and facts is not None:
+        try:
+            env = env_for_node(plan.inventory, node, facts)
+        except NetEnvError as e:
+            error = str(e)
+    return NodeNetwork(
+        name=node.name,
+        role=node_plan.role,
+        address=node.address,
+        route=route or {},
+        detected=detected or {},
+        facts=facts,
+        env=env,
+        error=error,
+    )
