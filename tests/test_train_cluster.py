@@ -80,6 +80,17 @@ def train(ctx: dict[str, Any], run_id: str, *extra: str) -> Path:
     return ctx["output"] / run_id
 
 
+def rtk_background(ctx: dict[str, Any], *args: str) -> subprocess.Popen[str]:
+    """Start ``rtk ARGS`` against the training cluster without waiting (output merged)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "toolkit", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **ctx["env"]},
+    )
+
+
 def metric_steps(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
@@ -231,24 +242,10 @@ def test_a_lost_worker_node_restarts_from_the_last_checkpoint(
         *("--max-steps", "120", "--save-steps", "20", "--gradient-accumulation-steps", "4"),
         *("--max-failures", "1", "--restart-wait-s", "120"),
     ]
-    job = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "toolkit",
-            "train",
-            trained["inventory"],
-            *TRAIN,
-            *argv,
-            "--output-dir",
-            str(trained["output"]),
-            "--run-id",
-            "failover",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, **trained["env"]},
+    job = rtk_background(
+        trained,
+        *("train", trained["inventory"], *TRAIN, *argv),
+        *("--output-dir", str(trained["output"]), "--run-id", "failover"),
     )
     sampler_victim = sandbox_train.nodes[1].name
     try:
@@ -323,32 +320,11 @@ def test_telemetry_record_samples_every_node_around_any_command(
 ) -> None:
     """``rtk telemetry record``: traces from all nodes, live /metrics, the command's status."""
     port = "9464"
-    argv = [
-        sys.executable,
-        "-m",
-        "toolkit",
-        "telemetry",
-        "record",
-        trained["inventory"],
-        "--output-dir",
-        str(trained["output"]),
-        "--run-id",
-        "record",
-        "--prometheus-port",
-        port,
-        "--working-dir",
-        str(tmp_path),
-        "--",
-        "python",
-        "-c",
-        "import time; time.sleep(6)",
-    ]
-    job = subprocess.Popen(
-        argv,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, **trained["env"]},
+    job = rtk_background(
+        trained,
+        *("telemetry", "record", trained["inventory"], "--prometheus-port", port),
+        *("--output-dir", str(trained["output"]), "--run-id", "record"),
+        *("--working-dir", str(tmp_path), "--", "python", "-c", "import time; time.sleep(6)"),
     )
     scraped: dict[str, str] = {}
     try:
@@ -473,26 +449,10 @@ def test_training_without_a_shared_filesystem_gathers_every_ranks_markers(
 def test_ctrl_c_stops_the_job_on_the_cluster(
     trained: dict[str, Any], sandbox_train: Sandbox
 ) -> None:
-    job = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "toolkit",
-            "train",
-            trained["inventory"],
-            *TRAIN,
-            "--max-steps",
-            "100000",
-            "--no-telemetry",
-            "--output-dir",
-            str(trained["output"]),
-            "--run-id",
-            "interrupted",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, **trained["env"]},
+    job = rtk_background(
+        trained,
+        *("train", trained["inventory"], *TRAIN, "--max-steps", "100000", "--no-telemetry"),
+        *("--output-dir", str(trained["output"]), "--run-id", "interrupted"),
     )
     try:
         deadline = time.monotonic() + 240

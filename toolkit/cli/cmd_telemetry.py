@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from toolkit.cli.common import choose_inventory
+from toolkit.cli.common import choose_inventory, output_options, telemetry_options
 from toolkit.cli.reporting import from_head, report_if_here
 from toolkit.cluster import StateStore, build_plan
 from toolkit.cluster.jobs import job_client, run_job
@@ -30,7 +30,7 @@ command's status.
 \b
 Examples:
   rtk telemetry record inv.yaml -- python my_train.py --epochs 1
-  rtk telemetry record inv.yaml --rate-hz 20 --power-rate-hz 50 -- ./bench.sh
+  rtk telemetry record inv.yaml --telemetry-rate-hz 20 --power-rate-hz 50 -- ./bench.sh
 """
 
 
@@ -45,31 +45,16 @@ def telemetry_group() -> None:
 @click.argument("inventory", type=click.Path(dir_okay=False))
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.option("--working-dir", default=".", show_default=True, type=click.Path(file_okay=False))
-@click.option(
-    "--output-dir",
-    default="~/rtk-runs",
-    show_default=True,
-    help="Where run directories go, as a path on the head.",
-)
-@click.option("--run-id", default=None, help="Name of the run directory (default: cluster-time).")
-@click.option("--sensors", default="auto", show_default=True, help="auto, host, nvml, host,nvml.")
-@click.option("--rate-hz", type=float, default=10.0, show_default=True)
-@click.option("--power-rate-hz", type=float, default=0.0, show_default=True)
-@click.option(
-    "--prometheus-port",
-    type=int,
-    default=0,
-    show_default=True,
-    help="Serve each node's newest readings at http://NODE:PORT/metrics; 0: off.",
-)
+@output_options
+@telemetry_options
 def record_cmd(
     inventory: str,
     command: tuple[str, ...],
     working_dir: str,
     output_dir: str,
     run_id: str | None,
-    sensors: str,
-    rate_hz: float,
+    telemetry_sensors: str,
+    telemetry_rate_hz: float,
     power_rate_hz: float,
     prometheus_port: int,
 ) -> None:
@@ -81,8 +66,8 @@ def record_cmd(
     run_dir = f"{output_dir.rstrip('/')}/{run_id}"
     options = {
         "run_dir": run_dir,
-        "sensors": sensors,
-        "rate_hz": rate_hz,
+        "sensors": telemetry_sensors,
+        "rate_hz": telemetry_rate_hz,
         "power_rate_hz": power_rate_hz,
         "prometheus_port": prometheus_port,
     }

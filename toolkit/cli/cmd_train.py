@@ -11,7 +11,12 @@ from typing import Any
 
 import click
 
-from toolkit.cli.common import choose_inventory, inventory_options
+from toolkit.cli.common import (
+    choose_inventory,
+    inventory_options,
+    output_options,
+    telemetry_options,
+)
 from toolkit.cli.reporting import from_head, report_if_here
 from toolkit.cluster import StateStore, build_plan
 from toolkit.cluster.jobs import JobOutcome, job_client, run_job
@@ -114,13 +119,7 @@ command runs in the cluster's environment (NCCL/Gloo settings, Ray token).
     help="After a failure, how long a restart waits for the workers' resources "
     "(a lost node coming back) before it counts as failed too.",
 )
-@click.option(
-    "--output-dir",
-    default="~/rtk-runs",
-    show_default=True,
-    help="Where run directories go, as a path on the nodes (shared by all).",
-)
-@click.option("--run-id", default=None, help="Name of the run directory (default: cluster-time).")
+@output_options
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--data", default=None, help="A text file on the nodes, read as bytes.")
 @click.option("--log-every", type=int, default=1, show_default=True)
@@ -130,28 +129,7 @@ command runs in the cluster's environment (NCCL/Gloo settings, Ray token).
     show_default=True,
     help="Sample power, GPUs and hosts on every node during the run, then report.",
 )
-@click.option(
-    "--sensors",
-    "telemetry_sensors",
-    default="auto",
-    show_default=True,
-    help="auto (whatever each node has), host, nvml or host,nvml.",
-)
-@click.option("--telemetry-rate-hz", type=float, default=10.0, show_default=True)
-@click.option(
-    "--power-rate-hz",
-    type=float,
-    default=0.0,
-    show_default=True,
-    help="GPU instant-power readings per second, up to 50; 0: with every sample.",
-)
-@click.option(
-    "--prometheus-port",
-    type=int,
-    default=0,
-    show_default=True,
-    help="Serve each node's newest readings at http://NODE:PORT/metrics; 0: off.",
-)
+@telemetry_options
 def train_cmd(inventory: str | None, **options: Any) -> None:
     """Run the built-in trainer (help: TRAIN_HELP)."""
     inv = choose_inventory(inventory, options.pop("local"))

@@ -26,6 +26,57 @@ def inventory_options(func: F) -> F:
     return click.argument("inventory", required=False, type=click.Path(dir_okay=False))(func)
 
 
+def telemetry_options(func: F) -> F:
+    """Add the sampler's options (``--sensors``, rates, ``--prometheus-port``)."""
+    for option in reversed(
+        [
+            click.option(
+                "--sensors",
+                "telemetry_sensors",
+                default="auto",
+                show_default=True,
+                help="auto (whatever each node has), host, nvml or host,nvml.",
+            ),
+            click.option(
+                "--telemetry-rate-hz",
+                type=float,
+                default=10.0,
+                show_default=True,
+                help="Full readings per second on every node.",
+            ),
+            click.option(
+                "--power-rate-hz",
+                type=float,
+                default=0.0,
+                show_default=True,
+                help="GPU instant-power readings per second, up to 50; 0: with every sample.",
+            ),
+            click.option(
+                "--prometheus-port",
+                type=int,
+                default=0,
+                show_default=True,
+                help="Serve each node's newest readings at http://NODE:PORT/metrics; 0: off.",
+            ),
+        ]
+    ):
+        func = option(func)
+    return func
+
+
+def output_options(func: F) -> F:
+    """Add ``--output-dir`` and ``--run-id`` (the run directory is OUTPUT_DIR/RUN_ID)."""
+    func = click.option(
+        "--run-id", default=None, help="Name of the run directory (default: cluster-time)."
+    )(func)
+    return click.option(
+        "--output-dir",
+        default="~/rtk-runs",
+        show_default=True,
+        help="Where run directories go, as a path on the nodes (the head's at least).",
+    )(func)
+
+
 def choose_inventory(inventory: str | None, local: bool) -> Inventory:
     """The file given, or ``$RTK_INVENTORY``, or the embedded default with ``--local``."""
     if inventory and local:
