@@ -193,7 +193,9 @@ def test_status_names_versions_and_dashboard(
 def _ray_processes(sandbox: Sandbox) -> dict[str, str]:
     found = {}
     for node in sandbox.nodes:
-        done = sandbox.run_in(node.name, ["pgrep", "-a", "-f", "raylet|gcs_server"], 30)
+        # Renamed Ray processes (ray::DashboardAgent, ray-dashboard-*) count too.
+        pattern = "raylet|gcs_server|^ray::|^ray-dashboard-"
+        done = sandbox.run_in(node.name, ["pgrep", "-a", "-f", pattern], 30)
         found[node.name] = done.stdout.strip()
     return found
 

@@ -34,8 +34,15 @@ MARKER_VARIABLE = "RTK_CLUSTER_DIR"
 
 
 def marked_pids(marker_dir: str) -> dict[int, str]:
-    """Processes whose environment carries this cluster's marker, with their names."""
+    """This cluster's processes on this node, with their names.
+
+    A process is this cluster's when its environment carries the marker, or when it is
+    a Ray process that renamed itself (``ray::DashboardAgent``, ``ray-dashboard-*``):
+    setproctitle reuses the memory of the environment for the longer title, so the
+    marker is gone, but such a process holds files under the cluster's temp dir open.
+    """
     wanted = f"{MARKER_VARIABLE}={marker_dir}".encode()
+    prefix = marker_dir.rstrip("/") + "/"
     found: dict[int, str] = {}
     me = os.getpid()
     for entry in os.listdir("/proc"):
@@ -46,11 +53,30 @@ def marked_pids(marker_dir: str) -> dict[int, str]:
                 environ = f.read().split(b"\0")
             with open(f"/proc/{entry}/stat") as f:
                 stat = f.read()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                title = f.read(64)
         except OSError:
             continue
-        if wanted in environ and stat.rsplit(")", 1)[-1].split()[0] != "Z":
+        if stat.rsplit(")", 1)[-1].split()[0] == "Z":
+            continue
+        renamed = title.startswith((b"ray::", b"ray-dashboard-"))
+        if wanted in environ or (renamed and _holds_files_under(entry, prefix)):
             found[int(entry)] = stat[stat.find("(") + 1 : stat.rfind(")")]
     return found
+
+
+def _holds_files_under(pid: str, prefix: str) -> bool:
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(prefix):
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def listening_ports() -> set[int]:
