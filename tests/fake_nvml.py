@@ -34,9 +34,13 @@ from pynvml import (
     NVML_ERROR_NOT_FOUND,
     NVML_ERROR_NOT_SUPPORTED,
     NVML_ERROR_UNINITIALIZED,
+    NVML_FEATURE_DISABLED,
+    NVML_FEATURE_ENABLED,
     NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
     NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
     NVML_FI_DEV_POWER_INSTANT,
+    NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+    NVML_NVLINK_MAX_LINKS,
     NVML_PCIE_UTIL_RX_BYTES,
     NVML_PCIE_UTIL_TX_BYTES,
     NVML_SUCCESS,
@@ -48,6 +52,7 @@ from pynvml import (
     NVML_VALUE_TYPE_UNSIGNED_LONG,
     NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
     NVML_VALUE_TYPE_UNSIGNED_SHORT,
+    NVML_VOLATILE_ECC,
     NVMLError,
     NVMLError_FunctionNotFound,
     NVMLError_GpuIsLost,
@@ -97,6 +102,15 @@ class FakeGpu:
     mig_capable: bool = True
     mig_enabled: bool = False
     mig_uuids: list[str] = field(default_factory=list)
+    persistence_mode: bool = True
+    ecc_enabled: bool = True
+    ecc_volatile_uncorrected: int = 0
+    remapped_rows: tuple[int, int, int, int] = (0, 0, 0, 0)  # corr, uncorr, pending, failure
+    pcie_gen: int = 5
+    pcie_gen_max: int = 5
+    pcie_width: int = 16
+    pcie_width_max: int = 16
+    nvlink_active: list[bool] = field(default_factory=lambda: [True] * 18)  # an H100 SXM
 
 
 @dataclass(frozen=True)
@@ -137,6 +151,11 @@ class FakeNvml:
     NVML_VALUE_TYPE_SIGNED_LONG_LONG = NVML_VALUE_TYPE_SIGNED_LONG_LONG
     NVML_VALUE_TYPE_SIGNED_INT = NVML_VALUE_TYPE_SIGNED_INT
     NVML_VALUE_TYPE_UNSIGNED_SHORT = NVML_VALUE_TYPE_UNSIGNED_SHORT
+    NVML_FEATURE_DISABLED = NVML_FEATURE_DISABLED
+    NVML_FEATURE_ENABLED = NVML_FEATURE_ENABLED
+    NVML_MEMORY_ERROR_TYPE_UNCORRECTED = NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+    NVML_VOLATILE_ECC = NVML_VOLATILE_ECC
+    NVML_NVLINK_MAX_LINKS = NVML_NVLINK_MAX_LINKS
     NVMLError = NVMLError
     NVMLError_NotSupported = NVMLError_NotSupported
     NVMLError_NoPermission = NVMLError_NoPermission
@@ -159,6 +178,9 @@ class FakeNvml:
         self.fake_now_s = 1_795_250_000.0  # NVML timestamps are wall-clock microseconds
         self.fake_calls: Counter[tuple[str, str]] = Counter()
         self.fake_init_count = 0
+        self.fake_driver_version = "550.54.15"
+        self.fake_cuda_driver_version = 12040
+        self.fake_unsupported: set[str] = set()  # system (not per-GPU) functions
 
     # -- test controls ------------------------------------------------------------------
 
@@ -180,6 +202,8 @@ class FakeNvml:
         if self.fake_init_count <= 0:
             raise NVMLError(NVML_ERROR_UNINITIALIZED)
         if handle is None:
+            if function in self.fake_unsupported:
+                raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
             return None
         gpu = handle.gpu
         if function in gpu.unsupported:
@@ -323,6 +347,57 @@ class FakeNvml:
         if counter == NVML_PCIE_UTIL_RX_BYTES:
             return gpu.pcie_rx_kbs
         raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+
+    def nvmlSystemGetDriverVersion(self) -> str | bytes:
+        self._enter("nvmlSystemGetDriverVersion")
+        return self._string(self.fake_driver_version)
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        self._enter("nvmlSystemGetCudaDriverVersion")
+        return self.fake_cuda_driver_version
+
+    def nvmlDeviceGetIndex(self, handle: FakeHandle) -> int:
+        return self.fake_gpus.index(self._gpu("nvmlDeviceGetIndex", handle))
+
+    def nvmlDeviceGetPersistenceMode(self, handle: FakeHandle) -> int:
+        gpu = self._gpu("nvmlDeviceGetPersistenceMode", handle)
+        return NVML_FEATURE_ENABLED if gpu.persistence_mode else NVML_FEATURE_DISABLED
+
+    def nvmlDeviceGetEccMode(self, handle: FakeHandle) -> list[int]:
+        gpu = self._gpu("nvmlDeviceGetEccMode", handle)
+        mode = NVML_FEATURE_ENABLED if gpu.ecc_enabled else NVML_FEATURE_DISABLED
+        return [mode, mode]
+
+    def nvmlDeviceGetTotalEccErrors(
+        self, handle: FakeHandle, errorType: int, counterType: int
+    ) -> int:
+        gpu = self._gpu("nvmlDeviceGetTotalEccErrors", handle)
+        if not gpu.ecc_enabled:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        if (errorType, counterType) != (NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC):
+            return 0
+        return gpu.ecc_volatile_uncorrected
+
+    def nvmlDeviceGetRemappedRows(self, device: FakeHandle) -> tuple[int, int, int, int]:
+        return self._gpu("nvmlDeviceGetRemappedRows", device).remapped_rows
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: FakeHandle) -> int:
+        return self._gpu("nvmlDeviceGetCurrPcieLinkGeneration", handle).pcie_gen
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: FakeHandle) -> int:
+        return self._gpu("nvmlDeviceGetMaxPcieLinkGeneration", handle).pcie_gen_max
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: FakeHandle) -> int:
+        return self._gpu("nvmlDeviceGetCurrPcieLinkWidth", handle).pcie_width
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: FakeHandle) -> int:
+        return self._gpu("nvmlDeviceGetMaxPcieLinkWidth", handle).pcie_width_max
+
+    def nvmlDeviceGetNvLinkState(self, device: FakeHandle, link: int) -> int:
+        gpu = self._gpu("nvmlDeviceGetNvLinkState", device)
+        if not 0 <= link < len(gpu.nvlink_active):
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        return NVML_FEATURE_ENABLED if gpu.nvlink_active[link] else NVML_FEATURE_DISABLED
 
     def _gpu(self, function: str, handle: FakeHandle) -> FakeGpu:
         gpu = self._enter(function, handle)

@@ -104,10 +104,12 @@ def run_preflight(
         report.checks.append(Check("connect.node", name, "pass", str(facts.get("hostname"))))
         report.checks += checks.host_checks(name, facts, multi_node, thresholds)
         report.checks.append(checks.port_range_check(name, facts, pinned))
+        report.checks += checks.gpu_checks(name, facts.get("gpus") or {}, node_plan.node.gpus)
         reach = facts.get("reach")
         if isinstance(reach, dict):
             report.checks += checks.reach_checks(name, reach)
     report.checks += checks.version_checks({n: a.facts for n, a in answers.results.items()})
+    report.checks += checks.driver_checks({n: a.facts for n, a in answers.results.items()})
     # Clock offsets from one round trip each: coarse (the transport's latency is the
     # error bar), enough to catch a node whose clock is seconds off.
     offsets = {
