@@ -353,36 +353,19 @@ def test_telemetry_record_samples_every_node_around_any_command(
     summary = json.loads((run_dir / "report" / "summary.json").read_text())
     assert summary["window"]["basis"] != "markers"  # no trainer: the samples' span
     assert summary["window"]["duration_s"] > 5
-    failing = rtk(
-        "telemetry",
-        "record",
-        trained["inventory"],
-        "--output-dir",
-        str(trained["output"]),
-        "--working-dir",
-        str(tmp_path),
-        "--",
-        "python",
-        "-c",
-        "raise SystemExit(4)",
-        env=trained["env"],
-        timeout=300,
-    )
+
+    def record(*command: str) -> subprocess.CompletedProcess[str]:
+        return rtk(
+            *("telemetry", "record", trained["inventory"], "--output-dir", str(trained["output"])),
+            *("--working-dir", str(tmp_path), "--", *command),
+            env=trained["env"],
+            timeout=300,
+        )
+
+    failing = record("python", "-c", "raise SystemExit(4)")
     assert failing.returncode == 1
     assert "exited 4" in failing.stdout
-    missing = rtk(
-        "telemetry",
-        "record",
-        trained["inventory"],
-        "--output-dir",
-        str(trained["output"]),
-        "--working-dir",
-        str(tmp_path),
-        "--",
-        "no-such-program-rtk",
-        env=trained["env"],
-        timeout=300,
-    )
+    missing = record("no-such-program-rtk")
     assert missing.returncode == 1
     assert "cannot run 'no-such-program-rtk'" in missing.stdout
     assert "exited 127" in missing.stdout
