@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,8 +36,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, ray_available: None) -> It
         sandbox.destroy()
 
 
-def preflight(sandbox: Sandbox) -> tuple[int, dict[str, Any]]:
-    done = rtk("preflight", str(sandbox.inventory_path), "--json", env=sandbox.env)  # type: ignore[attr-defined]
+def preflight(sandbox: Sandbox, *args: str) -> tuple[int, dict[str, Any]]:
+    done = rtk("preflight", str(sandbox.inventory_path), "--json", *args, env=sandbox.env)  # type: ignore[attr-defined]
     return done.returncode, json.loads(done.stdout)
 
 
@@ -136,3 +137,36 @@ def test_a_firewalled_ray_port_is_caught_on_every_pair_into_that_node(cluster: S
     )
     assert "timed out" in blocked["measured"]
     assert preflight(cluster)[0] == 0  # undone
+
+
+def test_bandwidth_on_a_healthy_ring_and_an_all_reduce_passes(cluster: Sandbox) -> None:
+    code, result = preflight(cluster, "--bandwidth")
+    assert code == 0, failures(result)
+    names = [n.name for n in cluster.nodes]
+    tcp = {c["scope"]: c for c in result["checks"] if c["name"] == "net.bandwidth.tcp"}
+    assert set(tcp) == {f"{a}->{b}" for a, b in zip(names, names[1:] + names[:1], strict=True)}
+    reduce = next(c for c in result["checks"] if c["name"] == "net.bandwidth.allreduce")
+    assert reduce["status"] == "pass"
+    assert reduce["measured"].startswith("busbw ") and "(gloo, 3 ranks)" in reduce["measured"]
+
+
+def test_a_slowed_link_is_caught_on_its_pair(cluster: Sandbox) -> None:
+    node = cluster.layout.nodes[1]  # traffic into node2 passes its veth's host end
+    shape = ["root", "tbf", "rate", "500mbit", "burst", "256kb", "latency", "50ms"]
+    added = subprocess.run(["tc", "qdisc", "add", "dev", node.veth, *shape], check=False)
+    assert added.returncode == 0
+    try:
+        code, result = preflight(cluster, "--bandwidth", "--bandwidth-retries", "1")
+    finally:
+        subprocess.run(["tc", "qdisc", "del", "dev", node.veth, "root"], check=True)
+    assert code == 1
+    before = cluster.nodes[0].name
+    assert failures(result) == {("net.bandwidth.tcp", f"{before}->{node.name}")}
+    slow = next(
+        c
+        for c in result["checks"]
+        if c["name"] == "net.bandwidth.tcp" and c["scope"] == f"{before}->{node.name}"
+    )
+
+    assert float(slow["measured"].split()[0]) < 0.55  # the shaped 500 Mbit/s
+    assert "(best of 2)" in slow["measured"]  # measured again before failing

@@ -9,8 +9,9 @@ from pathlib import Path
 import click
 
 from toolkit.cli.common import choose_inventory, inventory_options, print_json
-from toolkit.cluster import build_plan
-from toolkit.preflight.runner import run_preflight
+from toolkit.cluster import StateStore, build_plan
+from toolkit.preflight.checks import Thresholds
+from toolkit.preflight.runner import BandwidthOptions, run_preflight
 from toolkit.transport import make_transport
 
 PREFLIGHT_HELP = """Check every node of INVENTORY before a run; one exit status (1: a check failed).
@@ -21,11 +22,23 @@ limits; the host name does not resolve to a loopback address; free disk in the r
 directory; pinned Ray ports outside the kernel's ephemeral range; the same Python,
 ray, torch and NCCL as the other nodes; its clock against the head's.
 Per pair, where Ray is up: every node reaches the Ray ports of every other node.
+Per GPU node (NVML): GPU count and UUIDs against the inventory, ECC and row-remap
+errors, persistence mode, clocks-event reasons at idle, PCIe link, NVLink, driver.
 Each line gives the measured value, what is wanted and, when not passed, a hint.
+
+\b
+With --bandwidth (Ray must be up; about 1 s per node plus the sweep):
+  TCP throughput per pair of a ring (node1->node2, ..., nodeN->node1), which covers
+  every node in N tests; a pair fails below --min-tcp-gbit-s or below half the
+  median pair, after up to --bandwidth-retries more tries.
+  An all-reduce sweep (1 to 64 MiB) over every GPU with NCCL, or over every node
+  with gloo where there are no GPUs: algbw and busbw = algbw x 2(n-1)/n, as
+  nccl-tests reports them; fails below --min-busbw-gb-s.
 
 \b
 Examples:
   rtk preflight inv.yaml
+  rtk preflight inv.yaml --bandwidth --min-tcp-gbit-s 20
   rtk preflight inv.yaml --json --output runs/preflight.json
 """
 
@@ -42,14 +55,54 @@ Examples:
 @click.option(
     "--output", type=click.Path(dir_okay=False), help="Also write the results (JSON) here."
 )
+@click.option("--bandwidth", is_flag=True, help="Also measure TCP per pair and an all-reduce.")
+@click.option(
+    "--min-tcp-gbit-s",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="A pair below this many Gbit/s fails (0: only the relative check).",
+)
+@click.option(
+    "--min-busbw-gb-s",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="All-reduce bus bandwidth below this many GB/s fails (0: report only).",
+)
+@click.option(
+    "--bandwidth-retries",
+    type=click.IntRange(min=0, max=10),
+    default=2,
+    show_default=True,
+    help="Measure a failing pair again this many times before it fails.",
+)
 def preflight_cmd(
-    inventory: str | None, local: bool, as_json: bool, run_dir: str, output: str | None
+    inventory: str | None,
+    local: bool,
+    as_json: bool,
+    run_dir: str,
+    output: str | None,
+    bandwidth: bool,
+    min_tcp_gbit_s: float,
+    min_busbw_gb_s: float,
+    bandwidth_retries: int,
 ) -> None:
     """Check the nodes (help: PREFLIGHT_HELP)."""
     inv = choose_inventory(inventory, local)
     plan = build_plan(inv)
+    thresholds = Thresholds(tcp_min_gbit_s=min_tcp_gbit_s, busbw_min_gb_s=min_busbw_gb_s)
+    measure = (
+        BandwidthOptions(
+            StateStore(inv.name),
+            lambda line: click.echo(line, err=True),
+            retries=bandwidth_retries,
+        )
+        if bandwidth
+        else None
+    )
     with make_transport(inv) as transport:
-        report = run_preflight(plan, transport, run_dir)
+        report = run_preflight(plan, transport, run_dir, thresholds, measure)
     if output:
         Path(output).parent.mkdir(parents=True, exist_ok=True)
         Path(output).write_text(json.dumps(report.to_json(), indent=2) + "\n")

@@ -7,8 +7,9 @@ node, so every rule is tested on plain dicts.
 from __future__ import annotations
 
 import ipaddress
+import statistics
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,11 @@ class Thresholds:
     disk_warn_bytes: int = 10 * GiB
     clock_warn_s: float = 0.5
     clock_fail_s: float = 5.0
+    # --bandwidth: a pair fails below the absolute floor, or below this fraction of the
+    # median pair (one slow link among healthy ones); 0 turns a floor off.
+    tcp_min_gbit_s: float = 0.0
+    tcp_min_fraction: float = 0.5
+    busbw_min_gb_s: float = 0.0
 
 
 def _at_least(value: float, fail_below: float, warn_below: float) -> Status:
@@ -492,3 +498,90 @@ def _version(name: str, version: str | None) -> str | None:
     if version and name == "python":
         return ".".join(version.split(".")[:2])
     return version
+
+
+def tcp_floor_gbit_s(tcp: Sequence[Mapping[str, Any]], t: Thresholds = Thresholds()) -> float:
+    """The rate below which a pair fails: the absolute floor or a share of the median."""
+    rates = sorted(float(r["gbit_s"]) for r in tcp if "gbit_s" in r)
+    median = statistics.median(rates) if rates else 0.0
+    return max(t.tcp_min_gbit_s, t.tcp_min_fraction * median)
+
+
+def slow_pairs(
+    tcp: Sequence[Mapping[str, Any]], t: Thresholds = Thresholds()
+) -> set[tuple[str, str]]:
+    """``(src, dst)`` of the pairs that failed to connect or fell below the floor."""
+    floor = tcp_floor_gbit_s(tcp, t)
+    return {
+        (str(r["src"]), str(r["dst"]))
+        for r in tcp
+        if "gbit_s" not in r or float(r["gbit_s"]) < floor
+    }
+
+
+def bandwidth_checks(result: Mapping[str, Any], t: Thresholds = Thresholds()) -> list[Check]:
+    """TCP per pair of the ring and the all-reduce sweep (``bandwidth_job``'s result)."""
+    checks = []
+    tcp = result.get("tcp") or []
+    floor = tcp_floor_gbit_s(tcp, t)
+    slow = slow_pairs(tcp, t)
+    for r in tcp:
+        pair = f"{r['src']}->{r['dst']}"
+        tries = f" (best of {r['attempts']})" if int(r.get("attempts", 1)) > 1 else ""
+        measured = f"{r['gbit_s']:.2f} Gbit/s" if "gbit_s" in r else str(r.get("error"))
+        checks.append(
+            Check(
+                "net.bandwidth.tcp",
+                pair,
+                "fail" if (r["src"], r["dst"]) in slow else "pass",
+                measured + tries,
+                f">= {floor:.2f} Gbit/s"
+                + (f" ({t.tcp_min_fraction:g} x the median pair)" if t.tcp_min_fraction else ""),
+                "a slow or lossy link between these two nodes: check the cable/port, "
+                "its negotiated speed (ethtool), errors (ip -s link), and traffic shaping (tc)",
+            )
+        )
+    for node in result.get("missing") or []:
+        checks.append(
+            Check(
+                "net.bandwidth.tcp",
+                str(node),
+                "fail",
+                "not in Ray",
+                "Ray up on the node",
+                "bandwidth is measured between Ray nodes: rtk up, then rtk status",
+            )
+        )
+    reduce = result.get("allreduce")
+    if reduce:
+        checks.append(_allreduce_check(reduce, t))
+    return checks
+
+
+def _allreduce_check(reduce: Mapping[str, Any], t: Thresholds) -> Check:
+    backend, ranks = reduce.get("backend"), int(reduce.get("ranks", 0))
+    name = "net.bandwidth.allreduce"
+    if ranks < 2:
+        return Check(name, "cluster", "pass", f"{ranks} rank: skipped", ">= 2 ranks")
+    if "error" in reduce or not reduce.get("sizes"):
+        return Check(
+            name,
+            "cluster",
+            "fail",
+            f"{backend}, {ranks} ranks: {reduce.get('error')}",
+            "completes",
+            "the collective failed: check NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME (rtk env) "
+            "and that every node reaches the others on high ports",
+        )
+    largest = max(reduce["sizes"], key=lambda s: s["bytes"])
+    value = float(largest["busbw_gb_s"])
+    return Check(
+        name,
+        "cluster",
+        "fail" if value < t.busbw_min_gb_s else "pass",
+        f"busbw {value:.3f} GB/s, algbw {largest['algbw_gb_s']:.3f} GB/s at "
+        f"{largest['bytes'] / 2**20:g} MiB ({backend}, {ranks} ranks)",
+        f">= {t.busbw_min_gb_s:g} GB/s busbw",
+        "below what the fabric should carry: run rtk env to see the NCCL transport chosen, "
+        "and nccl-tests for detail",
+    )

@@ -8,16 +8,21 @@ node that is up. The grading is pure (``toolkit.preflight.checks``).
 from __future__ import annotations
 
 import json
+import shlex
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from functools import cache
 from importlib import resources
 from typing import Any
 
+from toolkit.cluster.jobs import job_client, run_job
 from toolkit.cluster.plan import ClusterPlan, NodePlan
+from toolkit.cluster.state import StateStore
 from toolkit.cluster.status import cluster_status
 from toolkit.errors import ClusterError
 from toolkit.preflight import checks
+from toolkit.preflight.bandwidth import DEFAULT_SIZES_BYTES, PROGRESS_PREFIX, RESULT_PREFIX
 from toolkit.preflight.result import Check, PreflightReport
 from toolkit.shell import join
 from toolkit.transport.base import Transport
@@ -55,13 +60,79 @@ def targets(plan: ClusterPlan, src: str, up: set[str]) -> dict[str, str]:
     return found
 
 
+@dataclass(frozen=True)
+class BandwidthOptions:
+    """How ``--bandwidth`` measures: seconds per TCP pair, retries, all-reduce sizes."""
+
+    store: StateStore
+    echo: Callable[[str], None]
+    duration_s: float = 1.0
+    retries: int = 2
+    sizes_bytes: tuple[int, ...] = field(default=DEFAULT_SIZES_BYTES)
+
+
+def run_bandwidth(
+    plan: ClusterPlan, options: BandwidthOptions, thresholds: checks.Thresholds
+) -> dict[str, Any]:
+    """Run the bandwidth job on the cluster; its measurements (``bandwidth_job.main``).
+
+    Raises:
+        ClusterError: The job failed or printed no result.
+    """
+    from toolkit.train.submit import package_dir
+
+    job_options = {
+        "nodes": [n.node.name for n in plan.nodes],
+        "duration_s": options.duration_s,
+        "retries": options.retries,
+        "sizes_bytes": list(options.sizes_bytes),
+        "thresholds": asdict(thresholds),
+    }
+    python = plan.head.node.python
+    entrypoint = shlex.join(
+        [python, "-m", "toolkit.preflight.bandwidth_job", json.dumps(job_options)]
+    )
+    logs: list[str] = []
+
+    def keep(text: str) -> None:
+        logs.append(text)
+        for line in text.splitlines():
+            if line.startswith(PROGRESS_PREFIX):  # not Ray's own lines nor c10d warnings
+                options.echo(line)
+
+    outcome = run_job(
+        job_client(plan, options.store),
+        entrypoint,
+        {"py_modules": [package_dir()]},
+        f"rtk-bandwidth-{int(time.time() * 1000)}",
+        keep,
+    )
+    found = [
+        line[len(RESULT_PREFIX) :]
+        for line in "\n".join(logs).splitlines()
+        if line.startswith(RESULT_PREFIX)
+    ]
+    if not outcome.ok or not found:
+        raise ClusterError(
+            f"the bandwidth job {outcome.job_id} ended {outcome.status} without a result"
+            + (f": {outcome.message}" if outcome.message else "")
+        )
+    result: dict[str, Any] = json.loads(found[-1])
+    return result
+
+
 def run_preflight(
     plan: ClusterPlan,
     transport: Transport,
     run_dir: str = "~",
     thresholds: checks.Thresholds = checks.Thresholds(),  # noqa: B008 - frozen
+    bandwidth: BandwidthOptions | None = None,
 ) -> PreflightReport:
-    """Check every node of ``plan``; never raises for an unfit node (that is a result)."""
+    """Check every node of ``plan``; never raises for an unfit node (that is a result).
+
+    With ``bandwidth``, also measure TCP per pair of a ring and an all-reduce sweep
+    (a Ray job: Ray must be up).
+    """
     began = time.monotonic()
     report = PreflightReport(plan.inventory.name)
     status = cluster_status(plan, transport)
@@ -128,5 +199,29 @@ def run_preflight(
                 "port reachability is checked between nodes where Ray runs: rtk up first",
             )
         )
+    if bandwidth is not None:
+        report.checks += _bandwidth_checks(plan, up, bandwidth, thresholds)
     report.duration_s = time.monotonic() - began
     return report
+
+
+def _bandwidth_checks(
+    plan: ClusterPlan, up: set[str], options: BandwidthOptions, thresholds: checks.Thresholds
+) -> list[Check]:
+    if plan.head.node.name not in up:
+        return [
+            Check(
+                "net.bandwidth",
+                "cluster",
+                "fail",
+                "Ray is not up on the head",
+                "Ray up",
+                "bandwidth is measured by a Ray job: rtk up first",
+            )
+        ]
+    try:
+        result = run_bandwidth(plan, options, thresholds)
+    except ClusterError as e:
+        first = str(e).splitlines()[0][:200]
+        return [Check("net.bandwidth", "cluster", "fail", first, "the job runs", "see above")]
+    return checks.bandwidth_checks(result, thresholds)
