@@ -4,6 +4,7 @@ by name on the right node, and every fault is undone after its test."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -83,12 +84,22 @@ def test_a_tiny_dev_shm_is_caught_on_its_node(cluster: Sandbox) -> None:
     cluster.run_in(node, ["mount", "-o", "remount,size=16m", "/dev/shm"])
     try:
         code, result = preflight(cluster)
+        # rtk up runs the same checks after bring-up: it exits 1, the cluster left up.
+        again = rtk("up", str(cluster.inventory_path), env=cluster.env)  # type: ignore[attr-defined]
+        skipped = rtk("up", str(cluster.inventory_path), "--no-preflight", env=cluster.env)  # type: ignore[attr-defined]
     finally:
         cluster.run_in(node, ["mount", "-o", "remount,size=50%", "/dev/shm"])
     assert code == 1
     assert failures(result) == {("host.dev_shm", node)}
     shm = next(c for c in result["checks"] if c["name"] == "host.dev_shm" and c["scope"] == node)
     assert shm["measured"] == "16 MiB"
+    assert again.returncode == 1
+    assert re.search(rf"FAIL +host\.dev_shm +{node} +16 MiB", again.stdout), again.stdout
+
+    assert "is up, but preflight failed" in again.stderr
+    assert "3/3 node(s) alive" in again.stdout
+    assert skipped.returncode == 0, skipped.stderr
+    assert "preflight of" not in skipped.stdout
 
 
 def test_a_different_ray_on_one_node_is_caught_on_that_node(

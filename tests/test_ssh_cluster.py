@@ -84,6 +84,11 @@ def test_up_gives_three_alive_nodes(cluster: dict[str, Any], sandbox3: Sandbox) 
         # --node-ip-address came from each node's route to the head.
         assert by_name[node.name]["node_ip"] == node.address
         assert by_name[node.name]["resources"][f"rtk_host:{node.name}"] == 1
+    # rtk up ran the fast preflight subset after the bring-up, and it passed.
+    preflight = cluster["preflight"]
+    assert preflight["status"] in ("pass", "warn")
+    pairs = {c["scope"] for c in preflight["checks"] if c["name"] == "net.port.gcs"}
+    assert pairs == {f"{n}->node1" for n in node_names(sandbox3) if n != "node1"}
 
 
 def test_a_ray_task_lands_on_every_node(cluster: dict[str, Any], sandbox3: Sandbox) -> None:

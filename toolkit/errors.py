@@ -75,3 +75,9 @@ class StateError(RtkError):
     """rtk's record of a cluster is missing or does not match the inventory."""
 
     exit_code = 6
+
+
+class PreflightError(RtkError):
+    """A preflight check failed: the nodes are not fit for a run as they are."""
+
+    exit_code = 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import click
@@ -17,7 +18,8 @@ from toolkit.cluster import (
     render_up,
     up,
 )
-from toolkit.errors import ClusterError
+from toolkit.errors import ClusterError, PreflightError
+from toolkit.preflight.runner import run_preflight
 from toolkit.transport import make_transport
 
 DRY_RUN_HELP = "Print the plan (commands, files, environment, ports) and touch nothing."
@@ -34,6 +36,12 @@ NCCL/Gloo settings) is written to a 0600 env file that ray start reads.
 Running it again starts nothing new on nodes where the cluster already runs.
 
 \b
+Then the fast preflight checks run (host, software, clocks, GPUs, Ray ports
+between every pair: rtk preflight without --bandwidth, about 2 s). A failed
+check makes rtk up exit 1 with the cluster left up, so you can look and fix;
+--no-preflight skips them.
+
+\b
 Examples:
   rtk up --local                 this machine as a one-node cluster
   rtk up inv.yaml --dry-run      show the plan
@@ -45,15 +53,27 @@ Examples:
 @inventory_options
 @click.option("--dry-run", is_flag=True, help=DRY_RUN_HELP)
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
-def up_cmd(inventory: str | None, local: bool, dry_run: bool, as_json: bool) -> None:
+@click.option("--no-preflight", is_flag=True, help="Skip the fast preflight checks after.")
+def up_cmd(
+    inventory: str | None, local: bool, dry_run: bool, as_json: bool, no_preflight: bool
+) -> None:
     """Bring the cluster up (help: UP_HELP)."""
     inv = choose_inventory(inventory, local)
     plan = build_plan(inv)
     if dry_run:
         click.echo(render_up(plan), nl=False)
         return
+    reporter = ConsoleReporter()
     with make_transport(inv) as transport:
-        result = up(plan, transport, StateStore(inv.name), ConsoleReporter())
+        result = up(plan, transport, StateStore(inv.name), reporter)
+        checked = None
+        if not no_preflight:
+            reporter.info("preflight checks (--no-preflight skips them)")
+            # Nodes left out (min_nodes allows it) were already reported above.
+            left_out = {o.name for o in result.nodes if o.action == "failed"}
+            joined = tuple(n for n in plan.nodes if n.name not in left_out)
+            checked = run_preflight(dataclasses.replace(plan, nodes=joined), transport)
+
     for outcome in result.nodes:
         if outcome.action == "failed":
             click.echo(
@@ -62,16 +82,23 @@ def up_cmd(inventory: str | None, local: bool, dry_run: bool, as_json: bool) -> 
                 err=True,
             )
     if as_json:
-        print_json(result.to_json())
-        return
-    status = result.status
-    ready = len(status.ready) if status else 0
-    fresh = ", ".join(result.started) or "none (already running)"
-    click.echo(
-        f"cluster {inv.name} is up: {ready}/{len(plan.nodes)} node(s) alive after "
-        f"{result.duration_s:.1f} s; started: {fresh}"
-    )
-    click.echo(f"dashboard {plan.dashboard_url}")
+        print_json({**result.to_json(), "preflight": checked.to_json() if checked else None})
+    else:
+        status = result.status
+        ready = len(status.ready) if status else 0
+        fresh = ", ".join(result.started) or "none (already running)"
+        click.echo(
+            f"cluster {inv.name} is up: {ready}/{len(plan.nodes)} node(s) alive after "
+            f"{result.duration_s:.1f} s; started: {fresh}"
+        )
+        click.echo(f"dashboard {plan.dashboard_url}")
+    if checked is not None:
+        click.echo(checked.render(only_problems=True), nl=False, err=as_json)
+        if checked.exit_code:
+            raise PreflightError(
+                f"cluster {inv.name} is up, but preflight failed (the FAIL lines above); "
+                "fix it and run rtk preflight, or rtk down"
+            )
 
 
 @click.command("status")

@@ -65,17 +65,28 @@ class PreflightReport:
             "checks": [asdict(c) for c in self.checks],
         }
 
-    def render(self) -> str:
-        """A table for the terminal: failures and warnings first, then a count of passes."""
+    def render(self, only_problems: bool = False) -> str:
+        """A table for the terminal: failures and warnings first, then a count of passes.
+
+        ``only_problems`` leaves out the passed checks (``rtk up`` shows it this way).
+        """
         lines = [f"preflight of {self.cluster}: {self.status.upper()} in {self.duration_s:.1f} s"]
-        ordered = sorted(self.checks, key=lambda c: (-ORDER[c.status], c.name, c.scope))
-        for c in ordered:
-            line = f"  {c.status.upper():4}  {c.name:24} {c.scope:18} {c.measured}"
-            if c.threshold and c.status != "pass":
-                line += f" (want {c.threshold})"
+        # Problems that read the same on several nodes (one limit everywhere) share a line.
+        groups: dict[tuple[str, str, str, str, str], list[str]] = {}
+        for c in sorted(self.checks, key=lambda c: (-ORDER[c.status], c.name)):
+            if only_problems and c.status == "pass":
+                continue
+            same = c.scope if c.status == "pass" else ""
+            groups.setdefault((c.status, c.name, c.measured, c.threshold, c.hint + same), [])
+            groups[(c.status, c.name, c.measured, c.threshold, c.hint + same)].append(c.scope)
+        for (status, name, measured, threshold, _), scopes in groups.items():
+            first = next(c for c in self.checks if c.name == name and c.scope == scopes[0])
+            line = f"  {status.upper():4}  {name:24} {','.join(scopes):18} {measured}"
+            if threshold and status != "pass":
+                line += f" (want {threshold})"
             lines.append(line)
-            if c.hint and c.status != "pass":
-                lines.append(f"        hint: {c.hint}")
+            if first.hint and status != "pass":
+                lines.append(f"        hint: {first.hint}")
         counts = {s: sum(c.status == s for c in self.checks) for s in ORDER}
         lines.append(f"  {counts['pass']} passed, {counts['warn']} warned, {counts['fail']} failed")
         return "\n".join(lines) + "\n"
