@@ -5,8 +5,10 @@ set -euo pipefail
 
 # iproute2: `ip route get` on nodes and the sandbox's netns/veth/bridge; procps: pgrep;
 # openssh-server and tini: the sandbox's nodes; rsync: `ray up` in benchmarks/bringup.py;
-# iptables: preflight's test blocks a Ray port inside one node.
-packages=(iproute2 procps openssh-server tini rsync iptables)
+# iptables: preflight's test blocks a Ray port inside one node; slurm-wlm (slurmctld,
+# slurmd, sbatch/srun/...) and munge: `rtk sandbox up --slurm`, a real SLURM cluster
+# on the sandbox's nodes that rtk's sbatch path is tested against.
+packages=(iproute2 procps openssh-server tini rsync iptables slurm-wlm munge)
 
 missing=()
 for pkg in "${packages[@]}"; do
