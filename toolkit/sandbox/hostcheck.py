@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from toolkit.sandbox.errors import SandboxError
 
@@ -27,11 +27,13 @@ _SBIN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 Which = Callable[..., str | None]
 
 
-def find_tools(which: Which = shutil.which) -> tuple[dict[str, str], list[str]]:
-    """Resolve every tool in ``TOOLS``: (found name -> path, missing names)."""
+def find_tools(
+    which: Which = shutil.which, tools: Mapping[str, str] = TOOLS
+) -> tuple[dict[str, str], list[str]]:
+    """Resolve every tool in ``tools`` (default ``TOOLS``): (found name -> path, missing names)."""
     found: dict[str, str] = {}
     missing: list[str] = []
-    for tool in TOOLS:
+    for tool in tools:
         path = which(tool) or which(tool, path=_SBIN_PATH)
         if path:
             found[tool] = path

@@ -8,7 +8,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from toolkit.sandbox.errors import SandboxError
@@ -26,6 +26,31 @@ NODE_ENV = {
 _STARTERS: dict[int, subprocess.Popen[bytes]] = {}
 
 
+def spawn(argv: Sequence[str], log_file: Path, env: Mapping[str, str], what: str) -> int:
+    """Start ``argv`` in a new session, output appended to ``log_file``; return its PID.
+
+    It is remembered so that ``reap_starters`` in this process collects its exit status.
+
+    Raises:
+        SandboxError: It cannot be started (``what`` names it in the message).
+    """
+    try:
+        with log_file.open("ab") as log:
+            child = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd="/",
+                env=dict(env),
+                start_new_session=True,
+            )
+    except OSError as e:
+        raise SandboxError(f"{what}: cannot start {argv[0]}: {e}") from e
+    _STARTERS[child.pid] = child
+    return child.pid
+
+
 def start_node(node: NodeLayout, tools: dict[str, str]) -> int:
     """Start the node's init detached from this process; return the starter's PID.
 
@@ -41,24 +66,11 @@ def start_node(node: NodeLayout, tools: dict[str, str]) -> int:
         "--propagation", "private",
         tools["tini"], "-s", "--", "bash", str(node.init_script),
     ]  # fmt: skip
-    try:
-        with node.log_file.open("ab") as log:
-            starter = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd="/",
-                env=NODE_ENV,
-                start_new_session=True,
-            )
-    except OSError as e:
-        raise SandboxError(f"{node.name}: cannot start its init: {e}") from e
-    _STARTERS[starter.pid] = starter
-    return starter.pid
+    return spawn(argv, node.log_file, NODE_ENV, f"{node.name}: its init")
 
 
-def _children(pid: int) -> list[int]:
+def children(pid: int) -> list[int]:
+    """PIDs of the direct children of ``pid`` (none when it is gone)."""
     try:
         text = Path(f"/proc/{pid}/task/{pid}/children").read_text(encoding="ascii")
         return [int(word) for word in text.split()]
@@ -103,7 +115,7 @@ def find_init(node: NodeLayout, starter_pid: int, timeout_s: float = 10.0) -> in
     """
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        for child in _children(starter_pid):
+        for child in children(starter_pid):
             if is_node_init(child, node.netns):
                 return child
         if not is_alive(starter_pid):
