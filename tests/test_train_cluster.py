@@ -114,6 +114,11 @@ def check_run(run_dir: Path, sandbox: Sandbox, steps: int) -> None:
         assert barriers == [5, 10, 15, 20, 25, 30]
     assert 1 <= len(checkpoints(run_dir)) <= 3
     check_telemetry(run_dir, sandbox, steps)
+    # rtk train ran the fast preflight first and kept it with the run.
+    checked = json.loads((run_dir / "preflight.json").read_text())
+    assert checked["status"] in ("pass", "warn")
+    reached = {c["scope"] for c in checked["checks"] if c["name"] == "connect.node"}
+    assert reached == {n.name for n in sandbox.nodes}
 
 
 def samples(run_dir: Path, node: str) -> list[dict[str, Any]]:
@@ -427,6 +432,8 @@ def test_training_without_a_shared_filesystem_gathers_every_ranks_markers(
     summary = json.loads((run_dir / "report" / "summary.json").read_text())
     assert summary["run"]["steps"] == 10
     assert [b["ranks"] for b in summary["barriers"]] == [3, 3]
+    # Written on the head before the run, it came back with the results.
+    assert json.loads((run_dir / "preflight.json").read_text())["cluster"] == sandbox_train.name
 
 
 def test_ctrl_c_stops_the_job_on_the_cluster(

@@ -20,16 +20,23 @@ from toolkit.cli.common import (
 from toolkit.cli.reporting import from_head, report_if_here
 from toolkit.cluster import StateStore, build_plan
 from toolkit.cluster.jobs import JobOutcome, job_client, run_job
-from toolkit.errors import RtkError
+from toolkit.cluster.plan import ClusterPlan
+from toolkit.errors import PreflightError, RtkError
+from toolkit.inventory import Inventory
+from toolkit.preflight.runner import run_preflight, save_in_run_dir
 from toolkit.train.config import PRECISIONS, PRESETS, STRATEGIES, TrainConfig
 from toolkit.train.submit import submit_train
+from toolkit.transport import make_transport
 
 TRAIN_HELP = """Train the built-in GPT on the cluster INVENTORY describes, as a Ray job.
 
 \b
 The job runs Ray Train's TorchTrainer on the head: one worker per GPU (per node
 on CPU clusters) unless --num-workers says otherwise. Logs stream here; rtk ends
-with the job's real status, and Ctrl-C stops the job. The model is built from
+with the job's real status, and Ctrl-C stops the job. Before it, the fast
+preflight checks run (--no-preflight skips them) and are kept in the run
+directory as preflight.json; a failed check stops rtk before training. The model is built from
+
 its size (nothing is downloaded); data is a learnable synthetic task, or a local
 text file read as bytes (--data).
 
@@ -129,6 +136,13 @@ command runs in the cluster's environment (NCCL/Gloo settings, Ray token).
     show_default=True,
     help="Sample power, GPUs and hosts on every node during the run, then report.",
 )
+@click.option(
+    "--preflight/--no-preflight",
+    default=True,
+    show_default=True,
+    help="Run the fast preflight checks first (saved as preflight.json in the run "
+    "directory); a failed check stops before training.",
+)
 @telemetry_options
 def train_cmd(inventory: str | None, **options: Any) -> None:
     """Run the built-in trainer (help: TRAIN_HELP)."""
@@ -142,7 +156,10 @@ def train_cmd(inventory: str | None, **options: Any) -> None:
     )
     output_dir = options.pop("output_dir").rstrip("/")
     options["resources_per_worker"] = _resources(options["resources_per_worker"])
+    checked = options.pop("preflight")
     config = TrainConfig(run_dir=f"{output_dir}/{run_id}", **options).check()
+    if checked:
+        _preflight(inv, plan, config.run_dir)
     outcome = submit_train(plan, store, config, run_id, click.echo)
     _print_outcome(outcome, config.run_dir)
     if config.telemetry:
@@ -177,6 +194,25 @@ def launch_cmd(inventory: str, command: tuple[str, ...], working_dir: str) -> No
     _print_outcome(outcome, None)
     if not outcome.ok:
         sys.exit(1)
+
+
+def _preflight(inv: Inventory, plan: ClusterPlan, run_dir: str) -> None:
+    """The fast checks, saved in the run directory; raises when one failed."""
+    with make_transport(inv) as transport:
+        report = run_preflight(plan, transport, run_dir)
+        save_in_run_dir(plan, transport, run_dir, report)
+    if report.status != "pass":
+        click.echo(report.render(only_problems=True), nl=False, err=True)
+    if report.exit_code:
+        raise PreflightError(
+            f"not training: preflight failed (saved in {run_dir}/preflight.json); "
+            "fix it, or --no-preflight to train anyway"
+        )
+    click.echo(
+        f"rtk: preflight {report.status} in {report.duration_s:.1f} s "
+        f"({len(report.checks)} checks, {run_dir}/preflight.json)",
+        err=True,
+    )
 
 
 def _print_outcome(outcome: JobOutcome, run_dir: str | None) -> None:

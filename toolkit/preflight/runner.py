@@ -225,3 +225,24 @@ def _bandwidth_checks(
         first = str(e).splitlines()[0][:200]
         return [Check("net.bandwidth", "cluster", "fail", first, "the job runs", "see above")]
     return checks.bandwidth_checks(result, thresholds)
+
+
+_SAVE = (
+    "import os, pathlib, sys; d = pathlib.Path(os.path.expanduser(sys.argv[1])); "
+    "d.mkdir(parents=True, exist_ok=True); (d / 'preflight.json').write_text(sys.stdin.read())"
+)
+
+
+def save_in_run_dir(
+    plan: ClusterPlan, transport: Transport, run_dir: str, report: PreflightReport
+) -> None:
+    """Write ``preflight.json`` into ``run_dir`` on the head, where the run writes too.
+
+    Raises:
+        ClusterError: It could not be written.
+    """
+    text = json.dumps(report.to_json(), indent=2) + "\n"
+    command = join([plan.head.node.python, "-c", _SAVE, run_dir])
+    result = transport.run(plan.head.node, command, stdin=text, timeout_s=FACTS_TIMEOUT_S)
+    if not result.ok:
+        raise ClusterError(f"cannot write {run_dir}/preflight.json on the head: {result.tail()}")
