@@ -1,0 +1,1 @@
+"""SLURM: batch scripts rendered from ``sbatch/`` templates, submitted and followed."""

@@ -1,0 +1,73 @@
+"""Render a batch script from ``sbatch/*.sbatch.j2``: pure text in, text out."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jinja2
+
+from toolkit.resources import template_env
+from toolkit.shell import join
+from toolkit.slurm.options import SbatchOptionError, SbatchOptions
+
+# The template behind each ``--template`` choice.
+TEMPLATES = {
+    "cluster": "ray-cluster.sbatch.j2",
+    "train": "train.sbatch.j2",
+}
+HEREDOC_END = "RTK_INVENTORY_EOF"
+
+
+def render_script(
+    template: str,
+    inventory_text: str,
+    inventory_path: str,
+    options: SbatchOptions,
+    command: Sequence[str] = (),
+) -> str:
+    """The complete batch script.
+
+    Args:
+        template: ``cluster`` (Ray, then COMMAND under telemetry, or hold the cluster)
+            or ``train`` (Ray, preflight, rtk train with telemetry, report).
+        inventory_text: The inventory file's text, embedded verbatim in the script.
+        inventory_path: Where it came from, as the user named it (shown in the log).
+        options: The merged job options.
+        command: For ``cluster``, the command to run (none: hold the cluster); for
+            ``train``, options passed on to ``rtk train``.
+
+    Raises:
+        SbatchOptionError: Unknown template.
+    """
+    if template not in TEMPLATES:
+        raise SbatchOptionError(f"--template: got {template!r}; give one of {', '.join(TEMPLATES)}")
+    text = inventory_text if inventory_text.endswith("\n") else inventory_text + "\n"
+    return (
+        _environment()
+        .get_template(TEMPLATES[template])
+        .render(
+            template_file=TEMPLATES[template],
+            o=options,
+            inventory_text=text,
+            inventory_path=inventory_path,
+            heredoc_end=_heredoc_end(text),
+            command=list(command),
+            hold=template == "cluster" and not command,
+        )
+    )
+
+
+def _environment() -> jinja2.Environment:
+    env = template_env("sbatch")
+    env.filters.setdefault("shjoin", join)
+    return env
+
+
+def _heredoc_end(text: str) -> str:
+    """A heredoc delimiter that no line of ``text`` equals."""
+    lines = set(text.splitlines())
+    end, n = HEREDOC_END, 0
+    while end in lines:
+        n += 1
+        end = f"{HEREDOC_END}_{n}"
+    return end
