@@ -15,6 +15,7 @@ from toolkit.cli.cmd_inventory import inventory_group
 from toolkit.cli.cmd_preflight import preflight_cmd
 from toolkit.cli.cmd_report import report_cmd
 from toolkit.cli.cmd_sandbox import sandbox_group
+from toolkit.cli.cmd_sbatch import sbatch_group
 from toolkit.cli.cmd_telemetry import telemetry_group
 from toolkit.cli.cmd_train import launch_cmd, train_cmd
 from toolkit.errors import RtkError
@@ -34,6 +35,7 @@ Start here:
   rtk report RUN_DIR             energy per node, GPU, step and token; report.html
   rtk telemetry record inv.yaml -- CMD   telemetry around any workload
   rtk down inv.yaml              stop rtk's Ray (and only rtk's) everywhere
+  rtk sbatch submit inv.yaml     the same flow as one SLURM batch job
 
 Every command that changes nodes takes --dry-run; data commands take --json.
 """
@@ -61,6 +63,7 @@ cli.add_command(telemetry_group)
 cli.add_command(report_cmd)
 cli.add_command(preflight_cmd)
 cli.add_command(env_cmd)
+cli.add_command(sbatch_group)
 
 
 def main() -> None:
