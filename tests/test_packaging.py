@@ -44,7 +44,8 @@ def test_wheel_contains_templates_and_sbatch(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     for template in (REPO / "templates").iterdir():
         assert f"toolkit/_data/templates/{template.name}" in names
-    assert any(n.startswith("toolkit/_data/sbatch/") for n in names)
+    for sbatch in (REPO / "sbatch").iterdir():
+        assert f"toolkit/_data/sbatch/{sbatch.name}" in names
     assert "toolkit/node/agent.py" in names
 
 
@@ -93,3 +94,15 @@ def test_installed_wheel_finds_its_files(wheel: Path, tmp_path: Path) -> None:
     )
     assert plan.returncode == 0, plan.stderr
     assert "# Written by rtk for cluster local" in plan.stdout
+    # The batch scripts render from the packaged sbatch templates.
+    (tmp_path / "inv.yaml").write_text("cluster: w\nnodes:\n  - host: n[1-2]\n")
+    script = subprocess.run(
+        [sys.executable, "-m", "toolkit", "sbatch", "render", "inv.yaml", "--template", "train"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert script.returncode == 0, script.stderr
+    assert "#SBATCH --nodes=2" in script.stdout and " train --slurm " in script.stdout
