@@ -7,7 +7,7 @@ import sys
 import click
 
 from toolkit.cli.common import ConsoleReporter, print_json
-from toolkit.sandbox import create, destroy, sandbox_status
+from toolkit.sandbox import SlurmStatus, create, destroy, sandbox_status
 from toolkit.sandbox.layout import MAX_NODES
 
 NAME_HELP = "Sandbox name: 1-8 characters a-z 0-9 _ -."
@@ -28,6 +28,14 @@ without any hardware.
   rtk up /tmp/rtk-sb-sandbox/inventory.yaml
   rtk sandbox status           are the nodes and their sshd up?
   rtk sandbox down             remove everything it created
+
+With --slurm the nodes also form a real SLURM cluster (slurmctld on this host,
+slurmd in each node, one default partition):
+
+\b
+  rtk sandbox up --nodes 3 --slurm
+  export SLURM_CONF=/tmp/rtk-sb-sandbox/slurm/etc/slurm.conf
+  sinfo; srun -N3 hostname; sbatch -N3 job.sh
 """
 
 UP_HELP = """Create a sandbox of NODES nodes and wait until each accepts an SSH login.
@@ -42,6 +50,16 @@ after the sandbox:
   rtk-NAME-<i>        one network namespace per node, with a veth pair
                       (rtv-NAME-<i>) into the bridge
 
+With --slurm (needs Debian's slurm-wlm and munge) it also starts munged and
+slurmctld on this host (files in /tmp/rtk-sb-NAME/munge and .../slurm) and a
+slurmd in each node, and waits until sinfo shows every node idle. Jobs run as
+root; there is no accounting (no sacct). SLURM's commands find it with
+
+\b
+  export SLURM_CONF=/tmp/rtk-sb-NAME/slurm/etc/slurm.conf
+
+and inside the nodes /etc/slurm is that config, so they need nothing there.
+
 While any sandbox exists, net.bridge.bridge-nf-call-iptables is 0, so that the
 host's firewall does not drop traffic between nodes. If creating fails, whatever
 was created is removed again.
@@ -53,16 +71,31 @@ Prints the inventory's path on stdout (progress goes to stderr):
   rtk sandbox down                  when done (--name NAME for another name)
 """
 
-DOWN_HELP = """Remove sandbox NAME: node processes, netns, veths, bridge and directory.
+DOWN_HELP = """Remove sandbox NAME: node processes, SLURM daemons, netns, veths, bridge and
+directory.
 
 Works from the sandbox's record and, when that is missing or partial (say, after
 a crashed up), from the names alone. Safe to run twice. Needs root.
 """
 
-STATUS_HELP = """Show whether each node of sandbox NAME runs and its sshd listens.
+STATUS_HELP = """Show whether each node of sandbox NAME runs and its sshd listens, and,
+with SLURM, whether munged and slurmctld run and each node's state in sinfo.
 
 Exits 0 when every node is healthy, 1 otherwise; 7 when there is no such sandbox.
 """
+
+
+def _echo_slurm(slurm: SlurmStatus) -> None:
+    state = "up" if slurm.healthy else "NOT healthy"
+    daemons = ", ".join(
+        f"{name} {f'PID {pid}' if pid else 'NOT running'}"
+        for name, pid in (("slurmctld", slurm.slurmctld_pid), ("munged", slurm.munged_pid))
+    )
+    click.echo(f"slurm: {state} ({daemons})")
+    for node, node_state in slurm.nodes.items():
+        click.echo(f"  {node:<8} {node_state}")
+    if slurm.error:
+        click.echo(f"  sinfo: {slurm.error}")
 
 
 @click.group("sandbox", help=GROUP_HELP)
@@ -85,14 +118,26 @@ def sandbox_group() -> None:
     show_default=True,
     help="First three octets of a private /24 not used on this machine; the host is .1.",
 )
-def up_cmd(nodes: int, name: str, subnet: str) -> None:
+@click.option(
+    "--slurm",
+    is_flag=True,
+    help="Also run SLURM: slurmctld and munged on this host, slurmd in each node.",
+)
+def up_cmd(nodes: int, name: str, subnet: str, slurm: bool) -> None:
     """Create a sandbox."""
     reporter = ConsoleReporter()
     sandbox = create(
-        nodes, name=name, subnet=subnet, progress=lambda line: reporter.node(name, line)
+        nodes,
+        name=name,
+        subnet=subnet,
+        slurm=slurm,
+        progress=lambda line: reporter.node(name, line),
     )
     reporter.node(name, f"sandbox {sandbox.name} is up: {len(sandbox.nodes)} node(s)")
     click.echo(str(sandbox.inventory_path))
+    if slurm:
+        conf = sandbox.slurm_env()["SLURM_CONF"]
+        click.echo(f"SLURM: export SLURM_CONF={conf}   (then sinfo, srun, sbatch)", err=True)
     click.echo(
         f"next: rtk up {sandbox.inventory_path}   (remove it: rtk sandbox down --name {name})",
         err=True,
@@ -131,6 +176,8 @@ def status_cmd(name: str, as_json: bool) -> None:
             click.echo(
                 f"  {node.name:<8} {node.address:<15} {node.netns or '-':<14} {running}, {sshd}"
             )
+        if status.slurm is not None:
+            _echo_slurm(status.slurm)
         if status.inventory:
             click.echo(f"inventory: {status.inventory}")
         if status.leftovers:

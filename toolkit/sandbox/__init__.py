@@ -9,6 +9,9 @@ so ``rtk up`` can bring Ray up across the nodes exactly as on real machines::
     print(sandbox.inventory_path)        # /tmp/rtk-sb-demo/inventory.yaml
     sandbox.run_in("node1", ["ps", "-e"], timeout_s=10)
     sandbox.destroy()                    # or destroy("demo") from anywhere
+
+With ``slurm=True`` the nodes also form a real SLURM cluster (``toolkit.sandbox.slurm``);
+``sandbox.slurm_env()`` is the environment SLURM's commands need (``SLURM_CONF``).
 """
 
 from __future__ import annotations
@@ -17,7 +20,13 @@ from toolkit.sandbox.bringup import create
 from toolkit.sandbox.errors import SandboxError
 from toolkit.sandbox.hostcheck import check_host
 from toolkit.sandbox.sandbox import Sandbox, SandboxNode
-from toolkit.sandbox.status import NodeStatus, SandboxStatus, list_sandboxes, sandbox_status
+from toolkit.sandbox.status import (
+    NodeStatus,
+    SandboxStatus,
+    SlurmStatus,
+    list_sandboxes,
+    sandbox_status,
+)
 from toolkit.sandbox.teardown import destroy
 
 __all__ = [
@@ -26,6 +35,7 @@ __all__ = [
     "SandboxError",
     "SandboxNode",
     "SandboxStatus",
+    "SlurmStatus",
     "check_host",
     "create",
     "destroy",

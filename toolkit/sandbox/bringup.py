@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -10,12 +12,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import toolkit
-from toolkit.sandbox import network, procs, render
+from toolkit.sandbox import network, procs, render, slurm_host
 from toolkit.sandbox.errors import SandboxError
 from toolkit.sandbox.hostcheck import check_host
 from toolkit.sandbox.layout import Layout, NodeLayout, netns_pattern
 from toolkit.sandbox.record import NodeRecord, SandboxRecord
 from toolkit.sandbox.sandbox import Sandbox
+from toolkit.sandbox.slurm import SlurmLayout, node_init_lines
 from toolkit.sandbox.ssh import keygen, wait_for_login
 from toolkit.sandbox.status import list_sandboxes
 from toolkit.sandbox.teardown import destroy
@@ -94,16 +97,24 @@ def _write(path: Path, text: str, mode: int = 0o644) -> None:
 
 
 def _write_files(
-    layout: Layout, record: SandboxRecord, sshd_options: Sequence[str], shared: Sequence[Path]
+    layout: Layout,
+    record: SandboxRecord,
+    sshd_options: Sequence[str],
+    shared: Sequence[Path],
+    slurm_tools: dict[str, str],
 ) -> None:
     client_pub = keygen(layout.key_path, f"rtk-sandbox-{layout.name}")
     _write(layout.authorized_keys, client_pub + "\n", 0o600)
     host_keys = {n.name: keygen(n.host_key, f"{n.name}.{layout.name}") for n in layout.nodes}
     _write(layout.known_hosts, render.known_hosts(layout, host_keys))
     _write(layout.resolv_conf, render.resolv_conf(layout))
+    if record.slurm:
+        controller = socket.gethostname().split(".")[0]
+        slurm_host.write_files(layout, controller, os.cpu_count() or 1)
     for node in layout.nodes:
         _write(node.sshd_config, render.sshd_config(layout, node, sshd_options))
-        script = render.init_script(layout, node, record.sshd, shared)
+        services = node_init_lines(layout, node, slurm_tools["slurmd"]) if record.slurm else []
+        script = render.init_script(layout, node, record.sshd, shared, services)
         _write(node.init_script, script, 0o700)
         _write(node.hosts_file, render.hosts_file(layout, node))
 
@@ -141,6 +152,22 @@ def _start_network(layout: Layout, record: SandboxRecord) -> None:
         network.connect_node(layout, node)
         node_record.veth = node.veth
         record.save(layout.record_path)
+
+
+def _start_slurm_daemons(
+    layout: Layout, record: SandboxRecord, slurm_tools: dict[str, str], say: Progress
+) -> None:
+    paths = SlurmLayout.of(layout)
+    record.munged_pid = slurm_host.start_munged(paths, slurm_tools["munged"])
+    record.save(layout.record_path)
+    record.slurmctld_pid = slurm_host.start_slurmctld(
+        paths, slurm_tools["slurmctld"], layout.gateway
+    )
+    record.save(layout.record_path)
+    say(
+        f"munged PID {record.munged_pid}, slurmctld PID {record.slurmctld_pid} on "
+        f"{layout.gateway}:{paths.slurmctld_port}"
+    )
 
 
 def _start_nodes(
@@ -198,6 +225,7 @@ def create(
     *,
     python: str | None = None,
     sshd_options: Sequence[str] = (),
+    slurm: bool = False,
     ready_timeout_s: float = 30.0,
     progress: Progress | None = None,
 ) -> Sandbox:
@@ -213,7 +241,11 @@ def create(
         subnet: First three octets of a private /24 unused on this machine.
         python: The Python the inventory names (default: the one running this).
         sshd_options: Extra sshd_config lines for every node.
-        ready_timeout_s: How long each node may take to accept an SSH login.
+        slurm: Also run SLURM: munged and slurmctld on this host, slurmd in each node,
+            one default partition of all nodes (see ``toolkit.sandbox.slurm``); client
+            commands need ``Sandbox.slurm_env()``. Needs Debian's slurm-wlm and munge.
+        ready_timeout_s: How long each node may take to accept an SSH login (and, with
+            SLURM, to be idle in ``sinfo``).
         progress: Called with one line per step done.
 
     Returns:
@@ -228,7 +260,10 @@ def create(
     tools = check_host()
     python = python or sys.executable
     shared = _check_python(python)
+    slurm_tools = slurm_host.find_slurm_tools() if slurm else {}
     _refuse_existing(layout)
+    if slurm:
+        slurm_host.check_port_free(SlurmLayout.of(layout).slurmctld_port)
     _claim_directory(layout)
     try:
         record = SandboxRecord(
@@ -239,17 +274,27 @@ def create(
             python=python,
             created_at=time.time(),
             nodes=[NodeRecord(n.name, n.address) for n in layout.nodes],
+            slurm=slurm,
         )
         record.save(layout.record_path)
-        _write_files(layout, record, sshd_options, shared)
+        _write_files(layout, record, sshd_options, shared, slurm_tools)
         say(f"keys and configs in {layout.directory}")
         _start_network(layout, record)
         say(f"bridge {layout.bridge} {layout.gateway}/24, {nodes} netns with veth pairs")
+        if slurm:
+            _start_slurm_daemons(layout, record, slurm_tools, say)
         _start_nodes(layout, record, tools, say)
         _wait_for_logins(layout, record, ready_timeout_s, say)
         _check_node_to_node(layout, record)
         say("node-to-node TCP works")
-        _write(layout.inventory_path, render.inventory(layout, python))
+        slurm_conf = None
+        if slurm:
+            waited_s = slurm_host.wait_for_nodes(
+                layout, record, slurm_tools["sinfo"], ready_timeout_s
+            )
+            slurm_conf = SlurmLayout.of(layout).conf
+            say(f"SLURM: all {nodes} nodes idle in sinfo (after {waited_s:.1f} s more)")
+        _write(layout.inventory_path, render.inventory(layout, python, slurm_conf))
         sandbox = Sandbox(layout, record)
     except BaseException as e:
         logger.info("creating sandbox %s failed (%s); removing what was created", name, e)

@@ -46,6 +46,9 @@ class SandboxRecord:
         bridge: The host bridge; None until created.
         nodes: Its nodes, in order.
         sysctl: Host sysctl files changed, with the values to restore.
+        slurm: The sandbox runs SLURM (munged and slurmctld here, slurmd in each node).
+        munged_pid: Host PID of its munged; None until started (or without SLURM).
+        slurmctld_pid: Host PID of its slurmctld; None until started (or without SLURM).
     """
 
     name: str
@@ -57,6 +60,9 @@ class SandboxRecord:
     bridge: str | None = None
     nodes: list[NodeRecord] = field(default_factory=list)
     sysctl: dict[str, str] = field(default_factory=dict)
+    slurm: bool = False
+    munged_pid: int | None = None
+    slurmctld_pid: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The record as plain data."""

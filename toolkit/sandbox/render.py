@@ -48,12 +48,19 @@ def start_sshd_command(node: NodeLayout, sshd: str) -> str:
     )
 
 
-def init_script(layout: Layout, node: NodeLayout, sshd: str, shared: Sequence[Path] = ()) -> str:
+def init_script(
+    layout: Layout,
+    node: NodeLayout,
+    sshd: str,
+    shared: Sequence[Path] = (),
+    services: Sequence[str] = (),
+) -> str:
     """The script PID 1's child runs in ``node``: hostname, private mounts, sshd, wait.
 
     The node's /tmp, /dev/shm and /run are fresh tmpfs mounts. Host paths under /tmp
     that the node still needs (the sandbox directory, for sshd; ``shared``: a
     virtualenv or source tree there) are put back read-only at their own paths.
+    ``services``: lines that start more daemons after sshd (slurmd, with SLURM).
     """
     kept = [layout.directory, *(p for p in shared if not layout.directory.is_relative_to(p))]
     park = [f"{_PARKING}/{i}" for i in range(len(kept))]
@@ -84,6 +91,7 @@ def init_script(layout: Layout, node: NodeLayout, sshd: str, shared: Sequence[Pa
             f'*) if [ -e "$resolv" ]; then mount --bind {quote(str(layout.resolv_conf))} '
             '"$resolv"; fi;; esac',
             start_sshd_command(node, sshd),
+            *services,
             f'echo "{READY_MARK}: {node.name} sshd on {node.address}:22"',
             "exec sleep infinity",
             "",
@@ -126,13 +134,18 @@ def known_hosts(layout: Layout, host_keys: Mapping[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def inventory(layout: Layout, python: str) -> str:
-    """The rtk inventory of the sandbox (strings JSON-quoted, which YAML reads as-is)."""
+def inventory(layout: Layout, python: str, slurm_conf: Path | None = None) -> str:
+    """The rtk inventory of the sandbox (strings JSON-quoted, which YAML reads as-is).
+
+    ``slurm_conf``: the sandbox's slurm.conf, named in a comment, when it runs SLURM.
+    """
+    slurm = [f"#   its SLURM, from the host: SLURM_CONF={slurm_conf} sinfo"] if slurm_conf else []
     lines = [
         f"# Written by `rtk sandbox up` for sandbox {layout.name}: {len(layout.nodes)} node(s)",
         "# on this machine, each in its own network, PID, mount and UTS namespace,",
         "# reached over real SSH with the key and known_hosts below.",
         f"#   bring Ray up on it:       rtk up {layout.inventory_path}",
+        *slurm,
         f"#   remove the whole sandbox: rtk sandbox down --name {layout.name}",
         f"cluster: {layout.name}",
         "transport: ssh",

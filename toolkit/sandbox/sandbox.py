@@ -13,6 +13,7 @@ from toolkit.sandbox import procs, render
 from toolkit.sandbox.errors import SandboxError
 from toolkit.sandbox.layout import Layout, NodeLayout, sandbox_dir, validate_name
 from toolkit.sandbox.record import SandboxRecord
+from toolkit.sandbox.slurm import SlurmLayout
 from toolkit.sandbox.ssh import port_open, ssh_argv, wait_for_login
 from toolkit.sandbox.teardown import destroy
 
@@ -102,6 +103,27 @@ class Sandbox:
     def known_hosts_path(self) -> Path:
         """known_hosts with every node's address and host key."""
         return self.layout.known_hosts
+
+    @property
+    def slurm(self) -> bool:
+        """Whether the sandbox runs SLURM (``create(..., slurm=True)``)."""
+        return self.record.slurm
+
+    def slurm_env(self) -> dict[str, str]:
+        """Environment that points SLURM's commands (sbatch, srun, sinfo...) at the sandbox.
+
+        Jobs inherit it from the submitter, as SLURM exports the whole environment by
+        default; inside a node, /etc/slurm is the sandbox's config anyway.
+
+        Raises:
+            SandboxError: The sandbox runs no SLURM.
+        """
+        if not self.record.slurm:
+            raise SandboxError(
+                f"sandbox {self.name} runs no SLURM: create it with slurm=True "
+                "(rtk sandbox up --slurm)"
+            )
+        return {"SLURM_CONF": str(SlurmLayout.of(self.layout).conf)}
 
     def node(self, node_name: str) -> SandboxNode:
         """The node called ``node_name``.

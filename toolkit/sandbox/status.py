@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
-from toolkit.sandbox import network, procs
+from toolkit.sandbox import network, procs, slurm_host
 from toolkit.sandbox.errors import SandboxError
 from toolkit.sandbox.layout import (
     DIR_PREFIX,
     RECORD_FILE,
     ROOT,
+    Layout,
     bridge_name,
     netns_pattern,
     sandbox_dir,
     validate_name,
 )
 from toolkit.sandbox.record import SandboxRecord
+from toolkit.sandbox.slurm import SlurmLayout
 from toolkit.sandbox.ssh import port_open
 
 
@@ -51,6 +54,50 @@ class NodeStatus:
 
 
 @dataclass(frozen=True)
+class SlurmStatus:
+    """A sandbox's SLURM as seen from the host now.
+
+    Attributes:
+        munged_pid: PID of its live munged, or None.
+        slurmctld_pid: PID of its live slurmctld, or None.
+        nodes: Each node's state as ``sinfo`` reports it (``idle``, ``down*``, ...).
+        error: Why ``sinfo`` gave no states, when it did not.
+    """
+
+    munged_pid: int | None
+    slurmctld_pid: int | None
+    nodes: dict[str, str] = field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def healthy(self) -> bool:
+        """Both daemons run and every node can take jobs."""
+        return bool(
+            self.munged_pid
+            and self.slurmctld_pid
+            and self.nodes
+            and all(state in slurm_host.READY_STATES for state in self.nodes.values())
+        )
+
+
+def slurm_status(record: SandboxRecord) -> SlurmStatus:
+    """The SLURM daemons of the sandbox in ``record`` and its node states."""
+    layout = SlurmLayout.of(Layout.build(record.name, record.subnet, len(record.nodes)))
+    daemons = {p: pid for pid, p in slurm_host.find_daemons(Path(record.directory), record).items()}
+    slurmctld = daemons.get("slurmctld")
+    states: dict[str, str] = {}
+    error = None
+    if slurmctld is None:
+        error = "slurmctld is not running"
+    else:
+        try:
+            states = slurm_host.node_states(layout.conf, timeout_s=10.0)
+        except SandboxError as e:
+            error = str(e)
+    return SlurmStatus(daemons.get("munged"), slurmctld, states, error)
+
+
+@dataclass(frozen=True)
 class SandboxStatus:
     """A sandbox as seen from the host now.
 
@@ -62,6 +109,7 @@ class SandboxStatus:
         inventory: Its inventory file, or None when not written (yet).
         nodes: Each node's status.
         leftovers: Namespaces or interfaces of this name that its record does not list.
+        slurm: Its SLURM, when it was created with SLURM.
     """
 
     name: str
@@ -71,15 +119,20 @@ class SandboxStatus:
     inventory: str | None
     nodes: list[NodeStatus] = field(default_factory=list)
     leftovers: list[str] = field(default_factory=list)
+    slurm: SlurmStatus | None = None
 
     @property
     def healthy(self) -> bool:
-        """Every node runs and its sshd listens."""
-        return bool(self.nodes) and all(n.running and n.sshd_listening for n in self.nodes)
+        """Every node runs and its sshd listens (and, with SLURM, takes jobs)."""
+        nodes_ok = bool(self.nodes) and all(n.running and n.sshd_listening for n in self.nodes)
+        return nodes_ok and (self.slurm is None or self.slurm.healthy)
 
     def to_json(self) -> dict[str, Any]:
         """Plain data, for ``--json``."""
-        return {**asdict(self), "healthy": self.healthy}
+        data = {**asdict(self), "healthy": self.healthy}
+        if self.slurm is not None:
+            data["slurm"]["healthy"] = self.slurm.healthy
+        return data
 
 
 def sandbox_status(name: str) -> SandboxStatus:
@@ -111,4 +164,5 @@ def sandbox_status(name: str) -> SandboxStatus:
         inventory=str(inventory) if inventory.exists() else None,
         nodes=nodes,
         leftovers=[ns for ns in leftovers if ns not in known],
+        slurm=slurm_status(record) if record.slurm else None,
     )

@@ -6,7 +6,7 @@ import logging
 import shutil
 from pathlib import Path
 
-from toolkit.sandbox import network, procs
+from toolkit.sandbox import network, procs, slurm_host
 from toolkit.sandbox.errors import SandboxError
 from toolkit.sandbox.hostcheck import check_host
 from toolkit.sandbox.layout import (
@@ -34,7 +34,7 @@ def _read_record(path: Path) -> SandboxRecord | None:
 
 
 def destroy(name: str) -> list[str]:
-    """Remove sandbox ``name``: its processes, veths, netns, bridge, sysctls and directory.
+    """Remove sandbox ``name``: its processes, SLURM daemons, veths, netns, bridge and dir.
 
     Works from the record in the sandbox directory and, for whatever the record lacks,
     from the names every sandbox object carries (``rtk-<name>-<i>``, ``rtv-<name>-<i>``,
@@ -78,6 +78,11 @@ def destroy(name: str) -> list[str]:
     if survivors:
         failures.append(f"processes still alive after SIGKILL: {survivors}")
     procs.reap_starters(starters)
+    # SLURM's host daemons, after the slurmds (which went with their nodes).
+    try:
+        removed += slurm_host.stop(directory, record)
+    except SandboxError as e:
+        failures.append(str(e))
 
     links = network.list_links()
     veths = [n.veth for n in record.nodes if n.veth] if record else []
