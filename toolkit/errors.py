@@ -81,3 +81,9 @@ class PreflightError(RtkError):
     """A preflight check failed: the nodes are not fit for a run as they are."""
 
     exit_code = 1
+
+
+class SlurmError(RtkError):
+    """Not inside an allocation, or sbatch/srun/scontrol is missing or refused a request."""
+
+    exit_code = 8

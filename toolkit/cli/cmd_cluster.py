@@ -55,10 +55,15 @@ Examples:
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.option("--no-preflight", is_flag=True, help="Skip the fast preflight checks after.")
 def up_cmd(
-    inventory: str | None, local: bool, dry_run: bool, as_json: bool, no_preflight: bool
+    inventory: str | None,
+    local: bool,
+    slurm: bool,
+    dry_run: bool,
+    as_json: bool,
+    no_preflight: bool,
 ) -> None:
     """Bring the cluster up (help: UP_HELP)."""
-    inv = choose_inventory(inventory, local)
+    inv = choose_inventory(inventory, local, slurm)
     plan = build_plan(inv)
     if dry_run:
         click.echo(render_up(plan), nl=False)
@@ -104,12 +109,12 @@ def up_cmd(
 @click.command("status")
 @inventory_options
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
-def status_cmd(inventory: str | None, local: bool, as_json: bool) -> None:
+def status_cmd(inventory: str | None, local: bool, slurm: bool, as_json: bool) -> None:
     """Show which nodes of INVENTORY are alive in Ray, with their resources.
 
     Exits 0 when every node is alive with the GPUs it should have, 1 otherwise.
     """
-    inv = choose_inventory(inventory, local)
+    inv = choose_inventory(inventory, local, slurm)
     plan = build_plan(inv)
     with make_transport(inv) as transport:
         status = cluster_status(plan, transport)
@@ -148,14 +153,14 @@ def render_status(status: ClusterStatus) -> str:
 @inventory_options
 @click.option("--dry-run", is_flag=True, help=DRY_RUN_HELP)
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
-def down_cmd(inventory: str | None, local: bool, dry_run: bool, as_json: bool) -> None:
+def down_cmd(inventory: str | None, local: bool, slurm: bool, dry_run: bool, as_json: bool) -> None:
     """Stop the Ray that rtk started on every node of INVENTORY, and remove its files.
 
     Only processes started from this cluster's env file are stopped; another Ray on
     the same machine keeps running (plain `ray stop` would kill it). Works also when
     the head is already gone.
     """
-    inv = choose_inventory(inventory, local)
+    inv = choose_inventory(inventory, local, slurm)
     plan = build_plan(inv)
     if dry_run:
         click.echo(render_down(plan), nl=False)

@@ -36,9 +36,9 @@ ENV_JSON_HELP = "Print what was detected and chosen, per node, as JSON on stdout
 @click.command("env", help=ENV_HELP)
 @inventory_options
 @click.option("--json", "as_json", is_flag=True, help=ENV_JSON_HELP)
-def env_cmd(inventory: str | None, local: bool, as_json: bool) -> None:
+def env_cmd(inventory: str | None, local: bool, slurm: bool, as_json: bool) -> None:
     """Show each node's network environment (help: ENV_HELP)."""
-    inv = choose_inventory(inventory, local)
+    inv = choose_inventory(inventory, local, slurm)
     plan = build_plan(inv)
     with make_transport(inv) as transport:
         report = detect_network(plan, transport)

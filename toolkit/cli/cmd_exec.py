@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from toolkit.cli.common import choose_inventory, print_json
+from toolkit.cli.common import choose_inventory, print_json, slurm_option
 from toolkit.cluster import build_plan
 from toolkit.cluster.command import run_everywhere, runs_to_json
 from toolkit.transport import make_transport
@@ -34,11 +34,17 @@ Exits 0 when the command exited 0 on every node, 1 otherwise.
 @click.option(
     "--json", "as_json", is_flag=True, help="Print each node's output and status as JSON."
 )
+@slurm_option
 def exec_cmd(
-    inventory: str, command: tuple[str, ...], no_env: bool, timeout_s: float, as_json: bool
+    inventory: str,
+    command: tuple[str, ...],
+    no_env: bool,
+    timeout_s: float,
+    as_json: bool,
+    slurm: bool,
 ) -> None:
     """Run COMMAND on every node of INVENTORY at once (help: EXEC_HELP)."""
-    inv = choose_inventory(inventory, local=False)
+    inv = choose_inventory(inventory, local=False, slurm=slurm)
     plan = build_plan(inv)
     with make_transport(inv) as transport:
         runs = run_everywhere(plan, transport, command, with_env=not no_env, timeout_s=timeout_s)

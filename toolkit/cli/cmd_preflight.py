@@ -80,6 +80,7 @@ Examples:
 def preflight_cmd(
     inventory: str | None,
     local: bool,
+    slurm: bool,
     as_json: bool,
     run_dir: str,
     output: str | None,
@@ -89,7 +90,7 @@ def preflight_cmd(
     bandwidth_retries: int,
 ) -> None:
     """Check the nodes (help: PREFLIGHT_HELP)."""
-    inv = choose_inventory(inventory, local)
+    inv = choose_inventory(inventory, local, slurm)
     plan = build_plan(inv)
     thresholds = Thresholds(tcp_min_gbit_s=min_tcp_gbit_s, busbw_min_gb_s=min_busbw_gb_s)
     measure = (

@@ -10,7 +10,12 @@ from pathlib import Path
 
 import click
 
-from toolkit.cli.common import choose_inventory, output_options, telemetry_options
+from toolkit.cli.common import (
+    choose_inventory,
+    output_options,
+    slurm_option,
+    telemetry_options,
+)
 from toolkit.cli.reporting import from_head, report_if_here
 from toolkit.cluster import StateStore, build_plan
 from toolkit.cluster.jobs import job_client, run_job
@@ -47,6 +52,7 @@ def telemetry_group() -> None:
 @click.option("--working-dir", default=".", show_default=True, type=click.Path(file_okay=False))
 @output_options
 @telemetry_options
+@slurm_option
 def record_cmd(
     inventory: str,
     command: tuple[str, ...],
@@ -57,9 +63,10 @@ def record_cmd(
     telemetry_rate_hz: float,
     power_rate_hz: float,
     prometheus_port: int,
+    slurm: bool,
 ) -> None:
     """Record telemetry around a command (help: RECORD_HELP)."""
-    inv = choose_inventory(inventory, local=False)
+    inv = choose_inventory(inventory, local=False, slurm=slurm)
     plan = build_plan(inv)
     store = StateStore(inv.name)
     run_id = run_id or f"{inv.name}-{time.strftime('%Y%m%d-%H%M%S')}"

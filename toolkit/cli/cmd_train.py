@@ -15,6 +15,7 @@ from toolkit.cli.common import (
     choose_inventory,
     inventory_options,
     output_options,
+    slurm_option,
     telemetry_options,
 )
 from toolkit.cli.reporting import from_head, report_if_here
@@ -146,7 +147,7 @@ command runs in the cluster's environment (NCCL/Gloo settings, Ray token).
 @telemetry_options
 def train_cmd(inventory: str | None, **options: Any) -> None:
     """Run the built-in trainer (help: TRAIN_HELP)."""
-    inv = choose_inventory(inventory, options.pop("local"))
+    inv = choose_inventory(inventory, options.pop("local"), options.pop("slurm"))
     plan = build_plan(inv)
     store = StateStore(inv.name)
     run_id = (
@@ -178,9 +179,10 @@ def train_cmd(inventory: str | None, **options: Any) -> None:
     type=click.Path(file_okay=False),
     help="Shipped with the job; the command runs inside it.",
 )
-def launch_cmd(inventory: str, command: tuple[str, ...], working_dir: str) -> None:
+@slurm_option
+def launch_cmd(inventory: str, command: tuple[str, ...], working_dir: str, slurm: bool) -> None:
     """Run any entrypoint (help: LAUNCH_HELP)."""
-    inv = choose_inventory(inventory, local=False)
+    inv = choose_inventory(inventory, local=False, slurm=slurm)
     plan = build_plan(inv)
     store = StateStore(inv.name)
     runtime_env = {"working_dir": str(Path(working_dir).resolve())}

@@ -16,8 +16,20 @@ from toolkit.inventory import Inventory, default_inventory, load_inventory
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+SLURM_HELP = (
+    "Inside a SLURM job: the allocation's nodes over srun, ports and temp dir per job "
+    "(the inventory gives the settings)."
+)
+
+
+def slurm_option(func: F) -> F:
+    """Add ``--slurm`` (the inventory becomes the allocation's cluster)."""
+    return click.option("--slurm", is_flag=True, help=SLURM_HELP)(func)
+
+
 def inventory_options(func: F) -> F:
-    """Add ``[INVENTORY]`` and ``--local`` to a command."""
+    """Add ``[INVENTORY]``, ``--local`` and ``--slurm`` to a command."""
+    func = slurm_option(func)
     func = click.option(
         "--local",
         is_flag=True,
@@ -77,10 +89,16 @@ def output_options(func: F) -> F:
     )(func)
 
 
-def choose_inventory(inventory: str | None, local: bool) -> Inventory:
-    """The file given, or ``$RTK_INVENTORY``, or the embedded default with ``--local``."""
+def choose_inventory(inventory: str | None, local: bool, slurm: bool = False) -> Inventory:
+    """The file given, or ``$RTK_INVENTORY``, or the embedded default with ``--local``.
+
+    With ``slurm``, the inventory becomes the cluster of the SLURM allocation this
+    runs in (``toolkit.slurm.allocation``).
+    """
     if inventory and local:
         raise click.UsageError("give an inventory file or --local, not both")
+    if local and slurm:
+        raise click.UsageError("--local and --slurm exclude each other")
     if local:
         return default_inventory()
     path = inventory or os.environ.get("RTK_INVENTORY")
@@ -89,7 +107,12 @@ def choose_inventory(inventory: str | None, local: bool) -> Inventory:
             "give an inventory file (see inventory.example.yaml), set RTK_INVENTORY, "
             "or use --local for this machine alone"
         )
-    return load_inventory(path)
+    inv = load_inventory(path)
+    if slurm:
+        from toolkit.slurm.allocation import read_allocation, slurm_inventory
+
+        return slurm_inventory(inv, read_allocation())
+    return inv
 
 
 def print_json(data: Any) -> None:

@@ -156,8 +156,10 @@ def _node_plan(
         ]
     )
     start_argv = tuple(_ray_start_argv(inv, paths, node, role, head_address))
+    # Under srun, ray start stays in the foreground: a step's processes end with it.
+    block = " --block" if inv.transport == "srun" else ""
     start = with_env_file(
-        paths.env_file, "exec " + join(start_argv) + ' --node-ip-address="$RTK_NODE_IP"'
+        paths.env_file, "exec " + join(start_argv) + ' --node-ip-address="$RTK_NODE_IP"' + block
     )
     stop = join([node.python, "-", "stop", paths.temp_dir, f"{STOP_GRACE_S:g}"])
     return NodePlan(

@@ -65,6 +65,10 @@ class UpResult:
         }
 
 
+# What ``ray start`` prints once the node runs (``--block`` keeps it running after).
+RAY_READY_TEXT = "Ray runtime started."
+
+
 def up(plan: ClusterPlan, transport: Transport, store: StateStore, reporter: Reporter) -> UpResult:
     """Bring the cluster up and wait for its nodes.
 
@@ -190,7 +194,10 @@ def _start(
     reporter.node(node.name, f"starting Ray ({node_plan.role})")
     began = time.monotonic()
     timeout_s = plan.inventory.ray.start_timeout_s
-    result = transport.run(node, node_plan.start_command, timeout_s=timeout_s)
+    if plan.inventory.transport == "srun":
+        result = transport.spawn(node, node_plan.start_command, RAY_READY_TEXT, timeout_s)
+    else:
+        result = transport.run(node, node_plan.start_command, timeout_s=timeout_s)
     outcome.duration_s = time.monotonic() - began
     if result.ok:
         outcome.action = "started"

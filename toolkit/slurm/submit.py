@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from toolkit.errors import RtkError
+from toolkit.errors import SlurmError
 
 log = logging.getLogger(__name__)
 
@@ -40,12 +40,6 @@ SUBMIT_TIMEOUT_S = 60.0
 QUERY_TIMEOUT_S = 30.0
 # Polls in a row in which neither scontrol nor sacct knows the job before giving up.
 UNKNOWN_POLLS = 5
-
-
-class SlurmError(RtkError):
-    """sbatch, scontrol or sacct is missing, or refused or failed a request."""
-
-    exit_code = 8
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
 
+from toolkit.errors import TransportError
 from toolkit.inventory import Node
 
 
@@ -76,6 +77,17 @@ class Transport(ABC):
         Raises:
             toolkit.errors.TransportError: The file could not be written.
         """
+
+    def spawn(self, node: Node, command: str, ready_text: str, timeout_s: float) -> CommandResult:
+        """Start a long-lived ``command`` on ``node``; return once it prints ``ready_text``.
+
+        Only transports whose commands cannot leave daemons behind need it (srun: a
+        step's processes end with the step); the others start daemons with ``run``.
+
+        Raises:
+            toolkit.errors.TransportError: This transport cannot spawn.
+        """
+        raise TransportError(f"the {self.name} transport does not spawn long-lived commands")
 
     def close(self) -> None:
         """Release connections; the default holds none."""
