@@ -1,0 +1,196 @@
+"""rtk inside SLURM jobs on the 3-node sandbox: real sbatch, srun, slurmctld and slurmd.
+
+A submitted training job brings Ray up on its nodes, trains with telemetry, writes the
+report and ends COMPLETED; scancel of a job leaves no Ray process on any node; two
+jobs sharing a node run at once on ports of their own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import require, require_sandbox_host
+
+from toolkit.sandbox import Sandbox, create, destroy
+from toolkit.sandbox.hostcheck import find_tools
+from toolkit.sandbox.slurm_host import TOOLS
+
+pytestmark = pytest.mark.ray
+
+RAY_PROCESSES = "raylet|gcs_server|ray start"
+
+
+@pytest.fixture(scope="module")
+def cluster(ray_available: None) -> Iterator[Sandbox]:
+    """A 3-node sandbox ``sbslc`` on 10.77.21.0/24 running SLURM."""
+    require_sandbox_host()
+    missing = find_tools(tools=TOOLS)[1]
+    require(not missing, f"SLURM needs {', '.join(missing)} (scripts/system-packages.sh)")
+    destroy("sbslc")
+    sandbox = create(3, name="sbslc", subnet="10.77.21", slurm=True)
+    try:
+        yield sandbox
+    finally:
+        destroy("sbslc")
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Iterator[Path]:
+    """A submit directory every node sees (/var/tmp is shared; each node's /tmp is not)."""
+    path = Path("/var/tmp") / f"rtk-test-slurm-{tmp_path.name}"
+    path.mkdir(parents=True)
+    yield path
+    subprocess.run(["rm", "-rf", str(path)], check=False)
+
+
+def env_for(sandbox: Sandbox, workdir: Path) -> dict[str, str]:
+    return {**os.environ, **sandbox.slurm_env(), "RTK_STATE_DIR": str(workdir / "state")}
+
+
+def rtk_in(
+    sandbox: Sandbox, workdir: Path, *args: str, timeout_s: float = 600
+) -> subprocess.CompletedProcess[str]:
+    """rtk run from ``workdir`` (the jobs' submit directory) against the sandbox's SLURM."""
+    return subprocess.run(
+        [sys.executable, "-m", "toolkit", *args],
+        capture_output=True,
+        text=True,
+        cwd=workdir,
+        env=env_for(sandbox, workdir),
+        timeout=timeout_s,
+    )
+
+
+def scontrol_job(sandbox: Sandbox, job_id: str) -> dict[str, str]:
+    done = subprocess.run(
+        ["scontrol", "show", "job", "-o", job_id],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **sandbox.slurm_env()},
+        timeout=30,
+        check=True,
+    )
+    return dict(re.findall(r"(\w+)=(\S*)", done.stdout))
+
+
+def ray_processes(sandbox: Sandbox) -> dict[str, str]:
+    """Per node, the Ray processes still running there (empty when none)."""
+    found = {}
+    for node in sandbox.nodes:
+        done = sandbox.run_in(node.name, ["pgrep", "-af", RAY_PROCESSES])
+        if done.stdout.strip():
+            found[node.name] = done.stdout.strip()
+    return found
+
+
+def wait_for(predicate: object, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"timed out after {timeout_s:g} s waiting for {what}"
+        time.sleep(0.5)
+
+
+def test_a_training_job_trains_with_telemetry_reports_and_completes(
+    cluster: Sandbox, workdir: Path
+) -> None:
+    done = rtk_in(
+        cluster,
+        workdir,
+        *("sbatch", "submit", str(cluster.inventory_path), "--template", "train", "--wait"),
+        *("--job-name", "power", "--output-dir", str(workdir / "runs")),
+        *("--", "--model-size", "tiny", "--max-steps", "20", "--barrier-every", "5"),
+        *("--save-steps", "10", "--num-workers", "3"),
+    )
+    assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-3000:]
+    job_id = done.stdout.split()[0]
+    assert scontrol_job(cluster, job_id)["JobState"] == "COMPLETED"
+    log = done.stdout
+    assert "3/3 node(s) alive" in log
+    assert re.search(r"step 1/20 loss", log) and re.search(r"step 20/20 loss", log)
+    run_dir = workdir / "runs" / f"power-{job_id}"
+    metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == list(range(1, 21))
+    manifest = json.loads((run_dir / "telemetry" / "manifest.json").read_text())
+    assert sorted(manifest["nodes"]) == [n.name for n in cluster.nodes]
+    summary = json.loads((run_dir / "report" / "summary.json").read_text())
+    assert summary["run"]["steps"] == 20
+    assert [b["ranks"] for b in summary["barriers"]] == [3, 3, 3, 3]
+    assert (run_dir / "report" / "report.html").is_file()
+    checked = json.loads((run_dir / "preflight.json").read_text())
+    assert checked["cluster"] == f"{cluster.name}-{job_id}" and checked["status"] != "fail"
+    # Teardown ran: no Ray left anywhere, and the job's temp dir is gone from every node.
+    assert ray_processes(cluster) == {}
+    for node in cluster.nodes:
+        assert cluster.run_in(node.name, ["test", "-e", f"/tmp/rtk-{job_id}"]).returncode == 1
+
+
+def test_scancel_mid_run_leaves_no_ray_process_on_any_node(cluster: Sandbox, workdir: Path) -> None:
+    submitted = rtk_in(
+        cluster,
+        workdir,
+        *("sbatch", "submit", str(cluster.inventory_path), "--job-name", "held"),
+        *("--job-output", str(workdir / "held-%j.out")),
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip()
+    output = workdir / f"held-{job_id}.out"
+
+    def cluster_up() -> bool:
+        return output.exists() and "3/3 node(s) alive" in output.read_text()
+
+    wait_for(cluster_up, 180, "the held cluster to come up")
+    assert set(ray_processes(cluster)) == {n.name for n in cluster.nodes}
+    subprocess.run(
+        ["scancel", job_id], env={**os.environ, **cluster.slurm_env()}, check=True, timeout=30
+    )
+    wait_for(lambda: not ray_processes(cluster), 60, "every Ray process to end")
+    wait_for(lambda: scontrol_job(cluster, job_id)["JobState"] == "CANCELLED", 60, "CANCELLED")
+
+
+def test_two_jobs_sharing_a_node_run_at_once_on_their_own_ports(
+    cluster: Sandbox, workdir: Path
+) -> None:
+    probe = (
+        "import ray, time; ray.init(); time.sleep(8); "
+        "print('alive nodes:', sorted(n['NodeManagerHostname'] for n in ray.nodes() if n['Alive']))"
+    )
+    jobs = {}
+    for name, nodes in (("left", "node1,node2"), ("right", "node2,node3")):
+        submitted = rtk_in(
+            cluster,
+            workdir,
+            *("sbatch", "submit", str(cluster.inventory_path), "--job-name", name),
+            *("--nodes", "2", f"--sbatch-arg=--nodelist={nodes}"),
+            *("--job-output", str(workdir / f"{name}-%j.out"), "--output-dir", str(workdir)),
+            *("--", "python", "-c", probe),
+        )
+        assert submitted.returncode == 0, submitted.stderr
+        jobs[name] = (submitted.stdout.strip(), nodes.split(","))
+
+    def both_running() -> bool:
+        states = {scontrol_job(cluster, job_id)["JobState"] for job_id, _ in jobs.values()}
+        return states == {"RUNNING"}
+
+    wait_for(both_running, 60, "both jobs to run at once")
+
+    def ended() -> bool:
+        states = [scontrol_job(cluster, job_id)["JobState"] for job_id, _ in jobs.values()]
+        return all(s not in ("PENDING", "RUNNING", "COMPLETING") for s in states)
+
+    wait_for(ended, 540, "both jobs to end")
+    dashboards = set()
+    for name, (job_id, nodes) in jobs.items():
+        log = (workdir / f"{name}-{job_id}.out").read_text()
+        assert scontrol_job(cluster, job_id)["JobState"] == "COMPLETED", log[-4000:]
+        assert f"alive nodes: {nodes}" in log, log[-4000:]
+        dashboards.update(re.findall(r"dashboard (http://\S+)", log))
+    assert len(dashboards) == 2  # one per job: different ports on the shared node2
+    assert ray_processes(cluster) == {}
