@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import logging
 import os
 import re
 import shutil
@@ -32,8 +33,10 @@ from toolkit.inventory import Inventory, Node
 from toolkit.inventory.hostrange import HostRangeError, expand_hosts
 from toolkit.inventory.models import PortSettings
 
+logger = logging.getLogger(__name__)
+
 PORT_BASE = 10000
-PORT_BLOCK = 200  # 10 fixed ports, then 190 worker ports
+PORT_BLOCK = 200  # 9 fixed ports, then 191 worker ports
 PORT_SLOTS = 100  # blocks from 10000 up to 29999: below the kernel's ephemeral range
 FIXED_PORTS = (
     "gcs",
@@ -93,10 +96,13 @@ def expand_nodelist(nodelist: str) -> list[str]:
                 timeout=SCONTROL_TIMEOUT_S,
                 check=False,
             )
-        except subprocess.TimeoutExpired as e:
-            raise SlurmError(f"scontrol show hostnames {nodelist} did not answer") from e
-        if done.returncode == 0 and done.stdout.split():
-            return done.stdout.split()
+        except (OSError, subprocess.TimeoutExpired) as e:
+            # scontrol retries a config it cannot read for a minute; rtk's parser reads
+            # every list SLURM writes, so a hung or broken scontrol is no reason to fail.
+            logger.warning("scontrol show hostnames failed (%s); expanding %s itself", e, nodelist)
+        else:
+            if done.returncode == 0 and done.stdout.split():
+                return done.stdout.split()
     try:
         return expand_hosts(nodelist)
     except HostRangeError as e:
