@@ -18,7 +18,7 @@ from toolkit.cli.common import (
 )
 from toolkit.cli.reporting import from_head, report_if_here
 from toolkit.cluster import StateStore, build_plan
-from toolkit.cluster.jobs import job_client, run_job
+from toolkit.cluster.jobs import JOB_STOP_WAIT_S, job_client, run_job
 from toolkit.train.submit import package_dir
 
 TELEMETRY_HELP = "Power and GPU telemetry for any workload."
@@ -85,6 +85,7 @@ def record_cmd(
     runtime_env = {
         "py_modules": [package_dir()],
         "working_dir": str(Path(working_dir).resolve()),
+        "env_vars": {"RAY_JOB_STOP_WAIT_TIME_S": str(JOB_STOP_WAIT_S)},
     }
     outcome = run_job(
         job_client(plan, store),

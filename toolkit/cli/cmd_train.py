@@ -161,7 +161,14 @@ def train_cmd(inventory: str | None, **options: Any) -> None:
     config = TrainConfig(run_dir=f"{output_dir}/{run_id}", **options).check()
     if checked:
         _preflight(inv, plan, config.run_dir)
-    outcome = submit_train(plan, store, config, run_id, click.echo)
+    try:
+        outcome = submit_train(plan, store, config, run_id, click.echo)
+    except KeyboardInterrupt:
+        # The job was stopped (Ctrl-C, or SIGINT from an sbatch script's teardown)
+        # and its telemetry collected: report what was recorded, then exit 130.
+        if config.telemetry:
+            report_if_here(config.run_dir, from_head(inv, plan, config.run_dir))
+        raise
     _print_outcome(outcome, config.run_dir)
     if config.telemetry:
         report_if_here(config.run_dir, from_head(inv, plan, config.run_dir))

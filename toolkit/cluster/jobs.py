@@ -17,7 +17,11 @@ from toolkit.cluster.state import StateStore
 from toolkit.errors import ClusterError, StateError
 
 POLL_S = 1.0
-STOP_WAIT_S = 30.0
+# How long a stopped job's entrypoint has between SIGTERM and SIGKILL (set per job as
+# RAY_JOB_STOP_WAIT_TIME_S: telemetry is collected in that time), and how long rtk
+# waits for the job to end after asking it to stop.
+JOB_STOP_WAIT_S = 30
+STOP_WAIT_S = JOB_STOP_WAIT_S + 15.0
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 
 

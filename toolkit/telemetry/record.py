@@ -17,7 +17,7 @@ from pathlib import Path
 
 import ray
 
-from toolkit.telemetry.session import TelemetrySession
+from toolkit.telemetry.session import TelemetrySession, exit_on_sigterm
 
 
 def main(argv: list[str]) -> int:
@@ -27,6 +27,7 @@ def main(argv: list[str]) -> int:
     run_dir = Path(os.path.expanduser(options["run_dir"]))
     run_dir.mkdir(parents=True, exist_ok=True)
     ray.init(logging_level=logging.ERROR)
+    exit_on_sigterm()  # after ray.init, which installs a SIGTERM handler of its own
     session = TelemetrySession(
         run_dir,
         options["sensors"],

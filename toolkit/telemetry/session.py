@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import socket
 import tempfile
 import time
@@ -33,6 +34,21 @@ logger = logging.getLogger(__name__)
 MANIFEST_VERSION = 1
 HOST_RESOURCE_PREFIX = "rtk_host:"
 CALL_TIMEOUT_S = 60.0
+
+
+def exit_on_sigterm() -> None:
+    """Make SIGTERM raise ``SystemExit(143)`` in the main thread.
+
+    Ray stops a job (``rtk train`` interrupted, scancel, a time limit) with SIGTERM to
+    its entrypoint; by default that ends Python at once, and the ``finally`` that stops
+    the samplers and collects their traces never runs. As an exception it does, within
+    the job's stop wait (``RAY_JOB_STOP_WAIT_TIME_S``, which rtk sets per job).
+    """
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
 
 
 def manifest_path(run_dir: str | Path) -> Path:

@@ -19,7 +19,7 @@ import ray
 from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
-from toolkit.telemetry.session import TelemetrySession
+from toolkit.telemetry.session import TelemetrySession, exit_on_sigterm
 from toolkit.train.config import TrainConfig
 from toolkit.train.ray_worker import train_loop_per_worker
 
@@ -55,6 +55,7 @@ def main(argv: list[str]) -> int:
     config = dataclasses.replace(config, run_dir=os.path.expanduser(config.run_dir))
     Path(config.run_dir).mkdir(parents=True, exist_ok=True)
     ray.init(logging_level=logging.ERROR)
+    exit_on_sigterm()  # after ray.init, which installs a SIGTERM handler of its own
     alive = [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
     totals: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
     layout = worker_layout(config, totals, len(alive))

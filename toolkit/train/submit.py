@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import toolkit
-from toolkit.cluster.jobs import JobOutcome, job_client, run_job
+from toolkit.cluster.jobs import JOB_STOP_WAIT_S, JobOutcome, job_client, run_job
 from toolkit.cluster.plan import ClusterPlan
 from toolkit.cluster.state import StateStore
 from toolkit.train.config import TrainConfig
@@ -29,6 +29,9 @@ def train_job(plan: ClusterPlan, config: TrainConfig) -> tuple[str, dict[str, An
             # Ray Train 2.60 patches print() to log and also tees to the wrapped
             # stdout, so every progress line reached the terminal twice.
             "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
+            # Read by the job's supervisor: time between SIGTERM and SIGKILL when the
+            # job is stopped, for the telemetry to be collected (Ray's default: 3 s).
+            "RAY_JOB_STOP_WAIT_TIME_S": str(JOB_STOP_WAIT_S),
         },
     }
     return entrypoint, runtime_env
