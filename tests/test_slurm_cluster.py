@@ -194,3 +194,50 @@ def test_two_jobs_sharing_a_node_run_at_once_on_their_own_ports(
         dashboards.update(re.findall(r"dashboard (http://\S+)", log))
     assert len(dashboards) == 2  # one per job: different ports on the shared node2
     assert ray_processes(cluster) == {}
+
+
+def test_the_time_limit_signal_tears_down_with_telemetry_and_a_report(
+    cluster: Sandbox, workdir: Path
+) -> None:
+    """SIGUSR1 to the batch shell is what --signal=B:USR1@GRACE sends before the limit."""
+    runs = workdir / "runs"
+    submitted = rtk_in(
+        cluster,
+        workdir,
+        *("sbatch", "submit", str(cluster.inventory_path), "--template", "train"),
+        *("--job-name", "limit", "--job-output", str(workdir / "limit-%j.out")),
+        *("--output-dir", str(runs), "--time", "30"),
+        *("--", "--model-size", "tiny", "--max-steps", "100000", "--barrier-every", "5"),
+        *("--save-steps", "0", "--num-workers", "3", "--log-every", "50"),
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip()
+    run_dir = runs / f"limit-{job_id}"
+
+    def trained_a_while() -> bool:
+        metrics = run_dir / "metrics.jsonl"
+        return metrics.exists() and len(metrics.read_text().splitlines()) >= 20
+
+    wait_for(trained_a_while, 240, "20 training steps")
+    subprocess.run(
+        ["scancel", "--batch", "--signal=USR1", job_id],
+        env={**os.environ, **cluster.slurm_env()},
+        check=True,
+        timeout=30,
+    )
+
+    def ended() -> bool:
+        return scontrol_job(cluster, job_id)["JobState"] not in ("RUNNING", "COMPLETING")
+
+    wait_for(ended, 180, "the job to end")
+    log = (workdir / f"limit-{job_id}.out").read_text()
+    assert "SIGUSR1: the time limit is near; tearing down" in log
+    assert scontrol_job(cluster, job_id)["ExitCode"] == "138:0"  # 128 + SIGUSR1
+    assert ray_processes(cluster) == {}
+    manifest = json.loads((run_dir / "telemetry" / "manifest.json").read_text())
+    assert {n: s["status"] for n, s in manifest["nodes"].items()} == {
+        n.name: "complete" for n in cluster.nodes
+    }
+    summary = json.loads((run_dir / "report" / "summary.json").read_text())
+    assert summary["run"]["steps"] >= 20
+    assert (run_dir / "report" / "report.html").is_file()
