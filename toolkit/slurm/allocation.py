@@ -110,10 +110,14 @@ def expand_nodelist(nodelist: str) -> list[str]:
 
 
 def gpus_per_node(env: Mapping[str, str]) -> int | None:
-    """GPUs per node that SLURM gave the job, when it says (``8``, ``gpu:8``, ``a100:8``)."""
-    for key in ("SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_NODE", "SLURM_JOB_GPUS_PER_NODE"):
+    """GPUs per node that SLURM gave the job, when it says.
+
+    ``SLURM_GPUS_ON_NODE`` (``8``) in a batch script or step; ``SLURM_GPUS_PER_NODE``
+    (``8`` or ``a100:8``, as requested) in salloc; else the count of GPU indices.
+    """
+    for key in ("SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_NODE"):
         value = env.get(key, "").strip()
-        match = re.fullmatch(r"(?:[\w.-]+:)*(\d+)(?:\(.*\))?", value)
+        match = re.fullmatch(r"(?:[\w.-]+:)?(\d+)", value)
         if match:
             return int(match.group(1))
     gpus = env.get("SLURM_JOB_GPUS") or env.get("SLURM_STEP_GPUS")
