@@ -138,6 +138,21 @@ command runs in the cluster's environment (NCCL/Gloo settings, Ray token).
     help="Sample power, GPUs and hosts on every node during the run, then report.",
 )
 @click.option(
+    "--baseline-s",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Before training, record the cluster's idle power for this long (idle.json).",
+)
+@click.option(
+    "--cooldown-max-s",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="After training, sample until power is back near the baseline and the "
+    "temperature stops moving, at most this long (idle.json).",
+)
+@click.option(
     "--preflight/--no-preflight",
     default=True,
     show_default=True,

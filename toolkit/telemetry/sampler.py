@@ -14,6 +14,7 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_RATE_HZ = 10.0
 MAX_POWER_RATE_HZ = 50.0
+RECENT_S = 60.0  # how far back ``Sampler.window`` can look
 
 
 @dataclass
@@ -78,8 +80,32 @@ class Sampler:
         self.stats = SamplerStats()
         # The newest reading of every device (for live scraping), by device key.
         self.latest: dict[str, dict[str, Any]] = {}
+        # (wall_s, device, power_w, temperature_c) of the last minute or so, for
+        # ``window``: idle baselines and cooldowns read it live.
+        self.recent: deque[tuple[float, str, float | None, float | None]] = deque(
+            maxlen=int(RECENT_S * self.power_rate_hz * 16)
+        )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    def window(self, seconds: float) -> dict[str, Any]:
+        """Power and temperature over the last ``seconds``.
+
+        The node's total power is the sum over its devices of each one's mean; the
+        temperature is its hottest reading.
+        """
+        since = time.time() - seconds
+        power: dict[str, list[float]] = {}
+        temperature_c: float | None = None
+        for wall_s, device, power_w, temp_c in list(self.recent):
+            if wall_s < since:
+                continue
+            if power_w is not None:
+                power.setdefault(device, []).append(float(power_w))
+            if temp_c is not None:
+                temperature_c = max(float(temp_c), temperature_c or float(temp_c))
+        total = sum(sum(v) / len(v) for v in power.values()) if power else None
+        return {"seconds": seconds, "power_w": total, "temperature_c": temperature_c}
 
     def start(self) -> None:
         """Open the file and start sampling in a daemon thread."""
@@ -146,6 +172,9 @@ class Sampler:
                 self.stats.samples += 1
                 device = str(reading.get("device"))
                 self.latest[device] = {**self.latest.get(device, {}), **row}
+                self.recent.append(
+                    (wall_s, device, reading.get("power_w"), reading.get("temperature_c"))
+                )
             if readings:
                 if self.stats.first_wall_s is None:
                     self.stats.first_wall_s = wall_s

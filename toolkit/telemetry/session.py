@@ -112,6 +112,10 @@ class NodeSampler:
             node = os.environ.get("RTK_NODE") or socket.gethostname()
             self.server = serve(self.sampler, self.prometheus_port, node)
 
+    def window(self, seconds: float) -> dict[str, Any]:
+        """This node's power and hottest temperature over the last ``seconds``."""
+        return self.sampler.window(seconds)
+
     def stop(self) -> dict[str, Any]:
         """Stop sampling and close the sensors; return the sampler's statistics."""
         if self.server is not None:
@@ -229,6 +233,18 @@ class TelemetrySession:
             f"{self.rate_hz:g} Hz ({', '.join(sorted(self._sensor_names()))})",
             flush=True,
         )
+
+    def window(self, seconds: float) -> dict[str, dict[str, Any]]:
+        """Per running node, its power and hottest temperature over the last ``seconds``."""
+        running = [n for n in self.nodes if n.status == "running"]
+        refs = {n.name: n.actor.window.remote(seconds) for n in running}
+        found = {}
+        for name, ref in refs.items():
+            try:
+                found[name] = ray.get(ref, timeout=CALL_TIMEOUT_S)
+            except Exception as e:  # noqa: BLE001 - a lost node is left out, not fatal
+                logger.warning("telemetry: %s: no window: %s", name, e)
+        return found
 
     def stop(self) -> None:
         """Measure offsets again, stop every sampler, collect every node's samples."""

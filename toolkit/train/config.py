@@ -82,6 +82,10 @@ class TrainConfig:
     telemetry_rate_hz: float = 10.0
     power_rate_hz: float = 0.0
     prometheus_port: int = 0
+    # Idle power before the run, and after it a cooldown until power and temperature
+    # settle (at most this long); 0 turns each off. They need telemetry.
+    baseline_s: float = 0.0
+    cooldown_max_s: float = 0.0
 
     log_every: int = 1
 
@@ -135,6 +139,10 @@ class TrainConfig:
             problems.append("--restart-wait-s must be more than 0")
         if not 0 < self.telemetry_rate_hz <= 50:
             problems.append("--telemetry-rate-hz must be above 0 and at most 50")
+        if self.baseline_s < 0 or self.cooldown_max_s < 0:
+            problems.append("--baseline-s and --cooldown-max-s must be 0 or more")
+        if (self.baseline_s or self.cooldown_max_s) and not self.telemetry:
+            problems.append("--baseline-s and --cooldown-max-s need telemetry (not --no-telemetry)")
         if not 0 <= self.power_rate_hz <= 50:
             problems.append("--power-rate-hz must be 0 (same as --telemetry-rate-hz) to 50")
 
