@@ -1,0 +1,672 @@
+"""A power-profiling sweep's results: every run read back, then one row per configuration.
+
+``load_runs(sweep_dir)`` reads each run's ``profile_run.json`` (written by the runner)
+joined with its ``report/summary.json`` (written by ``rtk report``); ``aggregate(runs)``
+gives one ``ConfigRow`` per configuration (mean and sample standard deviation over the
+succeeded repeats); ``pareto_front(rows)`` the configurations that no other beats in both
+time and energy; ``write_results`` writes results.csv, runs.csv, results.json and
+plots/*.png into the sweep directory; ``format_table(rows)`` is the terminal text.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, TypeGuard
+
+from toolkit.errors import RtkError
+
+logger = logging.getLogger(__name__)
+
+PROFILE_RUN_JSON = "profile_run.json"
+SUMMARY_JSON = "report/summary.json"
+SUCCEEDED = "succeeded"
+SCHEMA_VERSION = 1
+# ConfigRow's figures, in column order; each is a Spread.
+METRICS = (
+    "tokens_per_s",
+    "energy_per_token_j",
+    "avg_power_w",
+    "time_s",
+    "energy_j",
+    "baseline_power_w",
+)
+
+
+class SweepResultsError(RtkError):
+    """The sweep directory cannot be read."""
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """Idle power measured before a run.
+
+    Attributes:
+        duration_s: How long the idle power was measured.
+        power_w: The nodes' mean idle power, all nodes together.
+        per_node_power_w: Node -> its mean idle power.
+    """
+
+    duration_s: float | None
+    power_w: float | None
+    per_node_power_w: dict[str, float]
+
+
+@dataclass(frozen=True)
+class Cooldown:
+    """The wait after a run for the GPUs to cool back towards idle.
+
+    Attributes:
+        duration_s: How long the runner waited.
+        settled: Whether power and temperature settled before the wait's limit.
+        power_w: Power at the end of the wait.
+        temperature_c: GPU temperature at the end of the wait.
+    """
+
+    duration_s: float | None
+    settled: bool | None
+    power_w: float | None
+    temperature_c: float | None
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """The ``run`` section of a run's ``report/summary.json`` (None: not in the report)."""
+
+    duration_s: float | None
+    energy_j: float | None
+    steps: int | None
+    tokens: int | None
+    energy_per_step_j: float | None
+    energy_per_token_j: float | None
+    tokens_per_s: float | None
+    tokens_per_j: float | None
+    partial: bool
+    restarts: int
+    ranks: int
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One run of the sweep: what the runner recorded and what its report says.
+
+    Attributes:
+        run_id: The runner's id of this run (``<config_id>#<repeat>``).
+        config_id: The configuration it is a repeat of.
+        axes: Axis name -> value, as the experiment gave it.
+        repeat: Which repeat of the configuration.
+        status: ``succeeded`` or ``failed`` (as the runner wrote it).
+        error: The runner's error; for a succeeded run without a usable report, why.
+        run_dir: The directory holding ``profile_run.json``.
+        started_wall_s: When the run started (wall clock).
+        ended_wall_s: When it ended.
+        baseline: Idle power measured before it; None if not measured.
+        cooldown: The cooldown after it; None if there was none.
+        summary: Its report's figures; None without a readable report.
+    """
+
+    run_id: str
+    config_id: str
+    axes: dict[str, object]
+    repeat: int
+    status: str
+    error: str | None
+    run_dir: Path
+    started_wall_s: float | None
+    ended_wall_s: float | None
+    baseline: Baseline | None
+    cooldown: Cooldown | None
+    summary: RunSummary | None
+
+    @property
+    def ok(self) -> bool:
+        """Whether the run succeeded and has a report: only these are averaged."""
+        return self.status == SUCCEEDED and self.summary is not None
+
+    @property
+    def time_s(self) -> float | None:
+        """The run's duration (the report's window)."""
+        return self.summary.duration_s if self.summary else None
+
+    @property
+    def energy_j(self) -> float | None:
+        """All nodes' energy over the run."""
+        return self.summary.energy_j if self.summary else None
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """Throughput."""
+        return self.summary.tokens_per_s if self.summary else None
+
+    @property
+    def energy_per_token_j(self) -> float | None:
+        """Energy per token trained on."""
+        return self.summary.energy_per_token_j if self.summary else None
+
+    @property
+    def avg_power_w(self) -> float | None:
+        """Average power of all nodes: ``energy_j / time_s``."""
+        if self.energy_j is None or not self.time_s:
+            return None
+        return self.energy_j / self.time_s
+
+    @property
+    def baseline_power_w(self) -> float | None:
+        """Idle power measured before the run."""
+        return self.baseline.power_w if self.baseline else None
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A figure over the repeats: mean, sample standard deviation, how many values.
+
+    ``std`` is 0 with one value; both are NaN with none.
+    """
+
+    mean: float
+    std: float
+    n: int
+
+    @classmethod
+    def of(cls, values: Iterable[float | None]) -> Spread:
+        """The spread of the finite values; None and NaN are left out."""
+        xs = [v for v in values if v is not None and math.isfinite(v)]
+        if not xs:
+            return cls(math.nan, math.nan, 0)
+        return cls(statistics.fmean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0, len(xs))
+
+
+@dataclass(frozen=True)
+class ConfigRow:
+    """One configuration of the sweep, over its succeeded repeats.
+
+    Attributes:
+        config_id: The runner's id of the configuration.
+        axes: Axis name -> value.
+        repeats_ok: Repeats that succeeded with a report (the ones averaged).
+        repeats_failed: The other repeats: failed, or without a report.
+        tokens_per_s: Throughput.
+        energy_per_token_j: Energy per token.
+        avg_power_w: Average power, all nodes (energy over time, per repeat).
+        time_s: Duration of a run.
+        energy_j: Energy of a run, all nodes.
+        baseline_power_w: Idle power measured before each run.
+        pareto: Whether no other configuration is at most as slow and as costly, and
+            better in one of the two (mean time and mean energy).
+    """
+
+    config_id: str
+    axes: dict[str, object]
+    repeats_ok: int
+    repeats_failed: int
+    tokens_per_s: Spread
+    energy_per_token_j: Spread
+    avg_power_w: Spread
+    time_s: Spread
+    energy_j: Spread
+    baseline_power_w: Spread
+    pareto: bool = False
+
+    def metric(self, name: str) -> Spread:
+        """The figure called ``name`` (one of ``METRICS``)."""
+        spread: Spread = getattr(self, name)
+        return spread
+
+
+def load_runs(sweep_dir: Path) -> list[RunResult]:
+    """Every run under ``sweep_dir`` (any ``**/profile_run.json``), sorted by axes, repeat.
+
+    A failed run, or one without a report, is kept with its status and error. A
+    ``profile_run.json`` that cannot be read is left out with a warning in the log.
+
+    Raises:
+        SweepResultsError: ``sweep_dir`` is not a directory.
+    """
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        raise SweepResultsError(f"{sweep_dir}: no such sweep directory")
+    runs = []
+    for path in sorted(sweep_dir.glob(f"**/{PROFILE_RUN_JSON}")):
+        try:
+            runs.append(_load_run(path))
+        except (OSError, ValueError) as e:
+            logger.warning("%s: left out, cannot be read: %s", path, e)
+    order = axis_names(r.axes for r in runs)
+    return sorted(runs, key=lambda r: (_axes_key(r.axes, order), r.config_id, r.repeat, r.run_id))
+
+
+def _load_run(path: Path) -> RunResult:
+    data = _json_object(path)
+    if data.get("v", SCHEMA_VERSION) != SCHEMA_VERSION:
+        raise ValueError(f"v: {data.get('v')!r}, this rtk reads version {SCHEMA_VERSION}")
+    axes = data.get("axes")
+    if not isinstance(axes, dict):
+        raise ValueError(f"axes: expected an object, got {axes!r}")
+    status, error = _text(data, "status"), data.get("error")
+    summary, summary_error = _load_summary(path.parent / SUMMARY_JSON)
+    if status == SUCCEEDED and summary is None:
+        error = summary_error if error is None else f"{error}; {summary_error}"
+    repeat = data.get("repeat", 0)
+    baseline, cooldown = data.get("baseline"), data.get("cooldown")
+    return RunResult(
+        run_id=_text(data, "run_id"),
+        config_id=_text(data, "config_id"),
+        axes=dict(axes),
+        repeat=repeat if isinstance(repeat, int) else 0,
+        status=status,
+        error=None if error is None else str(error),
+        run_dir=path.parent,
+        started_wall_s=_number(data, "started_wall_s"),
+        ended_wall_s=_number(data, "ended_wall_s"),
+        baseline=_baseline(baseline) if isinstance(baseline, dict) else None,
+        cooldown=_cooldown(cooldown) if isinstance(cooldown, dict) else None,
+        summary=summary,
+    )
+
+
+def _baseline(data: dict[str, Any]) -> Baseline:
+    per_node = data.get("per_node_power_w")
+    return Baseline(
+        duration_s=_number(data, "duration_s"),
+        power_w=_number(data, "power_w"),
+        per_node_power_w={
+            str(node): float(power_w)
+            for node, power_w in (per_node.items() if isinstance(per_node, dict) else [])
+            if _is_number(power_w)
+        },
+    )
+
+
+def _cooldown(data: dict[str, Any]) -> Cooldown:
+    settled = data.get("settled")
+    return Cooldown(
+        duration_s=_number(data, "duration_s"),
+        settled=settled if isinstance(settled, bool) else None,
+        power_w=_number(data, "power_w"),
+        temperature_c=_number(data, "temperature_c"),
+    )
+
+
+def _load_summary(path: Path) -> tuple[RunSummary | None, str | None]:
+    """The report's run figures, or None and why not."""
+    if not path.is_file():
+        return None, f"no {SUMMARY_JSON}: the run left no report"
+    try:
+        run = _json_object(path).get("run")
+        if not isinstance(run, dict):
+            raise ValueError("no 'run' object")
+    except (OSError, ValueError) as e:
+        return None, f"{SUMMARY_JSON} cannot be read: {e}"
+    steps, tokens = _number(run, "steps"), _number(run, "tokens")
+    return RunSummary(
+        duration_s=_number(run, "duration_s"),
+        energy_j=_number(run, "energy_j"),
+        steps=None if steps is None else int(steps),
+        tokens=None if tokens is None else int(tokens),
+        energy_per_step_j=_number(run, "energy_per_step_j"),
+        energy_per_token_j=_number(run, "energy_per_token_j"),
+        tokens_per_s=_number(run, "tokens_per_s"),
+        tokens_per_j=_number(run, "tokens_per_j"),
+        partial=bool(run.get("partial", False)),
+        restarts=int(_number(run, "restarts") or 0),
+        ranks=int(_number(run, "ranks") or 0),
+    ), None
+
+
+def _json_object(path: Path) -> dict[str, Any]:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _text(data: Mapping[str, Any], key: str) -> str:
+    value = data.get(key)
+    if not isinstance(value, str):
+        raise ValueError(f"{key}: expected text, got {value!r}")
+    return value
+
+
+def _is_number(value: object) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _number(data: Mapping[str, Any], key: str) -> float | None:
+    value = data.get(key)
+    return float(value) if _is_number(value) else None
+
+
+def axis_names(axes: Iterable[Mapping[str, object]]) -> list[str]:
+    """Every axis name, in the order first seen (the experiment's order)."""
+    names: dict[str, None] = {}
+    for one in axes:
+        names.update(dict.fromkeys(one))
+    return list(names)
+
+
+def axis_text(value: object) -> str:
+    """An axis value as text: strings as they are, anything else as JSON."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def value_key(value: object) -> tuple[int, float, str]:
+    """Sort key of one axis value: missing first, then numbers by value, then text."""
+    if value is None:
+        return (0, 0.0, "")
+    if _is_number(value):
+        return (1, float(value), "")
+    return (2, 0.0, axis_text(value))
+
+
+def _axes_key(axes: Mapping[str, object], order: Sequence[str]) -> list[tuple[int, float, str]]:
+    return [value_key(axes.get(name)) for name in order]
+
+
+def varying_axes(rows: Sequence[ConfigRow]) -> list[str]:
+    """The axes whose value differs between configurations."""
+    return [
+        name
+        for name in axis_names(r.axes for r in rows)
+        if len({axis_text(r.axes.get(name)) for r in rows}) > 1
+    ]
+
+
+def config_label(row: ConfigRow, axes: Sequence[str]) -> str:
+    """``a=1, b=x`` over ``axes``; the config id when ``axes`` is empty."""
+    return ", ".join(f"{a}={axis_text(row.axes.get(a))}" for a in axes) or row.config_id
+
+
+def aggregate(runs: Sequence[RunResult]) -> list[ConfigRow]:
+    """One row per configuration, sorted by axis values, Pareto flags set."""
+    groups: dict[str, list[RunResult]] = {}
+    for run in runs:
+        groups.setdefault(run.config_id, []).append(run)
+    rows = []
+    for config_id, members in groups.items():
+        ok = [r for r in members if r.ok]
+        rows.append(
+            ConfigRow(
+                config_id=config_id,
+                axes=dict(members[0].axes),
+                repeats_ok=len(ok),
+                repeats_failed=len(members) - len(ok),
+                tokens_per_s=Spread.of(r.tokens_per_s for r in ok),
+                energy_per_token_j=Spread.of(r.energy_per_token_j for r in ok),
+                avg_power_w=Spread.of(r.avg_power_w for r in ok),
+                time_s=Spread.of(r.time_s for r in ok),
+                energy_j=Spread.of(r.energy_j for r in ok),
+                baseline_power_w=Spread.of(r.baseline_power_w for r in ok),
+            )
+        )
+    order = axis_names(r.axes for r in rows)
+    rows.sort(key=lambda r: (_axes_key(r.axes, order), r.config_id))
+    front = {r.config_id for r in pareto_front(rows)}
+    return [replace(r, pareto=r.config_id in front) for r in rows]
+
+
+def pareto_front(rows: Sequence[ConfigRow]) -> list[ConfigRow]:
+    """The rows not dominated in (mean time, mean energy), fastest first.
+
+    A row dominates another when it is no worse in both and better in one; rows with
+    equal time and energy do not dominate each other, so ties are all on the front.
+    Rows without both figures are left out.
+    """
+    points = [r for r in rows if math.isfinite(r.time_s.mean) and math.isfinite(r.energy_j.mean)]
+    front = [r for r in points if not any(_dominates(other, r) for other in points)]
+    return sorted(front, key=lambda r: (r.time_s.mean, r.energy_j.mean, r.config_id))
+
+
+def _dominates(a: ConfigRow, b: ConfigRow) -> bool:
+    at, ae, bt, be = a.time_s.mean, a.energy_j.mean, b.time_s.mean, b.energy_j.mean
+    return at <= bt and ae <= be and (at < bt or ae < be)
+
+
+def best_rows(rows: Sequence[ConfigRow]) -> tuple[ConfigRow | None, ConfigRow | None]:
+    """The row with the lowest energy per token, and the one with the highest throughput."""
+    per_token = [r for r in rows if math.isfinite(r.energy_per_token_j.mean)]
+    throughput = [r for r in rows if math.isfinite(r.tokens_per_s.mean)]
+    return (
+        min(per_token, key=lambda r: r.energy_per_token_j.mean, default=None),
+        max(throughput, key=lambda r: r.tokens_per_s.mean, default=None),
+    )
+
+
+@dataclass(frozen=True)
+class ResultFiles:
+    """Where the sweep's results went.
+
+    Attributes:
+        directory: The sweep directory.
+        results_csv: One row per configuration.
+        runs_csv: One row per run.
+        results_json: Configurations, Pareto front, best rows and runs, as JSON.
+        plots: ``energy_per_token`` and ``time_vs_energy`` -> PNG.
+        energy_plot_axis: The x axis of the energy-per-token plot: ``power_limit_w``, or
+            the first axis when the sweep has no power limit axis; None without axes
+            (then one point per configuration).
+        notes: What the reader should know about the files (e.g. that x axis).
+    """
+
+    directory: Path
+    results_csv: Path
+    runs_csv: Path
+    results_json: Path
+    plots: dict[str, Path]
+    energy_plot_axis: str | None
+    notes: list[str]
+
+
+def results_columns(axes: Sequence[str]) -> list[str]:
+    """results.csv's header: the axes, each figure's mean and std, counts, Pareto, id."""
+    figures = [f"{m}_{s}" for m in METRICS for s in ("mean", "std")]
+    return [*axes, *figures, "repeats_ok", "repeats_failed", "pareto", "config_id"]
+
+
+RUN_FIGURES = ("time_s", "energy_j", "tokens_per_s", "energy_per_token_j", "avg_power_w")
+
+
+def runs_columns(axes: Sequence[str]) -> list[str]:
+    """runs.csv's header: the axes, the run's identity and outcome, its figures."""
+    return [
+        *axes,
+        *("run_id", "config_id", "repeat", "status", "averaged", "error"),
+        *RUN_FIGURES,
+        *("tokens", "baseline_power_w", "cooldown_s", "cooldown_settled", "partial"),
+        *("restarts", "run_dir"),
+    ]
+
+
+def write_results(
+    sweep_dir: Path, runs: Sequence[RunResult], rows: Sequence[ConfigRow]
+) -> ResultFiles:
+    """Write results.csv, runs.csv, results.json and plots/*.png into ``sweep_dir``."""
+    directory = Path(sweep_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    axes = axis_names([*(r.axes for r in rows), *(r.axes for r in runs)])
+    results_csv, runs_csv = directory / "results.csv", directory / "runs.csv"
+    _write_csv(results_csv, results_columns(axes), [_row_cells(r, axes) for r in rows])
+    _write_csv(runs_csv, runs_columns(axes), [_run_cells(directory, r, axes) for r in runs])
+    # matplotlib is imported here, not with the module: the CLI stays quick to start.
+    from toolkit.profile.plots import energy_plot_axis, write_plots
+
+    x_axis = energy_plot_axis(axes)
+    notes = []
+    if x_axis != "power_limit_w":
+        against = f"the first axis, {x_axis}" if x_axis else "each configuration"
+        notes.append(f"no power_limit_w axis: energy per token is plotted against {against}")
+    plots = write_plots(rows, axes, directory / "plots")
+    results_json = directory / "results.json"
+    document = _finite(_results_dict(directory, runs, rows, axes, x_axis))
+    results_json.write_text(json.dumps(document, indent=2, allow_nan=False) + "\n", "utf-8")
+    return ResultFiles(directory, results_csv, runs_csv, results_json, plots, x_axis, notes)
+
+
+def _write_csv(path: Path, header: list[str], body: list[list[object]]) -> None:
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        writer.writerows([[_cell(v) for v in line] for line in body])
+
+
+def _cell(value: object) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    return axis_text(value)
+
+
+def _row_cells(row: ConfigRow, axes: Sequence[str]) -> list[object]:
+    figures = [x for m in METRICS for x in (row.metric(m).mean, row.metric(m).std)]
+    counts = [row.repeats_ok, row.repeats_failed, row.pareto, row.config_id]
+    return [*(row.axes.get(a) for a in axes), *figures, *counts]
+
+
+def _run_cells(directory: Path, run: RunResult, axes: Sequence[str]) -> list[object]:
+    summary, cooldown = run.summary, run.cooldown
+    return [
+        *(run.axes.get(a) for a in axes),
+        *(run.run_id, run.config_id, run.repeat, run.status, run.ok, run.error),
+        *(getattr(run, name) for name in RUN_FIGURES),
+        summary.tokens if summary else None,
+        run.baseline_power_w,
+        cooldown.duration_s if cooldown else None,
+        cooldown.settled if cooldown else None,
+        summary.partial if summary else None,
+        summary.restarts if summary else None,
+        _relative(directory, run.run_dir),
+    ]
+
+
+def _relative(directory: Path, path: Path) -> str:
+    try:
+        return str(path.relative_to(directory))
+    except ValueError:
+        return str(path)
+
+
+def _results_dict(
+    directory: Path,
+    runs: Sequence[RunResult],
+    rows: Sequence[ConfigRow],
+    axes: list[str],
+    x_axis: str | None,
+) -> dict[str, Any]:
+    energy, throughput = best_rows(rows)
+    return {
+        "v": SCHEMA_VERSION,
+        "axes": axes,
+        "energy_plot_axis": x_axis,
+        "configurations": [
+            {
+                "config_id": r.config_id,
+                "axes": r.axes,
+                "repeats_ok": r.repeats_ok,
+                "repeats_failed": r.repeats_failed,
+                "pareto": r.pareto,
+                **{m: vars(r.metric(m)) for m in METRICS},
+            }
+            for r in rows
+        ],
+        "pareto": [r.config_id for r in pareto_front(rows)],
+        "best": {
+            "energy_per_token_j": energy.config_id if energy else None,
+            "tokens_per_s": throughput.config_id if throughput else None,
+        },
+        "runs": [
+            dict(zip(runs_columns([]), _run_cells(directory, r, []), strict=True))
+            | {"axes": r.axes}
+            for r in runs
+        ],
+    }
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def format_table(rows: Sequence[ConfigRow]) -> str:
+    """The terminal table: one line per configuration, then the best configurations."""
+    if not rows:
+        return "no runs found in the sweep"
+    axes = axis_names(r.axes for r in rows)
+    header = ["", *axes, "tokens/s", "J/token", "avg W", "time s", "energy J", "idle W"]
+    header += ["ok", "failed"]
+    columns: list[list[str]] = [["*" if r.pareto else "" for r in rows]]
+    columns += [[axis_text(r.axes[a]) if a in r.axes else "-" for r in rows] for a in axes]
+    columns += [_spread_column([r.metric(m) for r in rows]) for m in METRICS]
+    columns += [[str(r.repeats_ok) for r in rows], [str(r.repeats_failed) for r in rows]]
+    widths = [max(len(h), *(len(c) for c in col)) for h, col in zip(header, columns, strict=True)]
+    left = 1 + len(axes)  # the marker and the axes are left-aligned, figures right-aligned
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            c.ljust(w) if i < left else c.rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
+
+    lines = [line(header), *(line(cells) for cells in zip(*columns, strict=True))]
+    runs_ok, runs_failed = sum(r.repeats_ok for r in rows), sum(r.repeats_failed for r in rows)
+    lines += [
+        "",
+        f"{len(rows)} configurations, {runs_ok} repeats ok, {runs_failed} failed (not averaged);"
+        " figures: mean ± sample std; * on the Pareto front of (time, energy)",
+        _best_line(rows),
+    ]
+    return "\n".join(lines)
+
+
+def _spread_column(spreads: Sequence[Spread]) -> list[str]:
+    means = [_num(s.mean) for s in spreads]
+    stds = [_std(s.std) for s in spreads]
+    mean_w, std_w = max(map(len, means)), max(map(len, stds))
+    return [
+        f"{m:>{mean_w}} ± {d:<{std_w}}" if s.n else f"{'-':>{mean_w}}{'':{std_w + 3}}"
+        for m, d, s in zip(means, stds, spreads, strict=True)
+    ]
+
+
+def _num(value: float) -> str:
+    if not math.isfinite(value):
+        return "-"
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+
+
+def _std(value: float) -> str:
+    """Two significant digits, never an exponent: 0.00092, 2.5, 120."""
+    if not math.isfinite(value) or value == 0:
+        return _num(value)
+    rounded = round(value, 1 - math.floor(math.log10(abs(value))))
+    return f"{rounded:,.{max(0, 1 - math.floor(math.log10(abs(rounded))))}f}"
+
+
+def _best_line(rows: Sequence[ConfigRow]) -> str:
+    energy, throughput = best_rows(rows)
+    if energy is None and throughput is None:
+        return "best: none (no configuration has a succeeded repeat with tokens)"
+    parts = []
+    if energy is not None:
+        parts.append(
+            f"lowest energy per token {energy.config_id} "
+            f"({_num(energy.energy_per_token_j.mean)} J/token)"
+        )
+    if throughput is not None:
+        parts.append(
+            f"highest throughput {throughput.config_id} "
+            f"({_num(throughput.tokens_per_s.mean)} tokens/s)"
+        )
+    return "best: " + "; ".join(parts)
