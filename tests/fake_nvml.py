@@ -7,7 +7,13 @@ GPU), and the real ctypes structures as return values (``c_nvmlFieldValue_t``,
 ``c_nvmlMemory_t``, ``c_nvmlUtilization_t``, ``nvmlPciInfo_t``).
 
 Test controls are named ``fake_*``: the GPUs, the fake clock (``fake_now_s``,
-``fake_advance``), call counts (``fake_calls``) and the init error.
+``fake_advance``), call counts (``fake_calls``), the init error, and ``fake_root``
+(False: every setter answers NoPermission, as NVML does for a user who is not root).
+
+The setters (power limit, locked clocks) change the fake GPU. For a node script run in
+another process, ``fake_save``/``from_state_file`` keep the GPUs in a JSON file that
+every setter rewrites (``RTK_FAKE_NVML=.../fake_nvml.py:from_state_file`` with
+``FAKE_NVML_STATE`` naming the file; see ``toolkit/gpu/control.py``).
 """
 
 # The names are pynvml's own (camelCase), so that the fake matches the real API.
@@ -15,9 +21,13 @@ Test controls are named ``fake_*``: the GPUs, the fake clock (``fake_now_s``,
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pynvml as _real
@@ -34,6 +44,7 @@ from pynvml import (
     NVML_ERROR_NOT_FOUND,
     NVML_ERROR_NOT_SUPPORTED,
     NVML_ERROR_UNINITIALIZED,
+    NVML_ERROR_UNKNOWN,
     NVML_FEATURE_DISABLED,
     NVML_FEATURE_ENABLED,
     NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
@@ -61,6 +72,7 @@ from pynvml import (
     NVMLError_NotFound,
     NVMLError_NotSupported,
     NVMLError_Uninitialized,
+    NVMLError_Unknown,
 )
 
 MAX_MIG_DEVICES = 7  # what NVML reports for an A100/H100
@@ -81,12 +93,19 @@ class FakeGpu:
     pci_bus_id: str = "00000000:18:00.0"
     memory_total_bytes: int = 80 * 1024**3
     memory_used_bytes: int = 3 * 1024**3
-    power_limit_mw: int = 700_000
+    power_limit_mw: int = 700_000  # the management limit; the enforced limit here too
+    default_power_limit_mw: int = 700_000
+    power_limit_min_mw: int = 200_000
+    power_limit_max_mw: int = 700_000
     power_mw: Callable[[float], int] = sawtooth_power_mw
     average_power_mw: int = 250_000
     energy_mj: int = 5_000_000
     sm_clock_mhz: int = 1980
     mem_clock_mhz: int = 2619
+    max_sm_clock_mhz: int = 1980
+    max_mem_clock_mhz: int = 2619
+    gpu_locked_clocks_mhz: tuple[int, int] | None = None
+    mem_locked_clocks_mhz: tuple[int, int] | None = None
     temperature_c: int = 41
     gpu_util_pct: int = 87
     mem_util_pct: int = 35
@@ -134,6 +153,7 @@ class FakeNvml:
     NVML_ERROR_LIBRARY_NOT_FOUND = NVML_ERROR_LIBRARY_NOT_FOUND
     NVML_ERROR_FUNCTION_NOT_FOUND = NVML_ERROR_FUNCTION_NOT_FOUND
     NVML_ERROR_GPU_IS_LOST = NVML_ERROR_GPU_IS_LOST
+    NVML_ERROR_UNKNOWN = NVML_ERROR_UNKNOWN
     NVML_CLOCK_SM = NVML_CLOCK_SM
     NVML_CLOCK_MEM = NVML_CLOCK_MEM
     NVML_TEMPERATURE_GPU = NVML_TEMPERATURE_GPU
@@ -164,6 +184,7 @@ class FakeNvml:
     NVMLError_LibraryNotFound = NVMLError_LibraryNotFound
     NVMLError_FunctionNotFound = NVMLError_FunctionNotFound
     NVMLError_GpuIsLost = NVMLError_GpuIsLost
+    NVMLError_Unknown = NVMLError_Unknown
 
     def __init__(
         self,
@@ -171,8 +192,12 @@ class FakeNvml:
         *,
         init_error: int | None = None,
         strings_as_bytes: bool = False,
+        root: bool = True,
+        state_file: Path | None = None,
     ) -> None:
         self.fake_gpus = list(gpus)
+        self.fake_root = root  # False: every setter answers NoPermission
+        self.fake_state_file = state_file  # rewritten by every setter when set
         self.fake_init_error = init_error
         self.fake_strings_as_bytes = strings_as_bytes  # nvidia-ml-py < 11.515 returned bytes
         self.fake_now_s = 1_795_250_000.0  # NVML timestamps are wall-clock microseconds
@@ -195,6 +220,24 @@ class FakeNvml:
         return sum(
             n for (f, u), n in self.fake_calls.items() if f == function and uuid in (None, u)
         )
+
+    def fake_settings(self) -> list[tuple[int, tuple[int, int] | None, tuple[int, int] | None]]:
+        """Per GPU: the power limit (mW) and the GPU and memory locked clocks (or None)."""
+        return [
+            (g.power_limit_mw, g.gpu_locked_clocks_mhz, g.mem_locked_clocks_mhz)
+            for g in self.fake_gpus
+        ]
+
+    def fake_save(self, path: Path | None = None) -> None:
+        """Write the GPUs (all but ``power_mw``) and ``fake_root`` as JSON to ``path``."""
+        target = path or self.fake_state_file
+        assert target is not None
+        gpus = []
+        for gpu in self.fake_gpus:
+            row = {f.name: getattr(gpu, f.name) for f in dataclasses.fields(gpu)}
+            del row["power_mw"]
+            gpus.append({k: sorted(v) if isinstance(v, set) else v for k, v in row.items()})
+        Path(target).write_text(json.dumps({"root": self.fake_root, "gpus": gpus}))
 
     def _enter(self, function: str, handle: FakeHandle | None = None) -> FakeGpu | None:
         uuid = "" if handle is None else handle.gpu.uuid
@@ -320,10 +363,69 @@ class FakeNvml:
     def nvmlDeviceGetClockInfo(self, handle: FakeHandle, type: int) -> int:
         gpu = self._gpu("nvmlDeviceGetClockInfo", handle)
         if type == NVML_CLOCK_SM:
-            return gpu.sm_clock_mhz
+            return _clamp(gpu.sm_clock_mhz, gpu.gpu_locked_clocks_mhz)
         if type == NVML_CLOCK_MEM:
-            return gpu.mem_clock_mhz
+            return _clamp(gpu.mem_clock_mhz, gpu.mem_locked_clocks_mhz)
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+
+    def nvmlDeviceGetMaxClockInfo(self, handle: FakeHandle, type: int) -> int:
+        gpu = self._gpu("nvmlDeviceGetMaxClockInfo", handle)
+        if type == NVML_CLOCK_SM:
+            return gpu.max_sm_clock_mhz
+        if type == NVML_CLOCK_MEM:
+            return gpu.max_mem_clock_mhz
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str | bytes) -> FakeHandle:
+        self._enter("nvmlDeviceGetHandleByUUID")
+        text = uuid.decode() if isinstance(uuid, bytes) else uuid
+        for gpu in self.fake_gpus:
+            if gpu.uuid == text:
+                return FakeHandle(gpu)
+        raise NVMLError(NVML_ERROR_NOT_FOUND)
+
+    def nvmlDeviceGetPowerManagementLimit(self, handle: FakeHandle) -> int:
+        return self._gpu("nvmlDeviceGetPowerManagementLimit", handle).power_limit_mw
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, handle: FakeHandle) -> int:
+        return self._gpu("nvmlDeviceGetPowerManagementDefaultLimit", handle).default_power_limit_mw
+
+    def nvmlDeviceGetPowerManagementLimitConstraints(self, handle: FakeHandle) -> list[int]:
+        gpu = self._gpu("nvmlDeviceGetPowerManagementLimitConstraints", handle)
+        return [gpu.power_limit_min_mw, gpu.power_limit_max_mw]
+
+    def nvmlDeviceSetPowerManagementLimit(self, handle: FakeHandle, limit: int) -> None:
+        gpu = self._setter("nvmlDeviceSetPowerManagementLimit", handle)
+        if not gpu.power_limit_min_mw <= limit <= gpu.power_limit_max_mw:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        gpu.power_limit_mw = int(limit)
+        self._saved()
+
+    def nvmlDeviceSetGpuLockedClocks(
+        self, handle: FakeHandle, minGpuClockMHz: int, maxGpuClockMHz: int
+    ) -> None:
+        gpu = self._setter("nvmlDeviceSetGpuLockedClocks", handle)
+        if not 0 < minGpuClockMHz <= maxGpuClockMHz:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        gpu.gpu_locked_clocks_mhz = (int(minGpuClockMHz), int(maxGpuClockMHz))
+        self._saved()
+
+    def nvmlDeviceResetGpuLockedClocks(self, handle: FakeHandle) -> None:
+        self._setter("nvmlDeviceResetGpuLockedClocks", handle).gpu_locked_clocks_mhz = None
+        self._saved()
+
+    def nvmlDeviceSetMemoryLockedClocks(
+        self, handle: FakeHandle, minMemClockMHz: int, maxMemClockMHz: int
+    ) -> None:
+        gpu = self._setter("nvmlDeviceSetMemoryLockedClocks", handle)
+        if not 0 < minMemClockMHz <= maxMemClockMHz:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        gpu.mem_locked_clocks_mhz = (int(minMemClockMHz), int(maxMemClockMHz))
+        self._saved()
+
+    def nvmlDeviceResetMemoryLockedClocks(self, handle: FakeHandle) -> None:
+        self._setter("nvmlDeviceResetMemoryLockedClocks", handle).mem_locked_clocks_mhz = None
+        self._saved()
 
     def nvmlDeviceGetTemperature(self, handle: FakeHandle, sensor: int) -> int:
         gpu = self._gpu("nvmlDeviceGetTemperature", handle)
@@ -399,9 +501,45 @@ class FakeNvml:
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
         return NVML_FEATURE_ENABLED if gpu.nvlink_active[link] else NVML_FEATURE_DISABLED
 
+    def _setter(self, function: str, handle: FakeHandle) -> FakeGpu:
+        gpu = self._gpu(function, handle)
+        if not self.fake_root:
+            raise NVMLError(NVML_ERROR_NO_PERMISSION)
+        return gpu
+
+    def _saved(self) -> None:
+        if self.fake_state_file is not None:
+            self.fake_save()
+
     def _gpu(self, function: str, handle: FakeHandle) -> FakeGpu:
         gpu = self._enter(function, handle)
         assert gpu is not None
         if handle.mig_index is not None:  # only the UUID is asked of MIG handles here
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
         return gpu
+
+
+def _clamp(mhz: int, locked: tuple[int, int] | None) -> int:
+    return mhz if locked is None else min(max(mhz, locked[0]), locked[1])
+
+
+def from_state_file(path: str | Path | None = None) -> FakeNvml:
+    """A fake over the GPUs that ``fake_save`` wrote (``path`` or ``$FAKE_NVML_STATE``).
+
+    Its setters write the file back, so a later process sees their changes.
+    """
+    target = Path(path or os.environ["FAKE_NVML_STATE"])
+    state = json.loads(target.read_text())
+    defaults = FakeGpu(uuid="")
+    gpus = []
+    for row in state["gpus"]:
+        values: dict[str, Any] = {}
+        for key, value in row.items():
+            default = getattr(defaults, key)
+            if isinstance(default, set):
+                value = set(value)
+            elif value is not None and (isinstance(default, tuple) or key.endswith("_clocks_mhz")):
+                value = tuple(value)  # JSON gives lists back
+            values[key] = value
+        gpus.append(FakeGpu(**values))
+    return FakeNvml(gpus, root=state["root"], state_file=target)
