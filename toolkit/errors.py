@@ -87,3 +87,9 @@ class SlurmError(RtkError):
     """Not inside an allocation, or sbatch/srun/scontrol is missing or refused a request."""
 
     exit_code = 8
+
+
+class GpuControlError(RtkError):
+    """A GPU power limit or clock lock was refused, failed, or could not be put back."""
+
+    exit_code = 9

@@ -1,0 +1,242 @@
+"""Set GPU power limits and clock locks on every GPU node for a block, then put them back.
+
+rtk's side of ``control.py`` (which runs on the nodes): ``gpu_settings`` applies on every
+node with GPUs in parallel and restores on every node where it applied (even partly),
+whether the block ends normally, with an exception, or with Ctrl-C. While it restores,
+a Ctrl-C is held back until the restore is done (then raised). Each node keeps what
+to put back in a restore file (``restore_file(plan)``) before changing anything, so
+``restore_all`` (``rtk profile --restore``) repairs a node after a crash.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import posixpath
+import signal
+import threading
+from collections.abc import Iterator, Sequence
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from toolkit.cluster.plan import ClusterPlan, NodePlan
+from toolkit.errors import GpuControlError
+from toolkit.shell import join
+from toolkit.transport.base import Transport
+from toolkit.transport.group import GroupResult, run_each
+
+logger = logging.getLogger(__name__)
+
+RESTORE_FILE_NAME = "gpu-restore.json"
+CONTROL_TIMEOUT_S = 60.0
+
+
+@cache
+def control_source() -> str:
+    """The text of the node-side ``control.py``."""
+    return resources.files("toolkit.gpu").joinpath("control.py").read_text(encoding="utf-8")
+
+
+def restore_file(plan: ClusterPlan) -> str:
+    """Where every node keeps what to put back: ``<temp_dir>/rtk/gpu-restore.json``."""
+    return posixpath.join(plan.paths.rtk_dir, RESTORE_FILE_NAME)
+
+
+def control_command(
+    node_plan: NodePlan,
+    command: str,
+    restore_path: str,
+    power_limit_w: float | None = None,
+    gpu_clocks_mhz: tuple[int, int] | None = None,
+    mem_clocks_mhz: tuple[int, int] | None = None,
+) -> str:
+    """The command line that runs ``control.py COMMAND`` (fed on stdin) on a node."""
+    node = node_plan.node
+    argv = [node.python, "-", command, "--node", node.name, "--restore-file", restore_path]
+    if power_limit_w is not None:
+        argv += ["--power-limit-w", f"{power_limit_w:g}"]
+    if gpu_clocks_mhz is not None:
+        argv += ["--gpu-clocks-mhz", f"{gpu_clocks_mhz[0]},{gpu_clocks_mhz[1]}"]
+    if mem_clocks_mhz is not None:
+        argv += ["--mem-clocks-mhz", f"{mem_clocks_mhz[0]},{mem_clocks_mhz[1]}"]
+    return join(argv)
+
+
+def call_control(transport: Transport, node_plan: NodePlan, command: str) -> dict[str, Any]:
+    """Run a ``control_command`` line on its node; the ``result`` of its JSON answer.
+
+    Raises:
+        GpuControlError: The script refused, failed, or gave no answer.
+        toolkit.errors.TransportError: The node could not be reached.
+    """
+    node = node_plan.node
+    done = transport.run(node, command, stdin=control_source(), timeout_s=CONTROL_TIMEOUT_S)
+    answer: dict[str, Any] = {}
+    lines = done.stdout.strip().splitlines()
+    if lines:
+        with contextlib.suppress(json.JSONDecodeError):
+            answer = json.loads(lines[-1])
+    if done.ok and answer.get("ok"):
+        result: dict[str, Any] = answer.get("result") or {}
+        return result
+    reason = answer.get("error") or done.tail() or f"exit status {done.exit_code}"
+    if done.exit_code == 127:
+        reason = f"{node.python} not found on the node; set python or venv in the inventory"
+    raise GpuControlError(f"{node.name}: {reason}")
+
+
+@contextlib.contextmanager
+def gpu_settings(
+    plan: ClusterPlan,
+    transport: Transport,
+    power_limit_w: float | None = None,
+    gpu_clocks_mhz: tuple[int, int] | None = None,
+    mem_clocks_mhz: tuple[int, int] | None = None,
+) -> Iterator[dict[str, dict[str, Any]]]:
+    """Apply the settings on every node with GPUs for the ``with`` block; restore after.
+
+    Yields:
+        Node name -> what ``control.apply`` set there (per GPU UUID); empty when
+        nothing was asked (then no node is touched).
+
+    Raises:
+        GpuControlError: Something was asked but no node has GPUs; a node refused or
+            failed (every node is restored first; the message names each node and
+            why); or, after a block that ended normally, a node was not restored.
+    """
+    asked = {
+        "power_limit_w": power_limit_w,
+        "gpu_clocks_mhz": gpu_clocks_mhz,
+        "mem_clocks_mhz": mem_clocks_mhz,
+    }
+    asked = {k: v for k, v in asked.items() if v is not None}
+    if not asked:
+        yield {}
+        return
+    nodes = [n for n in plan.nodes if n.node.gpus > 0]
+    if not nodes:
+        shown = ", ".join(f"{k}={v}" for k, v in asked.items())
+        raise GpuControlError(
+            f"{shown} was asked, but no node of cluster {plan.inventory.name!r} has GPUs"
+            " (gpus: in the inventory); drop it from the sweep"
+        )
+    path = restore_file(plan)
+
+    def apply_on(node_plan: NodePlan) -> dict[str, Any]:
+        command = control_command(
+            node_plan, "apply", path, power_limit_w, gpu_clocks_mhz, mem_clocks_mhz
+        )
+        return call_control(transport, node_plan, command)
+
+    try:
+        applied = run_each(nodes, apply_on)
+    except BaseException:  # Ctrl-C while applying: put back whatever got set
+        _restore_after(transport, nodes, path, raising=False)
+        raise
+    if applied.failed:
+        restored = _restore_after(transport, nodes, path, raising=False)
+        raise GpuControlError(_apply_failure(applied, restored))
+    for name, result in applied.results.items():
+        for warning in result.get("warnings", []):
+            logger.warning("%s: %s", name, warning)
+        logger.info("GPU settings on %s: %s", name, asked)
+    try:
+        yield dict(applied.results)
+    except BaseException:
+        _restore_after(transport, nodes, path, raising=False)
+        raise
+    _restore_after(transport, nodes, path, raising=True)
+
+
+def restore_all(plan: ClusterPlan, transport: Transport) -> dict[str, dict[str, Any]]:
+    """Put back the GPU settings on every node that still has a restore file.
+
+    For ``rtk profile --restore`` after a crash; a node without a file has nothing to do
+    (and needs no NVML).
+
+    Returns:
+        Node name -> what ``control.restore`` did there.
+
+    Raises:
+        GpuControlError: A node could not be reached or not restored (named, with why);
+            the other nodes are restored all the same.
+    """
+    outcome, _ = _restore(transport, plan.nodes, restore_file(plan))
+    if outcome.failed:
+        raise GpuControlError(_restore_failure(outcome))
+    return dict(outcome.results)
+
+
+def _restore(
+    transport: Transport, nodes: Sequence[NodePlan], path: str
+) -> tuple[GroupResult[dict[str, Any]], bool]:
+    """Restore ``nodes`` in parallel with Ctrl-C held; and whether one was held."""
+
+    def restore_on(node_plan: NodePlan) -> dict[str, Any]:
+        return call_control(transport, node_plan, control_command(node_plan, "restore", path))
+
+    with _sigint_held() as held:
+        outcome = run_each(nodes, restore_on)
+    return outcome, bool(held)
+
+
+def _restore_after(
+    transport: Transport, nodes: Sequence[NodePlan], path: str, *, raising: bool
+) -> GroupResult[dict[str, Any]]:
+    """Restore ``nodes``; log failures; raise them (and a held Ctrl-C) when ``raising``."""
+    outcome, interrupted = _restore(transport, nodes, path)
+    if outcome.failed:
+        logger.error("%s", _restore_failure(outcome))
+    if raising and interrupted:
+        raise KeyboardInterrupt
+    if raising and outcome.failed:
+        raise GpuControlError(_restore_failure(outcome))
+    return outcome
+
+
+def _apply_failure(
+    applied: GroupResult[dict[str, Any]], restored: GroupResult[dict[str, Any]]
+) -> str:
+    total = len(applied.results) + len(applied.failed)
+    lines = [f"GPU settings failed on {len(applied.failed)} of {total} node(s):"]
+    lines += [f"  {_reason(name, e)}" for name, e in applied.failed.items()]
+    if restored.failed:
+        lines.append(_restore_failure(restored))
+    else:
+        lines.append("every node's GPU settings are as they were before")
+    return "\n".join(lines)
+
+
+def _restore_failure(outcome: GroupResult[dict[str, Any]]) -> str:
+    lines = [
+        f"GPU settings not put back on {len(outcome.failed)} node(s)"
+        " (retry with `rtk profile --restore`):"
+    ]
+    lines += [f"  {_reason(name, e)}" for name, e in outcome.failed.items()]
+    return "\n".join(lines)
+
+
+def _reason(name: str, error: BaseException) -> str:
+    text = str(error) or type(error).__name__
+    return text if text.startswith(f"{name}:") else f"{name}: {text}"
+
+
+@contextlib.contextmanager
+def _sigint_held() -> Iterator[list[int]]:
+    """Hold Ctrl-C back for the block (main thread only); yields the signals held."""
+    held: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield held
+        return
+
+    def hold(signum: int, frame: Any) -> None:
+        held.append(signum)
+        logger.warning("putting the GPU settings back first; Ctrl-C again once it is done")
+
+    previous: Any = signal.signal(signal.SIGINT, hold)
+    try:
+        yield held
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
