@@ -93,3 +93,13 @@ class GpuControlError(RtkError):
     """A GPU power limit or clock lock was refused, failed, or could not be put back."""
 
     exit_code = 9
+
+
+class ExperimentError(RtkError):
+    """The experiment file of rtk profile is missing, unreadable or invalid."""
+
+    exit_code = 3
+
+    def __init__(self, problems: Sequence[Problem]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(str(p) for p in self.problems))

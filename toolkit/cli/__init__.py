@@ -13,6 +13,7 @@ from toolkit.cli.cmd_env import env_cmd
 from toolkit.cli.cmd_exec import exec_cmd
 from toolkit.cli.cmd_inventory import inventory_group
 from toolkit.cli.cmd_preflight import preflight_cmd
+from toolkit.cli.cmd_profile import profile_cmd
 from toolkit.cli.cmd_report import report_cmd
 from toolkit.cli.cmd_sandbox import sandbox_group
 from toolkit.cli.cmd_sbatch import sbatch_group
@@ -34,6 +35,7 @@ Start here:
   rtk train inv.yaml --barrier-every 5   GPT on Ray Train, with power telemetry
   rtk report RUN_DIR             energy per node, GPU, step and token; report.html
   rtk telemetry record inv.yaml -- CMD   telemetry around any workload
+  rtk profile sweep.yaml         a sweep (sizes, batch, nodes, power limits): energy vs speed
   rtk down inv.yaml              stop rtk's Ray (and only rtk's) everywhere
   rtk sbatch submit inv.yaml     the same flow as one SLURM batch job
 
@@ -63,6 +65,7 @@ cli.add_command(telemetry_group)
 cli.add_command(report_cmd)
 cli.add_command(preflight_cmd)
 cli.add_command(env_cmd)
+cli.add_command(profile_cmd)
 cli.add_command(sbatch_group)
 
 

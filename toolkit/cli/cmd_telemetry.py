@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import json
-import shlex
 import sys
 import time
-from pathlib import Path
 
 import click
 
@@ -18,8 +15,7 @@ from toolkit.cli.common import (
 )
 from toolkit.cli.reporting import from_head, report_if_here
 from toolkit.cluster import StateStore, build_plan
-from toolkit.cluster.jobs import JOB_STOP_WAIT_S, job_client, run_job
-from toolkit.train.submit import package_dir
+from toolkit.telemetry.submit import submit_record
 
 TELEMETRY_HELP = "Power and GPU telemetry for any workload."
 
@@ -78,22 +74,7 @@ def record_cmd(
         "power_rate_hz": power_rate_hz,
         "prometheus_port": prometheus_port,
     }
-    python = plan.head.node.python
-    entrypoint = shlex.join(
-        [python, "-m", "toolkit.telemetry.record", json.dumps(options), *command]
-    )
-    runtime_env = {
-        "py_modules": [package_dir()],
-        "working_dir": str(Path(working_dir).resolve()),
-        "env_vars": {"RAY_JOB_STOP_WAIT_TIME_S": str(JOB_STOP_WAIT_S)},
-    }
-    outcome = run_job(
-        job_client(plan, store),
-        entrypoint,
-        runtime_env,
-        f"rtk-record-{run_id}-{int(time.time())}",
-        click.echo,
-    )
+    outcome = submit_record(plan, store, list(command), options, working_dir, click.echo)
     click.echo(
         f"rtk: job {outcome.job_id} {outcome.status} after {outcome.duration_s:.1f} s; "
         f"run dir {run_dir}",

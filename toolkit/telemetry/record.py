@@ -18,6 +18,7 @@ from pathlib import Path
 import ray
 
 from toolkit.telemetry.session import TelemetrySession, exit_on_sigterm
+from toolkit.telemetry.settle import IdlePhases
 
 
 def main(argv: list[str]) -> int:
@@ -35,19 +36,32 @@ def main(argv: list[str]) -> int:
         options.get("power_rate_hz") or None,
         prometheus_port=int(options.get("prometheus_port") or 0),
     )
+    idle = IdlePhases(
+        session,
+        run_dir,
+        float(options.get("baseline_s") or 0),
+        float(options.get("cooldown_max_s") or 0),
+        lambda line: print(f"rtk telemetry: {line}", flush=True),
+    )
     session.start()
     began = time.monotonic()
     try:
-        code = subprocess.run(command, check=False).returncode
-    except OSError as e:  # not found, not executable: the shell's codes
-        print(f"rtk telemetry: cannot run {command[0]!r}: {e}", flush=True)
-        code = 127 if isinstance(e, FileNotFoundError) else 126
+        idle.before()
+        began = time.monotonic()
+        try:
+            code = subprocess.run(command, check=False).returncode
+        except OSError as e:  # not found, not executable: the shell's codes
+            print(f"rtk telemetry: cannot run {command[0]!r}: {e}", flush=True)
+            code = 127 if isinstance(e, FileNotFoundError) else 126
+        duration_s = time.monotonic() - began
+        idle.after()
     finally:
+        idle.save()
         session.stop()
 
     (run_dir / "command.json").write_text(
         json.dumps(
-            {"command": command, "exit_code": code, "duration_s": time.monotonic() - began},
+            {"command": command, "exit_code": code, "duration_s": duration_s},
             indent=2,
         )
         + "\n"

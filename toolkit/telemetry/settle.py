@@ -9,9 +9,11 @@ a settled cluster can be compared.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 
@@ -104,3 +106,47 @@ def cool_down(
                 "max_s": rule.max_s,
             }
         previous_c = temperature_c
+
+
+class IdlePhases:
+    """The baseline before a workload and the cooldown after it, kept in ``idle.json``."""
+
+    def __init__(
+        self,
+        windows: Windows,
+        run_dir: str | Path,
+        baseline_s: float,
+        cooldown_max_s: float,
+        say: Callable[[str], None] = print,
+    ) -> None:
+        self.windows = windows
+        self.path = Path(run_dir) / "idle.json"
+        self.baseline_s = baseline_s
+        self.rule = CooldownRule(max_s=cooldown_max_s)
+        self.say = say
+        self.result: dict[str, Any] = {}
+
+    def before(self) -> None:
+        """Measure the idle baseline (when asked for)."""
+        if self.baseline_s:
+            self.result["baseline"] = measure_baseline(self.windows, self.baseline_s)
+            self.say(f"idle baseline {_watts(self.result['baseline'])}")
+
+    def after(self) -> None:
+        """Cool down until settled or the limit (when asked for)."""
+        if self.rule.max_s:
+            baseline_w = self.result.get("baseline", {}).get("power_w")
+            done = cool_down(self.windows, baseline_w, self.rule)
+            self.result["cooldown"] = done
+            state = "settled" if done["settled"] else "NOT settled"
+            self.say(f"cooldown {done['duration_s']:.1f} s, {state} at {_watts(done)}")
+
+    def save(self) -> None:
+        """Write ``idle.json`` (nothing when neither phase ran)."""
+        if self.result:
+            self.path.write_text(json.dumps(self.result, indent=2) + "\n")
+
+
+def _watts(reading: Mapping[str, Any]) -> str:
+    power_w = reading.get("power_w")
+    return "unknown power" if power_w is None else f"{power_w:.1f} W"

@@ -20,7 +20,7 @@ from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
 from toolkit.telemetry.session import TelemetrySession, exit_on_sigterm
-from toolkit.telemetry.settle import CooldownRule, cool_down, measure_baseline
+from toolkit.telemetry.settle import IdlePhases
 from toolkit.train.config import TrainConfig
 from toolkit.train.ray_worker import train_loop_per_worker
 
@@ -95,38 +95,34 @@ def main(argv: list[str]) -> int:
         if config.telemetry
         else None
     )
-    idle: dict[str, Any] = {}
+    idle = (
+        IdlePhases(
+            session,
+            config.run_dir,
+            config.baseline_s,
+            config.cooldown_max_s,
+            lambda line: print(f"rtk train: {line}", flush=True),
+        )
+        if session is not None
+        else None
+    )
     if session is not None:
         session.start()
     try:
-        if session is not None and config.baseline_s:
-            idle["baseline"] = measure_baseline(session, config.baseline_s)
-            print(f"rtk train: idle baseline {_watts(idle['baseline'])}", flush=True)
+        if idle is not None:
+            idle.before()
         result = trainer.fit()
-        if session is not None and config.cooldown_max_s:
-            baseline_w = idle.get("baseline", {}).get("power_w")
-            rule = CooldownRule(max_s=config.cooldown_max_s)
-            idle["cooldown"] = cool_down(session, baseline_w, rule)
-            print(
-                f"rtk train: cooldown {idle['cooldown']['duration_s']:.1f} s, "
-                f"{'settled' if idle['cooldown']['settled'] else 'NOT settled'} at "
-                f"{_watts(idle['cooldown'])}",
-                flush=True,
-            )
+        if idle is not None:
+            idle.after()
     finally:
-        if idle:
-            (Path(config.run_dir) / "idle.json").write_text(json.dumps(idle, indent=2) + "\n")
+        if idle is not None:
+            idle.save()
         if session is not None:
             session.stop()
     final = result.metrics or {}
     print(f"rtk train: finished at step {final.get('step')} (loss {final.get('loss')})", flush=True)
 
     return 0
-
-
-def _watts(reading: dict[str, Any]) -> str:
-    power_w = reading.get("power_w")
-    return "unknown power" if power_w is None else f"{power_w:.1f} W"
 
 
 if __name__ == "__main__":

@@ -1,0 +1,238 @@
+"""The experiment file of ``rtk profile``: a cluster, a workload, axes to sweep, repeats.
+
+```yaml
+name: tiny-sweep
+inventory: inventory.yaml          # relative to this file
+workload:
+  train: {model_size: tiny, max_steps: 30, barrier_every: 5}
+axes:
+  batch_size: [4, 8]
+  nodes: [1, 2]
+repeats: 2
+```
+
+Every combination of the axes' values is a configuration; each runs ``repeats``
+times, each time in a run directory of its own. Axes are trainer options (any
+``rtk train`` option, as snake_case), or one of ``nodes`` (the first N nodes of the
+inventory), ``power_limit_w``, ``gpu_clocks_mhz`` and ``mem_clocks_mhz`` (``[min,
+max]`` or one value for both).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from toolkit.errors import ExperimentError, Problem, RtkError
+from toolkit.inventory.problems import format_path, problems_from_validation
+from toolkit.inventory.yamlmap import load_located
+from toolkit.train.config import TrainConfig
+
+CLUSTER_AXES = ("nodes", "power_limit_w", "gpu_clocks_mhz", "mem_clocks_mhz")
+VLLM_AXES = ("batch_size", "input_len", "output_len")
+# Trainer options an axis or the workload may not set: rtk profile owns them.
+OWNED = ("run_dir", "resume", "telemetry", "baseline_s", "cooldown_max_s")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class VllmSpec(_Strict):
+    """Generation throughput and energy with vLLM (GPU nodes, the ``vllm`` extra)."""
+
+    model: str = Field(description="A local model directory (nothing is downloaded).")
+    batch_size: int = Field(8, ge=1)
+    input_len: int = Field(128, ge=1)
+    output_len: int = Field(128, ge=1)
+    tensor_parallel_size: int = Field(1, ge=1)
+
+
+class WorkloadSpec(_Strict):
+    """What each run runs: exactly one of these."""
+
+    train: dict[str, Any] | None = Field(None, description="rtk train options.")
+    command: list[str] | None = Field(None, min_length=1, description="Any command.")
+    vllm: VllmSpec | None = None
+    working_dir: str = Field(".", description="Shipped with a command workload.")
+
+    @model_validator(mode="after")
+    def _one(self) -> WorkloadSpec:
+        given = [k for k in ("train", "command", "vllm") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                "give exactly one of train:, command: or vllm: "
+                f"(got {', '.join(given) if given else 'none'})"
+            )
+        return self
+
+
+class ExperimentSpec(_Strict):
+    """The experiment file, key for key."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    inventory: str = Field(description="The cluster's inventory, relative to this file.")
+    output_dir: str | None = Field(
+        None, description="Where the sweep goes (default: profile-runs/<name> here)."
+    )
+    workload: WorkloadSpec
+    axes: dict[str, list[Any]] = Field(default_factory=dict)
+    repeats: int = Field(1, ge=1, le=100)
+    baseline_s: float = Field(10.0, ge=0, description="Idle power before each run.")
+    cooldown_max_s: float = Field(60.0, ge=0, description="Longest cooldown after a run.")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of the sweep: a configuration and its repeat number."""
+
+    config_id: str
+    axes: dict[str, Any]
+    repeat: int
+
+    @property
+    def run_id(self) -> str:
+        """``batch_size=8,nodes=2#1``."""
+        return f"{self.config_id}#{self.repeat}"
+
+    @property
+    def dir_name(self) -> str:
+        """A directory name for the run: the id with unsafe characters replaced."""
+        return re.sub(r"[^A-Za-z0-9._=,-]+", "_", self.config_id) + f"_r{self.repeat}"
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A validated experiment, with paths resolved."""
+
+    spec: ExperimentSpec
+    source: str
+    inventory_path: Path
+    sweep_dir: Path
+
+    def runs(self) -> list[RunSpec]:
+        """Every run, grouped by node count (fewer bring-ups), repeats last."""
+        names = list(self.spec.axes)
+        values = [self.spec.axes[n] for n in names]
+        configs = [dict(zip(names, combo, strict=True)) for combo in itertools.product(*values)]
+        configs.sort(key=lambda c: int(c.get("nodes", 0)))  # stable: file order otherwise
+        return [
+            RunSpec(config_id(c), c, repeat)
+            for repeat in range(1, self.spec.repeats + 1)
+            for c in configs
+        ]
+
+    def train_options(self, axes: dict[str, Any]) -> dict[str, Any]:
+        """The trainer options of one run: the workload's, then the run's axes."""
+        base = dict(self.spec.workload.train or {})
+        base.update({k: v for k, v in axes.items() if k not in CLUSTER_AXES})
+        return base
+
+
+def config_id(axes: dict[str, Any]) -> str:
+    """``batch_size=8,nodes=2``: the axes and values, in the file's order."""
+    return ",".join(f"{k}={_show(v)}" for k, v in axes.items()) or "default"
+
+
+def clocks_mhz(value: Any) -> tuple[int, int] | None:
+    """``1400`` or ``[1200, 1400]`` as (min, max) MHz; None stays None."""
+    if value is None:
+        return None
+    if isinstance(value, int | float):
+        return int(value), int(value)
+    low, high = value
+    return int(low), int(high)
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return "-".join(str(v) for v in value)
+    return str(value)
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    """Read and check an experiment file.
+
+    Raises:
+        ExperimentError: Every problem, with its line.
+    """
+    file = Path(path)
+    source = str(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ExperimentError([Problem(source, None, "", f"cannot read it: {e}")]) from e
+    try:
+        located = load_located(text)
+    except yaml.YAMLError as e:
+        raise ExperimentError([Problem(source, None, "", f"not valid YAML: {e}")]) from e
+    if not isinstance(located.data, dict):
+        raise ExperimentError([Problem(source, 1, "", "expected a mapping with name:, ...")])
+    try:
+        spec = ExperimentSpec.model_validate(located.data)
+    except ValidationError as e:
+        raise ExperimentError(
+            problems_from_validation(e, ExperimentSpec, located, source)
+        ) from None
+    problems = _check(spec, source, located.line_of)
+    if problems:
+        raise ExperimentError(problems)
+    base = file.resolve().parent
+    sweep = Path(spec.output_dir).expanduser() if spec.output_dir else Path("profile-runs")
+    sweep = sweep if sweep.is_absolute() else base / sweep
+    if not spec.output_dir:
+        sweep = sweep / spec.name
+    return Experiment(spec, source, base / Path(spec.inventory).expanduser(), sweep)
+
+
+def _check(spec: ExperimentSpec, source: str, line_of: Any) -> list[Problem]:
+    problems = []
+
+    def problem(path: tuple[str | int, ...], message: str) -> None:
+        problems.append(Problem(source, line_of(path), format_path(path), message))
+
+    train_fields = [f.name for f in dataclasses.fields(TrainConfig)]
+    workload = spec.workload
+    for key in workload.train or {}:
+        if key in OWNED or key not in train_fields:
+            problem(("workload", "train", key), _not_an_option(key, train_fields))
+    for name, values in spec.axes.items():
+        where = ("axes", name)
+        if not values:
+            problem(where, "give at least one value")
+        if name in CLUSTER_AXES:
+            continue
+        if workload.vllm is not None and name not in VLLM_AXES:
+            problem(where, f"a vllm workload sweeps {', '.join(VLLM_AXES + CLUSTER_AXES)}")
+        elif workload.train is not None and (name in OWNED or name not in train_fields):
+            problem(where, _not_an_option(name, train_fields + list(CLUSTER_AXES)))
+    for value in spec.axes.get("nodes", []):
+        if not isinstance(value, int) or value < 1:
+            problem(("axes", "nodes"), f"node counts are whole numbers >= 1, got {value!r}")
+    if workload.train is not None and not problems:
+        for axes in itertools.product(*[[(k, v) for v in vs] for k, vs in spec.axes.items()]):
+            options = {**workload.train, **{k: v for k, v in axes if k not in CLUSTER_AXES}}
+            try:
+                TrainConfig(run_dir="-", **options).check()
+            except (RtkError, TypeError) as e:
+                problem(("axes",), f"{config_id(dict(axes))}: {e}")
+                break
+    return problems
+
+
+def _not_an_option(key: str, allowed: Sequence[str]) -> str:
+    if key in OWNED:
+        return f"'{key}' is set by rtk profile itself (see baseline_s, cooldown_max_s)"
+    import difflib
+
+    close = difflib.get_close_matches(key, allowed, n=1)
+    guess = f"; did you mean '{close[0]}'?" if close else ""
+    return f"'{key}' is not an rtk train option{guess}"
