@@ -173,9 +173,22 @@ def load_experiment(path: str | Path) -> Experiment:
     try:
         located = load_located(text)
     except yaml.YAMLError as e:
-        raise ExperimentError([Problem(source, None, "", f"not valid YAML: {e}")]) from e
+        mark = getattr(e, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        reason = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ExperimentError([Problem(source, line, "", f"not valid YAML: {reason}")]) from e
+    twice = [
+        Problem(
+            source, second, format_path(key), f"key given twice (also on line {first}); keep one"
+        )
+        for key, first, second in located.duplicates
+    ]
+    if twice:
+        raise ExperimentError(twice)
     if not isinstance(located.data, dict):
-        raise ExperimentError([Problem(source, 1, "", "expected a mapping with name:, ...")])
+        got = "an empty file" if located.data is None else f"a {type(located.data).__name__}"
+        message = f"got {got}; expected a mapping with name:, inventory:, workload: and axes:"
+        raise ExperimentError([Problem(source, located.line_of(()), "", message)])
     try:
         spec = ExperimentSpec.model_validate(located.data)
     except ValidationError as e:
