@@ -221,24 +221,76 @@ def _check(spec: ExperimentSpec, source: str, line_of: Any) -> list[Problem]:
         where = ("axes", name)
         if not values:
             problem(where, "give at least one value")
+        shown = [_show(v) for v in values]
+        for index, text in enumerate(shown):
+            if text in shown[:index]:
+                # Two values with one id would share a run directory: the second never runs.
+                problem((*where, index), f"{values[index]!r} is given twice; give each value once")
         if name in CLUSTER_AXES:
-            continue
-        if workload.vllm is not None and name not in VLLM_AXES:
+            for index, value in enumerate(values):
+                wrong = _cluster_value_problem(name, value)
+                if wrong:
+                    problem((*where, index), wrong)
+        elif workload.vllm is not None and name not in VLLM_AXES:
             problem(where, f"a vllm workload sweeps {', '.join(VLLM_AXES + CLUSTER_AXES)}")
+        elif workload.vllm is not None:
+            for index, value in enumerate(values):
+                wrong = _vllm_value_problem(workload.vllm, name, value)
+                if wrong:
+                    problem((*where, index), wrong)
         elif workload.train is not None and (name in OWNED or name not in train_fields):
             problem(where, _not_an_option(name, train_fields + list(CLUSTER_AXES)))
-    for value in spec.axes.get("nodes", []):
-        if not isinstance(value, int) or value < 1:
-            problem(("axes", "nodes"), f"node counts are whole numbers >= 1, got {value!r}")
     if workload.train is not None and not problems:
         for axes in itertools.product(*[[(k, v) for v in vs] for k, vs in spec.axes.items()]):
-            options = {**workload.train, **{k: v for k, v in axes if k not in CLUSTER_AXES}}
+            swept = {k: v for k, v in axes if k not in CLUSTER_AXES}
             try:
-                TrainConfig(run_dir="-", **options).check()
+                TrainConfig(run_dir="-", **{**workload.train, **swept}).check()
             except (RtkError, TypeError) as e:
-                problem(("axes",), f"{config_id(dict(axes))}: {e}")
+                # Blame the axes only when a trainer option is swept; else workload.train.
+                if swept:
+                    problem(("axes",), f"{config_id(dict(axes))}: {e}")
+                else:
+                    problem(("workload", "train"), str(e))
                 break
     return problems
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _cluster_value_problem(name: str, value: Any) -> str | None:
+    """What is wrong with one value of a cluster axis, or None."""
+    if name == "nodes":
+        if _whole(value) and value >= 1:
+            return None
+        return f"node counts are whole numbers >= 1; got {value!r}"
+    if name == "power_limit_w":
+        if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+            return None
+        return f"a power limit is watts above 0, such as 300; got {value!r}"
+    pair = [value, value] if _whole(value) else value
+    if (
+        isinstance(pair, list)
+        and len(pair) == 2
+        and all(_whole(v) and v >= 1 for v in pair)
+        and pair[0] <= pair[1]
+    ):
+        return None
+    return (
+        "clocks are MHz, one value or [min, max] with min <= max, such as [1200, 1400]; "
+        f"got {value!r}"
+    )
+
+
+def _vllm_value_problem(vllm: VllmSpec, name: str, value: Any) -> str | None:
+    """What vllm would say about ``name: value``, or None."""
+    try:
+        VllmSpec.model_validate({**vllm.model_dump(), name: value})
+    except ValidationError as e:
+        reason = e.errors(include_url=False)[0]["msg"].replace("Input should be", "expected")
+        return f"got {value!r}; {reason}"
+    return None
 
 
 def _not_an_option(key: str, allowed: Sequence[str]) -> str:
