@@ -39,7 +39,13 @@ from toolkit.train.config import TrainConfig
 CLUSTER_AXES = ("nodes", "power_limit_w", "gpu_clocks_mhz", "mem_clocks_mhz")
 VLLM_AXES = ("batch_size", "input_len", "output_len")
 # Trainer options an axis or the workload may not set: rtk profile owns them.
-OWNED = ("run_dir", "resume", "telemetry", "baseline_s", "cooldown_max_s")
+OWNED = {
+    "run_dir": "each run gets its own directory under the sweep directory (output_dir:)",
+    "resume": "running the file again resumes the sweep",
+    "telemetry": "every run is measured",
+    "baseline_s": "give baseline_s: at the top level of the file",
+    "cooldown_max_s": "give cooldown_max_s: at the top level of the file",
+}
 
 
 class _Strict(BaseModel):
@@ -239,7 +245,7 @@ def _check(spec: ExperimentSpec, source: str, line_of: Any) -> list[Problem]:
                 if wrong:
                     problem((*where, index), wrong)
         elif workload.train is not None and (name in OWNED or name not in train_fields):
-            problem(where, _not_an_option(name, train_fields + list(CLUSTER_AXES)))
+            problem(where, _not_an_option(name, train_fields, CLUSTER_AXES))
     if workload.train is not None and not problems:
         for axes in itertools.product(*[[(k, v) for v in vs] for k, vs in spec.axes.items()]):
             swept = {k: v for k, v in axes if k not in CLUSTER_AXES}
@@ -293,11 +299,14 @@ def _vllm_value_problem(vllm: VllmSpec, name: str, value: Any) -> str | None:
     return None
 
 
-def _not_an_option(key: str, allowed: Sequence[str]) -> str:
+def _not_an_option(key: str, options: Sequence[str], also: Sequence[str] = ()) -> str:
     if key in OWNED:
-        return f"'{key}' is set by rtk profile itself (see baseline_s, cooldown_max_s)"
+        return f"'{key}' is set by rtk profile itself: {OWNED[key]}"
     import difflib
 
-    close = difflib.get_close_matches(key, allowed, n=1)
+    candidates = [o for o in [*options, *also] if o not in OWNED]  # never suggest those
+    close = difflib.get_close_matches(key, candidates, n=1)
     guess = f"; did you mean '{close[0]}'?" if close else ""
-    return f"'{key}' is not an rtk train option{guess}"
+    others = f" nor one of {', '.join(also)}" if also else ""
+    kind = "neither an rtk train option" if also else "not an rtk train option"
+    return f"'{key}' is {kind}{others}{guess}"
