@@ -125,16 +125,19 @@ class Experiment:
     sweep_dir: Path
 
     def runs(self) -> list[RunSpec]:
-        """Every run, grouped by node count (fewer bring-ups), repeats last."""
+        """Every run: by node count (one bring-up each), then repeat, then file order.
+
+        Repeat 1 of every configuration with that node count comes before repeat 2.
+        """
         names = list(self.spec.axes)
         values = [self.spec.axes[n] for n in names]
         configs = [dict(zip(names, combo, strict=True)) for combo in itertools.product(*values)]
-        configs.sort(key=lambda c: int(c.get("nodes", 0)))  # stable: file order otherwise
-        return [
+        runs = [
             RunSpec(config_id(c), c, repeat)
             for repeat in range(1, self.spec.repeats + 1)
             for c in configs
         ]
+        return sorted(runs, key=lambda r: int(r.axes.get("nodes", 0)))  # stable
 
     def train_options(self, axes: dict[str, Any]) -> dict[str, Any]:
         """The trainer options of one run: the workload's, then the run's axes."""
