@@ -21,6 +21,7 @@ max]`` or one value for both).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
 import re
 from collections.abc import Sequence
@@ -38,6 +39,7 @@ from toolkit.train.config import TrainConfig
 
 CLUSTER_AXES = ("nodes", "power_limit_w", "gpu_clocks_mhz", "mem_clocks_mhz")
 VLLM_AXES = ("batch_size", "input_len", "output_len")
+MAX_NAME = 200  # of a run directory's name before "_r<repeat>"; file systems allow 255
 # Trainer options an axis or the workload may not set: rtk profile owns them.
 OWNED = {
     "run_dir": "each run gets its own directory under the sweep directory (output_dir:)",
@@ -111,8 +113,15 @@ class RunSpec:
 
     @property
     def dir_name(self) -> str:
-        """A directory name for the run: the id with unsafe characters replaced."""
-        return re.sub(r"[^A-Za-z0-9._=,-]+", "_", self.config_id) + f"_r{self.repeat}"
+        """A directory name for the run: the id with unsafe characters replaced.
+
+        An id too long for one path component is cut and ends in a hash of the whole.
+        """
+        name = _safe(self.config_id)
+        if len(name) > MAX_NAME:
+            digest = hashlib.sha256(self.config_id.encode()).hexdigest()[:12]
+            name = f"{name[: MAX_NAME - 13]}_{digest}"
+        return f"{name}_r{self.repeat}"
 
 
 @dataclass(frozen=True)
@@ -159,6 +168,10 @@ def clocks_mhz(value: Any) -> tuple[int, int] | None:
         return int(value), int(value)
     low, high = value
     return int(low), int(high)
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._=,-]+", "_", text)
 
 
 def _show(value: Any) -> str:
@@ -230,11 +243,21 @@ def _check(spec: ExperimentSpec, source: str, line_of: Any) -> list[Problem]:
         where = ("axes", name)
         if not values:
             problem(where, "give at least one value")
+        # Two values with one id or directory would share a run directory: one never runs.
         shown = [_show(v) for v in values]
         for index, text in enumerate(shown):
             if text in shown[:index]:
-                # Two values with one id would share a run directory: the second never runs.
                 problem((*where, index), f"{values[index]!r} is given twice; give each value once")
+                continue
+            same = [
+                v for v, t in zip(values, shown[:index], strict=False) if _safe(t) == _safe(text)
+            ]
+            if same:
+                problem(
+                    (*where, index),
+                    f"{values[index]!r} and {same[0]!r} would share a run directory (both "
+                    f"{_safe(text)!r} there); make them differ in letters, digits or . _ = , -",
+                )
         if name in CLUSTER_AXES:
             for index, value in enumerate(values):
                 wrong = _cluster_value_problem(name, value)
