@@ -30,13 +30,14 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from toolkit.errors import ExperimentError, Problem, RtkError
 from toolkit.inventory.problems import format_path, problems_from_validation
 from toolkit.inventory.yamlmap import load_located
 from toolkit.train.config import TrainConfig
 
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 CLUSTER_AXES = ("nodes", "power_limit_w", "gpu_clocks_mhz", "mem_clocks_mhz")
 VLLM_AXES = ("batch_size", "input_len", "output_len")
 MAX_NAME = 200  # of a run directory's name before "_r<repeat>"; file systems allow 255
@@ -68,25 +69,15 @@ class WorkloadSpec(_Strict):
     """What each run runs: exactly one of these."""
 
     train: dict[str, Any] | None = Field(None, description="rtk train options.")
-    command: list[str] | None = Field(None, min_length=1, description="Any command.")
+    command: list[str] | None = Field(None, description="Any command.")
     vllm: VllmSpec | None = None
     working_dir: str = Field(".", description="Shipped with a command workload.")
-
-    @model_validator(mode="after")
-    def _one(self) -> WorkloadSpec:
-        given = [k for k in ("train", "command", "vllm") if getattr(self, k) is not None]
-        if len(given) != 1:
-            raise ValueError(
-                "give exactly one of train:, command: or vllm: "
-                f"(got {', '.join(given) if given else 'none'})"
-            )
-        return self
 
 
 class ExperimentSpec(_Strict):
     """The experiment file, key for key."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    name: str = Field(description="Names the sweep directory; see NAME.")
     inventory: str = Field(description="The cluster's inventory, relative to this file.")
     output_dir: str | None = Field(
         None, description="Where the sweep goes (default: profile-runs/<name> here)."
@@ -234,8 +225,20 @@ def _check(spec: ExperimentSpec, source: str, line_of: Any) -> list[Problem]:
     def problem(path: tuple[str | int, ...], message: str) -> None:
         problems.append(Problem(source, line_of(path), format_path(path), message))
 
-    train_fields = [f.name for f in dataclasses.fields(TrainConfig)]
+    if not NAME.fullmatch(spec.name):
+        problem(
+            ("name",),
+            f"got {spec.name!r}; a name is 1-64 letters, digits, '.', '_' and '-', starting "
+            "with a letter or digit (it names the sweep directory)",
+        )
     workload = spec.workload
+    given = [k for k in ("train", "command", "vllm") if getattr(workload, k) is not None]
+    if len(given) != 1:
+        got = " and ".join(given) if given else "none"
+        problem(("workload",), f"give exactly one of train:, command: or vllm: (got {got})")
+    if workload.command == []:
+        problem(("workload", "command"), "give the command and its arguments, e.g. [python, a.py]")
+    train_fields = [f.name for f in dataclasses.fields(TrainConfig)]
     for key in workload.train or {}:
         if key in OWNED or key not in train_fields:
             problem(("workload", "train", key), _not_an_option(key, train_fields))
