@@ -2,7 +2,8 @@
 
 ``python -m toolkit.telemetry.record OPTIONS_JSON COMMAND...`` starts a sampler on every
 node, runs COMMAND on the head (inside the job's working directory), then collects the
-traces into the run directory and exits with the command's exit status.
+traces into the run directory and exits with the command's exit status. COMMAND
+finds the run directory in ``$RTK_RUN_DIR``.
 """
 
 from __future__ import annotations
@@ -49,7 +50,9 @@ def main(argv: list[str]) -> int:
         idle.before()
         began = time.monotonic()
         try:
-            code = subprocess.run(command, check=False).returncode
+            # RTK_RUN_DIR: where the command may write its markers and results.
+            env = {**os.environ, "RTK_RUN_DIR": str(run_dir)}
+            code = subprocess.run(command, check=False, env=env).returncode
         except OSError as e:  # not found, not executable: the shell's codes
             print(f"rtk telemetry: cannot run {command[0]!r}: {e}", flush=True)
             code = 127 if isinstance(e, FileNotFoundError) else 126
