@@ -21,16 +21,17 @@ max]`` or one value for both).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import itertools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from toolkit.errors import ExperimentError, Problem, RtkError
 from toolkit.inventory.problems import format_path, problems_from_validation
@@ -239,9 +240,11 @@ def _check(spec: ExperimentSpec, source: str, line_of: Any) -> list[Problem]:
     if workload.command == []:
         problem(("workload", "command"), "give the command and its arguments, e.g. [python, a.py]")
     train_fields = [f.name for f in dataclasses.fields(TrainConfig)]
-    for key in workload.train or {}:
+    for key, value in (workload.train or {}).items():
         if key in OWNED or key not in train_fields:
             problem(("workload", "train", key), _not_an_option(key, train_fields))
+        elif wrong := _train_value_problem(key, value):
+            problem(("workload", "train", key), wrong)
     for name, values in spec.axes.items():
         where = ("axes", name)
         if not values:
@@ -275,6 +278,10 @@ def _check(spec: ExperimentSpec, source: str, line_of: Any) -> list[Problem]:
                     problem((*where, index), wrong)
         elif workload.train is not None and (name in OWNED or name not in train_fields):
             problem(where, _not_an_option(name, train_fields, CLUSTER_AXES))
+        elif workload.train is not None:
+            for index, value in enumerate(values):
+                if wrong := _train_value_problem(name, value):
+                    problem((*where, index), wrong)
     if workload.train is not None and not problems:
         for axes in itertools.product(*[[(k, v) for v in vs] for k, vs in spec.axes.items()]):
             swept = {k: v for k, v in axes if k not in CLUSTER_AXES}
@@ -316,6 +323,21 @@ def _cluster_value_problem(name: str, value: Any) -> str | None:
         "clocks are MHz, one value or [min, max] with min <= max, such as [1200, 1400]; "
         f"got {value!r}"
     )
+
+
+@functools.cache
+def _train_option_type(name: str) -> TypeAdapter[Any]:
+    return TypeAdapter(get_type_hints(TrainConfig)[name])
+
+
+def _train_value_problem(name: str, value: Any) -> str | None:
+    """What is wrong with the type of one trainer option's value, or None."""
+    try:
+        _train_option_type(name).validate_python(value, strict=True)
+    except ValidationError as e:
+        reason = e.errors(include_url=False)[0]["msg"].replace("Input should be", "expected")
+        return f"got {value!r}; {reason}"
+    return None
 
 
 def _vllm_value_problem(vllm: VllmSpec, name: str, value: Any) -> str | None:
