@@ -194,7 +194,8 @@ def _workload(
         return submit_train(plan, store, config, Path(run_dir).name, echo)
     if workload.vllm is not None:
         settings = {**workload.vllm.model_dump(), **run.axes}
-        command = ["python", "-m", "toolkit.profile.vllm_bench", json.dumps(settings)]
+        bench = "toolkit.profile.vllm_bench"
+        command = [plan.head.node.python, "-m", bench, json.dumps(settings)]
     else:
         command = list(workload.command or [])
     env = {f"RTK_AXIS_{k.upper()}": json.dumps(v) for k, v in run.axes.items()}
