@@ -145,3 +145,33 @@ def _sweep(sandbox: Sandbox, workdir: Path) -> None:
 
     assert len(table) == 4
     assert "best: lowest energy per token" in again.stdout
+
+
+def test_a_failed_run_is_recorded_and_the_sweep_goes_on(sandbox: Sandbox, tmp_path: Path) -> None:
+    workdir = Path("/var/tmp") / f"rtk-test-profile-{tmp_path.name}"
+    workdir.mkdir()
+    try:
+        experiment = workdir / "fail.yaml"
+        experiment.write_text(
+            f"name: exits\ninventory: {sandbox.inventory_path}\noutput_dir: sweep\n"
+            "workload:\n  command: [python, -c, "
+            "'import os, sys; sys.exit(int(os.environ[\"RTK_AXIS_CODE\"]))']\n"
+            "axes:\n  code: [3, 0]\nbaseline_s: 0\ncooldown_max_s: 0\n"
+        )
+        env = {**os.environ, "RTK_STATE_DIR": str(workdir / "state")}
+        argv = [sys.executable, "-m", "toolkit", "profile", str(experiment)]
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
+        assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-3000:]
+        assert "2 run(s) this time (1 failed)" in done.stdout
+        final = records(workdir / "sweep")
+        assert final["code=3#1"]["status"] == "failed"
+        assert "FAILED" in str(final["code=3#1"]["error"])
+        assert final["code=0#1"]["status"] == "succeeded"  # ran after the failure
+        with (workdir / "sweep" / "runs.csv").open() as f:
+            statuses = {r["run_id"]: r["status"] for r in csv.DictReader(f)}
+        assert statuses == {"code=3#1": "failed", "code=0#1": "succeeded"}
+        # Running it again retries only the failed run.
+        again = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
+        assert "1 run(s) this time (1 failed), 1 finished earlier and skipped" in again.stdout
+    finally:
+        subprocess.run(["rm", "-rf", str(workdir)], check=False)
