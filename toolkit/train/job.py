@@ -119,8 +119,12 @@ def main(argv: list[str]) -> int:
             idle.save()
         if session is not None:
             session.stop()
+    # Ray Train keeps the metrics of reports that came with a checkpoint.
     final = result.metrics or {}
-    print(f"rtk train: finished at step {final.get('step')} (loss {final.get('loss')})", flush=True)
+    if final.get("step") is not None:
+        print(f"rtk train: finished at step {final['step']} (loss {final.get('loss')})", flush=True)
+    else:
+        print(f"rtk train: finished {config.max_steps} steps (metrics.jsonl)", flush=True)
 
     return 0
 
