@@ -21,17 +21,17 @@ import matplotlib.image
 import pytest
 from telemetry_fixtures import NodeSpec, RunSpec, build_run
 
+from toolkit.profile.files import write_results
 from toolkit.profile.results import (
     ConfigRow,
     RunResult,
     Spread,
     SweepResultsError,
     aggregate,
-    format_table,
     load_runs,
     pareto_front,
-    write_results,
 )
+from toolkit.profile.table import format_table
 from toolkit.telemetry.report import build_report, write_report
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
