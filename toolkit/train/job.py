@@ -112,7 +112,7 @@ def main(argv: list[str]) -> int:
         if idle is not None:
             idle.before()
         result = trainer.fit()
-        if idle is not None:
+        if idle is not None and getattr(result, "error", None) is None:
             idle.after()
     finally:
         if idle is not None:
@@ -121,6 +121,9 @@ def main(argv: list[str]) -> int:
             session.stop()
     # Ray Train keeps the metrics of reports that came with a checkpoint.
     final = result.metrics or {}
+    if getattr(result, "error", None) is not None:
+        print(f"rtk train: ended early: {result.error}", flush=True)
+        return 1
     if final.get("step") is not None:
         print(f"rtk train: finished at step {final['step']} (loss {final.get('loss')})", flush=True)
     else:

@@ -32,6 +32,9 @@ def train_job(plan: ClusterPlan, config: TrainConfig) -> tuple[str, dict[str, An
             # Read by the job's supervisor: time between SIGTERM and SIGKILL when the
             # job is stopped, for the telemetry to be collected (Ray's default: 3 s).
             "RAY_JOB_STOP_WAIT_TIME_S": str(JOB_STOP_WAIT_S),
+            # Stop with SIGINT: Ray Train's own handler then aborts the workers before
+            # the telemetry is collected (with SIGTERM they trained on meanwhile).
+            "RAY_JOB_STOP_SIGNAL": "SIGINT",
         },
     }
     return entrypoint, runtime_env
