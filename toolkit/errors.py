@@ -37,14 +37,18 @@ class Problem:
         return f"{where}: {self.path}: {self.message}" if self.path else f"{where}: {self.message}"
 
 
-class InventoryError(RtkError):
-    """The inventory file is missing, unreadable or invalid."""
+class FileProblemsError(RtkError):
+    """An input file is missing, unreadable or invalid: every problem, one per line."""
 
     exit_code = 3
 
     def __init__(self, problems: Sequence[Problem]) -> None:
         self.problems = list(problems)
         super().__init__("\n".join(str(p) for p in self.problems))
+
+
+class InventoryError(FileProblemsError):
+    """The inventory file is missing, unreadable or invalid."""
 
 
 class TransportError(RtkError):
@@ -95,11 +99,5 @@ class GpuControlError(RtkError):
     exit_code = 9
 
 
-class ExperimentError(RtkError):
+class ExperimentError(FileProblemsError):
     """The experiment file of rtk profile is missing, unreadable or invalid."""
-
-    exit_code = 3
-
-    def __init__(self, problems: Sequence[Problem]) -> None:
-        self.problems = list(problems)
-        super().__init__("\n".join(str(p) for p in self.problems))

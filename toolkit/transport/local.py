@@ -14,6 +14,46 @@ from toolkit.inventory import Node
 from toolkit.transport.base import CommandResult, Transport
 
 
+def run_argv(
+    node: Node,
+    argv: list[str],
+    command: str,
+    env: Mapping[str, str] | None,
+    stdin: str | None,
+    timeout_s: float,
+) -> CommandResult:
+    """Run ``argv`` here for ``node``'s ``command`` and wait: the local and srun transports.
+
+    Raises:
+        TransportError: It ran past ``timeout_s`` or could not start.
+    """
+    started = time.monotonic()
+    try:
+        done = subprocess.run(
+            argv,
+            input=stdin if stdin is not None else "",
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env={**os.environ, **(env or {})},
+            check=False,
+        )
+    except subprocess.TimeoutExpired as e:
+        raise TransportError(
+            f"{node.name}: command ran past its {timeout_s:g} s limit: {command[:200]}"
+        ) from e
+    except OSError as e:
+        raise TransportError(f"{node.name}: cannot run {argv[0]}: {e}") from e
+    return CommandResult(
+        node=node.name,
+        command=command,
+        exit_code=done.returncode,
+        stdout=done.stdout,
+        stderr=done.stderr,
+        duration_s=time.monotonic() - started,
+    )
+
+
 class LocalTransport(Transport):
     """Runs every node's commands on this machine with ``bash -c``."""
 
@@ -29,31 +69,7 @@ class LocalTransport(Transport):
         timeout_s: float = 60.0,
     ) -> CommandResult:
         """Run ``command`` in bash on this machine (see ``Transport.run``)."""
-        started = time.monotonic()
-        try:
-            done = subprocess.run(
-                ["bash", "-c", command],
-                input=stdin if stdin is not None else "",
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-                env={**os.environ, **(env or {})},
-                check=False,
-            )
-        except subprocess.TimeoutExpired as e:
-            raise TransportError(
-                f"{node.name}: command ran past its {timeout_s:g} s limit: {command[:200]}"
-            ) from e
-        except OSError as e:
-            raise TransportError(f"{node.name}: cannot run bash: {e}") from e
-        return CommandResult(
-            node=node.name,
-            command=command,
-            exit_code=done.returncode,
-            stdout=done.stdout,
-            stderr=done.stderr,
-            duration_s=time.monotonic() - started,
-        )
+        return run_argv(node, ["bash", "-c", command], command, env, stdin, timeout_s)
 
     def put(self, node: Node, path: str, data: bytes, *, mode: int = 0o600) -> None:
         """Write the file atomically, with ``mode`` from its creation on."""

@@ -20,6 +20,7 @@ from toolkit.errors import SlurmError, TransportError
 from toolkit.inventory import Node
 from toolkit.shell import join
 from toolkit.transport.base import CommandResult, Transport
+from toolkit.transport.local import run_argv
 
 SPAWN_POLL_S = 0.2
 
@@ -64,31 +65,7 @@ class SrunTransport(Transport):
         timeout_s: float = 60.0,
     ) -> CommandResult:
         """Run ``command`` as one step on ``node`` (see ``Transport.run``)."""
-        started = time.monotonic()
-        try:
-            done = subprocess.run(
-                self.argv(node, command),
-                input=stdin if stdin is not None else "",
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-                env={**os.environ, **(env or {})},
-                check=False,
-            )
-        except subprocess.TimeoutExpired as e:
-            raise TransportError(
-                f"{node.name}: srun step ran past its {timeout_s:g} s limit: {command[:200]}"
-            ) from e
-        except OSError as e:
-            raise TransportError(f"{node.name}: cannot run srun: {e}") from e
-        return CommandResult(
-            node=node.name,
-            command=command,
-            exit_code=done.returncode,
-            stdout=done.stdout,
-            stderr=done.stderr,
-            duration_s=time.monotonic() - started,
-        )
+        return run_argv(node, self.argv(node, command), command, env, stdin, timeout_s)
 
     def put(self, node: Node, path: str, data: bytes, *, mode: int = 0o600) -> None:
         """Write the file from a step: temp file with ``mode``, then rename."""
