@@ -77,7 +77,9 @@ def up_cmd(
             # Nodes left out (min_nodes allows it) were already reported above.
             left_out = {o.name for o in result.nodes if o.action == "failed"}
             joined = tuple(n for n in plan.nodes if n.name not in left_out)
-            checked = run_preflight(dataclasses.replace(plan, nodes=joined), transport)
+            # up has just asked Ray which nodes are alive: no second status round trip.
+            alive = {n.name for n in result.status.nodes if n.alive} if result.status else None
+            checked = run_preflight(dataclasses.replace(plan, nodes=joined), transport, alive=alive)
 
     for outcome in result.nodes:
         if outcome.action == "failed":

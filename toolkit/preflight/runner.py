@@ -127,16 +127,19 @@ def run_preflight(
     run_dir: str = "~",
     thresholds: checks.Thresholds = checks.Thresholds(),  # noqa: B008 - frozen
     bandwidth: BandwidthOptions | None = None,
+    alive: set[str] | None = None,
 ) -> PreflightReport:
     """Check every node of ``plan``; never raises for an unfit node (that is a result).
 
     With ``bandwidth``, also measure TCP per pair of a ring and an all-reduce sweep
-    (a Ray job: Ray must be up).
+    (a Ray job: Ray must be up). ``alive`` names the nodes alive in Ray when the caller
+    has just asked Ray (``rtk up``); otherwise preflight asks.
     """
     began = time.monotonic()
     report = PreflightReport(plan.inventory.name)
-    status = cluster_status(plan, transport)
-    up = {n.name for n in status.nodes if n.alive}
+    if alive is None:
+        alive = {n.name for n in cluster_status(plan, transport).nodes if n.alive}
+    up = alive
 
     def gather(node_plan: NodePlan) -> _Answer:
         node = node_plan.node
