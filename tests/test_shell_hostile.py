@@ -34,13 +34,15 @@ def hostile(path: Path) -> str:
     return f"a'; touch {path}; echo '"
 
 
-def hostile_inventory(tmp_path: Path, pwned: list[Path], ray: str) -> Path:
+def hostile_inventory(
+    tmp_path: Path, pwned: list[Path], ray: str, python: str = sys.executable
+) -> Path:
     temp_dir = f"/tmp/h'$(touch {pwned[0]})'"
     assert len(temp_dir) <= 48
     data = {
         "cluster": "hostile",
         "transport": "local",
-        "defaults": {"python": sys.executable, "env": {"A": hostile(pwned[1])}},
+        "defaults": {"python": python, "env": {"A": hostile(pwned[1])}},
         "nodes": [
             {
                 "host": "localhost",
@@ -93,7 +95,8 @@ def test_quote_round_trips_through_bash(pwned: list[Path]) -> None:
 
 
 def test_env_file_sources_to_the_exact_values(tmp_path: Path, pwned: list[Path]) -> None:
-    inv = load_inventory(hostile_inventory(tmp_path, pwned, ray="ray"))
+    bin_dir = f"/opt/v'$(touch {pwned[3]})'/bin"
+    inv = load_inventory(hostile_inventory(tmp_path, pwned, ray="ray", python=f"{bin_dir}/python"))
     plan = build_plan(inv)
     env = fill_env(plan.head, {"node_ip": "127.0.0.1", "interface": "lo"})
     text = env_file(plan, plan.head, env)
@@ -109,6 +112,8 @@ def test_env_file_sources_to_the_exact_values(tmp_path: Path, pwned: list[Path])
     seen = dict(item.split("=", 1) for item in done.stdout.decode().split("\0") if "=" in item)
     for key, value in env.items():
         assert seen[key] == value, key
+    # The inventory's Python environment goes first on PATH, the rest kept after it.
+    assert seen["PATH"] == f"{bin_dir}:/usr/bin:/bin"
     assert not any(p.exists() for p in pwned)
 
 

@@ -18,12 +18,18 @@ def join(argv: Iterable[str]) -> str:
 
 
 def parse_env_file(text: str) -> dict[str, str]:
-    """Read back an env file of ``KEY='value'`` lines (``templates/node.env.j2``)."""
+    """Read back the ``KEY='value'`` lines of an env file (``templates/node.env.j2``).
+
+    ``PATH``, which the file extends (``PATH='DIR'"${PATH:+:$PATH}"``) rather than
+    sets, is not among them: only a shell can read it back.
+    """
     env: dict[str, str] = {}
     for line in text.splitlines():
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         key, _, rest = line.partition("=")
+        if key.strip() == "PATH":
+            continue
         words = shlex.split(rest)
         env[key.strip()] = words[0] if words else ""
     return env

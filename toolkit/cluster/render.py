@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Mapping
 
 from toolkit.cluster.plan import NETWORK_AFTER, ClusterPlan, Detect, NodePlan
@@ -17,7 +18,16 @@ def env_file(plan: ClusterPlan, node_plan: NodePlan, env: Mapping[str, str]) -> 
         node=node_plan.name,
         path=plan.paths.env_file,
         env=env,
+        path_first=python_bin_dir(node_plan.node.python),
     )
+
+
+def python_bin_dir(python: str) -> str:
+    """The directory of the node's Python when the inventory names it by path, else ''.
+
+    That directory (a venv's ``bin``) goes first on PATH in the node's env file.
+    """
+    return posixpath.dirname(python) if posixpath.isabs(python) else ""
 
 
 def render_up(plan: ClusterPlan) -> str:
