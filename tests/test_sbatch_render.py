@@ -675,7 +675,7 @@ def test_train_job_runs_every_step_then_tears_down(
     assert job.finish() == 0, job.output
     assert job.calls() == expected(
         job,
-        "up --slurm {inv}",
+        "up --slurm {inv} --no-preflight",
         "train --slurm {inv} --output-dir {submit}/rtk-runs --run-id rtk-test-4242 --max-steps 5",
         "workload started",
         "down --slurm {inv}",
@@ -696,7 +696,7 @@ def test_failures_keep_their_status_and_still_tear_down(
     job.log.unlink()
     job = start(tmp_path, job_env, "train", env={"FAKE_UP_STATUS": "4"})
     assert job.finish() == 4, job.output
-    assert job.calls() == expected(job, "up --slurm {inv}", "down --slurm {inv}")
+    assert job.calls() == expected(job, "up --slurm {inv} --no-preflight", "down --slurm {inv}")
 
 
 def test_preflight_enforce_stops_a_failed_check_record_goes_on(
@@ -707,7 +707,7 @@ def test_preflight_enforce_stops_a_failed_check_record_goes_on(
     assert job.finish() == 1
     assert job.calls() == expected(
         job,
-        "up --slurm {inv}",
+        "up --slurm {inv} --no-preflight",
         "preflight --slurm {inv} --run-dir {submit}/rtk-runs --output "
         "{submit}/rtk-runs/rtk-test-4242/preflight.json",
         "down --slurm {inv}",
