@@ -9,11 +9,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import stat
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ import pytest
 from conftest import LIST_NODES, rtk
 
 from toolkit.cluster import StateStore, build_plan
+from toolkit.cluster.jobs import job_client, run_job
 from toolkit.inventory import default_inventory
 from toolkit.node.agent import listening_ports, marked_pids
 
@@ -197,6 +199,61 @@ def test_up_twice_starts_nothing_new(local_up: dict[str, Any], module_state: Pat
     assert again["nodes"][0]["action"] == "already running"
     raylets = [p for p, n in marked_pids(plan.paths.temp_dir).items() if n == "raylet"]
     assert len(raylets) == 1 and raylets[0] in before
+
+
+class CountingClient:
+    """The real Jobs API client, counting the log characters rtk takes from it."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.fetched_chars = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+    def get_job_logs(self, job_id: str) -> str:
+        logs = str(self.client.get_job_logs(job_id))
+        self.fetched_chars += len(logs)
+        return logs
+
+    async def tail_job_logs(self, job_id: str) -> AsyncIterator[str]:
+        async for chunk in self.client.tail_job_logs(job_id):
+            self.fetched_chars += len(chunk)
+            yield chunk
+
+
+def test_a_long_job_log_is_streamed_with_bounded_work(
+    local_up: dict[str, Any], module_state: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 50 MB over about 5 s: the old loop fetched the whole log every second.
+    lines, line_chars = 500_000, 100
+    printer = (
+        "import sys, time\n"
+        f"for i in range({lines}):\n"
+        f"    sys.stdout.write(f'{{i:09d}}' + 'x' * {line_chars - 10} + '\\n')\n"
+        f"    if i % {lines // 5} == 0: sys.stdout.flush(); time.sleep(1)\n"
+    )
+    monkeypatch.setenv("RTK_STATE_DIR", str(module_state))
+    inv = default_inventory()
+    plan = build_plan(inv)
+    client = CountingClient(job_client(plan, StateStore(inv.name)))
+    seen = {"lines": 0, "other_chars": 0, "out_of_order": 0}
+
+    def echo(text: str) -> None:
+        for line in text.split("\n"):
+            if len(line) == line_chars - 1 and line[:9].isdigit():
+                seen["out_of_order"] += int(line[:9]) != seen["lines"]
+                seen["lines"] += 1
+            else:  # Ray's own lines before the entrypoint's output
+                seen["other_chars"] += len(line) + 1
+
+    entrypoint = f"{plan.head.node.python} -c {shlex.quote(printer)}"
+    outcome = run_job(client, entrypoint, {}, f"rtk-test-log-{int(time.time())}", echo)
+    assert outcome.ok, outcome.message
+    assert seen["lines"] == lines and seen["out_of_order"] == 0, seen
+    assert seen["other_chars"] < 2000, seen
+    log_chars = lines * line_chars + seen["other_chars"]
+    assert client.fetched_chars <= 2 * log_chars, client.fetched_chars
 
 
 def test_down_stops_only_rtk_ray_and_removes_its_files(

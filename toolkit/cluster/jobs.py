@@ -1,8 +1,8 @@
 """Ray jobs on a cluster rtk brought up: submit, follow the logs, end with the real status.
 
-Log tailing in Ray can stop silently (ray#51601), so rtk polls: it prints what the
-job's log has grown by, asks for the status, and after the job ends fetches the log
-once more, so nothing is lost. Ctrl-C stops the job before rtk exits.
+The log is streamed (``logtail.py``) while rtk polls the job's status; when the job
+has ended, whatever the stream missed is fetched once, so nothing is lost. Ctrl-C
+stops the job before rtk exits.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from toolkit.cluster.logtail import LogFollower
 from toolkit.cluster.plan import ClusterPlan
 from toolkit.cluster.state import StateStore
 from toolkit.errors import ClusterError, StateError
@@ -76,32 +77,31 @@ def run_job(
     job_id = client.submit_job(
         entrypoint=entrypoint, runtime_env=runtime_env, submission_id=submission_id
     )
-    printed = 0
+    follower = LogFollower(client, job_id, echo)
+    status = "PENDING"
+
+    def running() -> bool:
+        nonlocal status
+        status = _status(client, job_id)
+        return status not in TERMINAL
+
     try:
-        while True:
-            status = str(client.get_job_status(job_id)).rsplit(".", 1)[-1]
-            printed = _echo_new(client.get_job_logs(job_id), printed, echo)
-            if status in TERMINAL:
-                break
-            time.sleep(POLL_S)
+        running()
+        while status not in TERMINAL:
+            follower.poll(POLL_S, running)
+            status = _status(client, job_id)
     except KeyboardInterrupt:
         echo(f"rtk: stopping job {job_id}")
         client.stop_job(job_id)
         deadline = time.monotonic() + STOP_WAIT_S
-        while time.monotonic() < deadline:
-            status = str(client.get_job_status(job_id)).rsplit(".", 1)[-1]
-            if status in TERMINAL:
-                break
-            time.sleep(POLL_S)
-        _echo_new(client.get_job_logs(job_id), printed, echo)
+        while time.monotonic() < deadline and running():
+            follower.poll(POLL_S, running)
+        follower.finish()
         raise
-    _echo_new(client.get_job_logs(job_id), printed, echo)
+    follower.finish()
     info = client.get_job_info(job_id)
     return JobOutcome(job_id, status, time.monotonic() - began, str(info.message or ""))
 
 
-def _echo_new(logs: str, printed: int, echo: Callable[[str], None]) -> int:
-    fresh = logs[printed:]
-    if fresh:
-        echo(fresh.rstrip("\n"))
-    return len(logs)
+def _status(client: Any, job_id: str) -> str:
+    return str(client.get_job_status(job_id)).rsplit(".", 1)[-1]
