@@ -24,5 +24,25 @@ echo "== ruff"
 echo "== mypy --strict toolkit/"
 .venv/bin/mypy toolkit
 echo "== pytest"
+# The suite runs as on a fresh machine: no Python with Ray on PATH but .venv's, which
+# is not on it either. A directory whose python or python3 imports Ray (one a user or
+# an earlier install left there) is dropped from PATH for the tests, so that nothing
+# passes only because the caller's PATH happens to hold a Ray
+# (tests/test_fresh_machine.py checks it).
+test_path=""
+IFS=: read -ra path_dirs <<<"$PATH"
+for dir in "${path_dirs[@]}"; do
+  with_ray=0
+  for py in python python3; do
+    if [ -x "$dir/$py" ] && "$dir/$py" -c "import ray" >/dev/null 2>&1; then
+      with_ray=1
+    fi
+  done
+  if ((with_ray)); then
+    echo "rtk: leaving $dir off PATH for the tests: its Python has Ray" >&2
+    continue
+  fi
+  test_path="${test_path:+$test_path:}$dir"
+done
 # GPU tests run on a GPU machine (pytest -m gpu); this machine class has none.
-.venv/bin/python -m pytest -m "not gpu" "$@"
+PATH="$test_path" RTK_TEST_CLEAN_PATH=1 .venv/bin/python -m pytest -m "not gpu" "$@"

@@ -132,6 +132,53 @@ def test_a_training_job_trains_with_telemetry_reports_and_completes(
         assert cluster.run_in(node.name, ["test", "-e", f"/tmp/rtk-{job_id}"]).returncode == 1
 
 
+def test_each_preflight_policy_through_sbatch_on_a_node_failing_a_check(
+    cluster: Sandbox, workdir: Path
+) -> None:
+    """enforce ends the job; record goes on and keeps preflight.json; skip runs no check."""
+    node = cluster.nodes[2].name
+    # The workload leaves a file in its run directory: proof that it ran.
+    workload = ("python", "-c", "import os; open(os.environ['RTK_RUN_DIR'] + '/ran', 'w')")
+    cluster.run_in(node, ["mount", "-o", "remount,size=16m", "/dev/shm"])  # fails host.dev_shm
+    try:
+        done = {
+            policy: rtk_in(
+                cluster,
+                workdir,
+                *("sbatch", "submit", str(cluster.inventory_path), "--wait"),
+                *("--job-name", policy, "--run-id", policy, "--preflight", policy),
+                *("--nodes", "1", f"--sbatch-arg=--nodelist={node}"),
+                *("--job-output", str(workdir / f"{policy}-%j.out")),
+                *("--output-dir", str(workdir / "runs"), "--", *workload),
+            )
+            for policy in ("enforce", "record", "skip")
+        }
+    finally:
+        cluster.run_in(node, ["mount", "-o", "remount,size=50%", "/dev/shm"])
+
+    def checks(policy: str) -> list[dict[str, str]]:
+        path = workdir / "runs" / policy / "preflight.json"
+        return json.loads(path.read_text())["checks"] if path.exists() else []
+
+    def failed(policy: str) -> set[tuple[str, str]]:
+        return {(c["name"], c["scope"]) for c in checks(policy) if c["status"] == "fail"}
+
+    def ran(policy: str) -> bool:
+        return (workdir / "runs" / policy / "ran").exists()
+
+    enforce, record, skip = done["enforce"], done["record"], done["skip"]
+    assert enforce.returncode != 0 and not ran("enforce"), enforce.stdout[-3000:]
+    assert failed("enforce") == {("host.dev_shm", node)}
+    assert record.returncode == 0 and ran("record"), record.stdout[-3000:]
+    assert failed("record") == {("host.dev_shm", node)}
+    # One run of the checks, not two: every check is recorded once.
+    names = [(c["name"], c["scope"]) for c in checks("record")]
+    assert len(names) == len(set(names)) == len(checks("enforce"))
+    assert skip.returncode == 0 and ran("skip"), skip.stdout[-3000:]
+    assert checks("skip") == []  # no check ran: none recorded, none enforced
+    assert ray_processes(cluster) == {}
+
+
 def test_scancel_mid_run_leaves_no_ray_process_on_any_node(cluster: Sandbox, workdir: Path) -> None:
     submitted = rtk_in(
         cluster,

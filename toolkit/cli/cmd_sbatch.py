@@ -123,7 +123,8 @@ def job_options(func: F) -> F:
         click.option(
             "--preflight",
             type=click.Choice(PREFLIGHT_MODES),
-            help="enforce: a failed check ends the job (default); record: note it, go on.",
+            help="enforce: a failed check ends the job (default); record: keep preflight.json "
+            "and go on; skip: run no check.",
         ),
         click.option("--python", help="Python with rtk inside the job (default: the head's)."),
     ]
