@@ -15,6 +15,7 @@ from typing import Any
 
 import pynvml
 import pytest
+from conftest import REPO
 from fake_nvml import FakeGpu, FakeNvml
 
 from toolkit.errors import RtkError
@@ -36,7 +37,7 @@ from toolkit.telemetry.sensors.host import (
     parse_proc_stat,
 )
 
-DATA = Path(__file__).parent / "data"
+DATA = REPO / "tests" / "data"
 POWERCAP = "sys/class/powercap"
 
 # `ipmitool dcmi power reading` on a Dell PowerEdge (the layout ipmitool prints).

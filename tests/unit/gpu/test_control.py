@@ -22,6 +22,7 @@ from typing import Any
 
 import pynvml
 import pytest
+from conftest import REPO
 from fake_nvml import FakeGpu, FakeNvml, from_state_file
 
 from toolkit.cluster.plan import ClusterPaths, ClusterPlan, build_plan
@@ -39,7 +40,7 @@ from toolkit.gpu.settings import (
 from toolkit.inventory import default_inventory
 from toolkit.transport import LocalTransport
 
-FAKE_FILE = Path(__file__).with_name("fake_nvml.py")
+FAKE_FILE = REPO / "tests" / "fake_nvml.py"
 
 
 def gpu(index: int, **kwargs: Any) -> FakeGpu:

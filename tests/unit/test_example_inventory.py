@@ -8,16 +8,16 @@ import sys
 import types
 import typing
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from conftest import REPO
 from pydantic import BaseModel
 
 from toolkit.inventory import Inventory, InventorySpec, load_inventory
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 EXAMPLE = ROOT / "inventory.example.yaml"
 
 
