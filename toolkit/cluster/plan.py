@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from toolkit.inventory import Inventory, Node
 from toolkit.shell import join, with_env_file
+from toolkit.transport import transport_class
 
 STOP_GRACE_S = 8.0
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
@@ -156,8 +157,8 @@ def _node_plan(
         ]
     )
     start_argv = tuple(_ray_start_argv(inv, paths, node, role, head_address))
-    # Under srun, ray start stays in the foreground: a step's processes end with it.
-    block = " --block" if inv.transport == "srun" else ""
+    # Where a command's processes end with it (srun), ray start stays in the foreground.
+    block = " --block" if transport_class(inv).daemons_in_foreground else ""
     start = with_env_file(
         paths.env_file, "exec " + join(start_argv) + ' --node-ip-address="$RTK_NODE_IP"' + block
     )
