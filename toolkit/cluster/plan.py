@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from toolkit.inventory import Inventory, Node
+from toolkit.node import AGENT
 from toolkit.shell import join, with_env_file
 from toolkit.transport import transport_class
 
@@ -101,19 +102,19 @@ class ClusterPlan:
     def status_command(self) -> str:
         """Command run on the head that prints Ray's node list as JSON (agent on stdin)."""
         url = self.dashboard_url if self.inventory.ray.include_dashboard else "-"
-        argv = [self.head.node.python, "-", "status", url, self.head_address]
-        return with_env_file(self.paths.env_file, join(argv))
+        return AGENT.command(
+            self.head.node, "status", url, self.head_address, env_file=self.paths.env_file
+        )
 
     def pack_command(self, run_dir: str) -> str:
         """Command run on the head that prints a run directory's results as base64 tar."""
-        return join([self.head.node.python, "-", "pack", run_dir])
+        return AGENT.command(self.head.node, "pack", run_dir)
 
     def smoke_command(self) -> str:
         """Command run on the head that runs one Ray task on every node (agent on stdin)."""
         hosts = ",".join(n.name for n in self.nodes)
-        return with_env_file(
-            self.paths.env_file,
-            join([self.head.node.python, "-", "smoke", self.head_address, hosts]),
+        return AGENT.command(
+            self.head.node, "smoke", self.head_address, hosts, env_file=self.paths.env_file
         )
 
 
@@ -145,16 +146,13 @@ def _node_plan(
     inv: Inventory, paths: ClusterPaths, node: Node, role: str, head_address: str
 ) -> NodePlan:
     ports = _node_ports(inv, role)
-    probe = join(
-        [
-            node.python,
-            "-",
-            "probe",
-            inv.head.address,
-            paths.temp_dir,
-            ",".join(str(p) for p in ports),
-            inv.network.interface or "",
-        ]
+    probe = AGENT.command(
+        node,
+        "probe",
+        inv.head.address,
+        paths.temp_dir,
+        ",".join(str(p) for p in ports),
+        inv.network.interface or "",
     )
     start_argv = tuple(_ray_start_argv(inv, paths, node, role, head_address))
     # Where a command's processes end with it (srun), ray start stays in the foreground.
@@ -162,7 +160,7 @@ def _node_plan(
     start = with_env_file(
         paths.env_file, "exec " + join(start_argv) + ' --node-ip-address="$RTK_NODE_IP"' + block
     )
-    stop = join([node.python, "-", "stop", paths.temp_dir, f"{STOP_GRACE_S:g}"])
+    stop = AGENT.command(node, "stop", paths.temp_dir, f"{STOP_GRACE_S:g}")
     return NodePlan(
         node=node,
         role=role,
