@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from toolkit.inventory import Inventory, Node
 from toolkit.node import AGENT
+from toolkit.ray_resources import host_resource
 from toolkit.shell import join, with_env_file
 from toolkit.transport import transport_class
 
@@ -116,11 +117,6 @@ class ClusterPlan:
         return AGENT.command(
             self.head.node, "smoke", self.head_address, hosts, env_file=self.paths.env_file
         )
-
-
-def host_resource(node_name: str) -> str:
-    """The custom Ray resource that marks a node as inventory node ``node_name``."""
-    return f"rtk_host:{node_name}"
 
 
 def build_plan(inventory: Inventory) -> ClusterPlan:
