@@ -158,8 +158,9 @@ def resolve(target: str, modules: Mapping[str, str]) -> str | None:
     return parent if parent in modules else None
 
 
-def all_imports(modules: Mapping[str, str], packages: set[str]) -> dict[str, list[Import]]:
+def all_imports(modules: Mapping[str, str]) -> dict[str, list[Import]]:
     """Every module's imports."""
+    packages = {name for name in modules if any(m.startswith(name + ".") for m in modules)}
     return {
         name: list(imports_of(name, source, name in packages)) for name, source in modules.items()
     }
@@ -249,8 +250,7 @@ def check(
     modules: Mapping[str, str], runs_on: Mapping[str, str] = RUNS_ON
 ) -> tuple[list[str], list[str]]:
     """Upward imports, and breaches of where code runs, for ``modules``."""
-    packages = {name for name in modules if any(m.startswith(name + ".") for m in modules)}
-    graph = all_imports(modules, packages)
+    graph = all_imports(modules)
     return upward_imports(graph, modules), placement_problems(graph, modules, runs_on)
 
 
@@ -275,7 +275,7 @@ def test_code_imports_only_what_is_there_where_it_runs(toolkit_modules: dict[str
 def test_the_checker_sees_the_whole_package(toolkit_modules: dict[str, str]) -> None:
     # A checker that read nothing would pass everything.
     assert {"toolkit.cluster.plan", "toolkit.node.agent", "toolkit.cli"} <= set(toolkit_modules)
-    graph = all_imports(toolkit_modules, {"toolkit.cluster"})
+    graph = all_imports(toolkit_modules)
     loaded = reached("toolkit.train.job", graph, toolkit_modules)
     assert {"ray", "toolkit.telemetry.session", "toolkit.train.loop", "torch"} <= loaded
 
@@ -366,4 +366,18 @@ def test_an_entrypoint_must_say_where_it_runs() -> None:
     assert placement == [
         "toolkit.train.new_job is an entrypoint; say where it runs in RUNS_ON",
         "toolkit.gone in RUNS_ON does not exist",
+    ]
+
+
+def test_a_relative_import_in_a_package_init_resolves_from_the_package() -> None:
+    modules = {
+        "toolkit": "",
+        "toolkit.transport": "from .base import Transport\nfrom ..cluster import state\n",
+        "toolkit.transport.base": "",
+        "toolkit.cluster": "",
+        "toolkit.cluster.state": "",
+    }
+    upward, _ = check(modules, {})
+    assert [p.split(" (")[0] for p in upward] == [
+        "toolkit.transport:2 imports toolkit.cluster.state"
     ]
