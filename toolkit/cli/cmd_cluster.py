@@ -18,9 +18,9 @@ from toolkit.cluster import (
     render_up,
     up,
 )
+from toolkit.cluster.connect import make_transport
 from toolkit.errors import ClusterError, PreflightError
 from toolkit.preflight.runner import run_preflight
-from toolkit.transport import make_transport
 
 DRY_RUN_HELP = "Print the plan (commands, files, environment, ports) and touch nothing."
 JSON_HELP = "Print the result as JSON on stdout (progress stays on stderr)."

@@ -11,13 +11,13 @@ from toolkit.cli.cmd_cluster import render_status
 from toolkit.cli.common import ConsoleReporter
 from toolkit.cli.reporting import report_if_here
 from toolkit.cluster import StateStore, build_plan, cluster_status, down, up
+from toolkit.cluster.connect import make_transport
 from toolkit.cluster.smoke import run_smoke
 from toolkit.errors import RtkError
 from toolkit.inventory import default_inventory
 from toolkit.preflight.runner import run_preflight
 from toolkit.train.config import TrainConfig
 from toolkit.train.submit import submit_train
-from toolkit.transport import make_transport
 
 DEMO_HELP = """Run rtk's whole flow on this machine, with the embedded one-node inventory.
 

@@ -6,10 +6,10 @@ import click
 
 from toolkit.cli.common import choose_inventory, inventory_options, print_json
 from toolkit.cluster import build_plan
+from toolkit.cluster.connect import make_transport
 from toolkit.errors import ClusterError
 from toolkit.netenv.detect import detect_network
 from toolkit.netenv.render import render_network
-from toolkit.transport import make_transport
 
 ENV_HELP = """Show each node's network and the NCCL/Gloo variables rtk gives Ray there.
 

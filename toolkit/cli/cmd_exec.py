@@ -9,7 +9,7 @@ import click
 from toolkit.cli.common import choose_inventory, print_json, slurm_option
 from toolkit.cluster import build_plan
 from toolkit.cluster.command import run_everywhere, runs_to_json
-from toolkit.transport import make_transport
+from toolkit.cluster.connect import make_transport
 
 EXEC_HELP = """Run COMMAND on every node of INVENTORY at once; print output prefixed by node.
 

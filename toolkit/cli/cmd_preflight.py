@@ -10,9 +10,9 @@ import click
 
 from toolkit.cli.common import choose_inventory, inventory_options, print_json
 from toolkit.cluster import StateStore, build_plan
+from toolkit.cluster.connect import make_transport
 from toolkit.preflight.checks import Thresholds
 from toolkit.preflight.runner import BandwidthOptions, run_preflight
-from toolkit.transport import make_transport
 
 PREFLIGHT_HELP = """Check every node of INVENTORY before a run; one exit status (1: a check failed).
 

@@ -8,13 +8,13 @@ import click
 
 from toolkit.cli.common import ConsoleReporter
 from toolkit.cluster import build_plan
+from toolkit.cluster.connect import make_transport
 from toolkit.inventory import load_inventory
 from toolkit.profile.experiment import load_experiment
 from toolkit.profile.files import write_results
 from toolkit.profile.results import aggregate, load_runs
 from toolkit.profile.runner import run_sweep
 from toolkit.profile.table import format_table
-from toolkit.transport import make_transport
 
 PROFILE_HELP = """Run every configuration of EXPERIMENT (a YAML file) and compare energy and speed.
 

@@ -20,6 +20,7 @@ from toolkit.cli.common import (
 )
 from toolkit.cli.reporting import from_head, report_if_here
 from toolkit.cluster import StateStore, build_plan
+from toolkit.cluster.connect import make_transport
 from toolkit.cluster.jobs import JobOutcome, job_client, run_job
 from toolkit.cluster.plan import ClusterPlan
 from toolkit.errors import PreflightError, RtkError
@@ -27,7 +28,6 @@ from toolkit.inventory import Inventory
 from toolkit.preflight.runner import run_preflight, save_in_run_dir
 from toolkit.train.config import PRECISIONS, PRESETS, STRATEGIES, TrainConfig
 from toolkit.train.submit import submit_train
-from toolkit.transport import make_transport
 
 TRAIN_HELP = """Train the built-in GPT on the cluster INVENTORY describes, as a Ray job.
 

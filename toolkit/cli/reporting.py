@@ -8,11 +8,11 @@ from pathlib import Path
 
 import click
 
+from toolkit.cluster.connect import make_transport
 from toolkit.cluster.plan import ClusterPlan
 from toolkit.errors import RtkError
 from toolkit.inventory import Inventory
 from toolkit.telemetry.fetch import fetch_run
-from toolkit.transport import make_transport
 
 Fetch = Callable[[Path], list[str]]
 

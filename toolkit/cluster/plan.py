@@ -16,7 +16,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from toolkit.inventory import Inventory, Node
+from toolkit.node import AGENT
+from toolkit.ray_resources import host_resource
 from toolkit.shell import join, with_env_file
+from toolkit.transport import transport_class
 
 STOP_GRACE_S = 8.0
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
@@ -100,25 +103,20 @@ class ClusterPlan:
     def status_command(self) -> str:
         """Command run on the head that prints Ray's node list as JSON (agent on stdin)."""
         url = self.dashboard_url if self.inventory.ray.include_dashboard else "-"
-        argv = [self.head.node.python, "-", "status", url, self.head_address]
-        return with_env_file(self.paths.env_file, join(argv))
+        return AGENT.command(
+            self.head.node, "status", url, self.head_address, env_file=self.paths.env_file
+        )
 
     def pack_command(self, run_dir: str) -> str:
         """Command run on the head that prints a run directory's results as base64 tar."""
-        return join([self.head.node.python, "-", "pack", run_dir])
+        return AGENT.command(self.head.node, "pack", run_dir)
 
     def smoke_command(self) -> str:
         """Command run on the head that runs one Ray task on every node (agent on stdin)."""
         hosts = ",".join(n.name for n in self.nodes)
-        return with_env_file(
-            self.paths.env_file,
-            join([self.head.node.python, "-", "smoke", self.head_address, hosts]),
+        return AGENT.command(
+            self.head.node, "smoke", self.head_address, hosts, env_file=self.paths.env_file
         )
-
-
-def host_resource(node_name: str) -> str:
-    """The custom Ray resource that marks a node as inventory node ``node_name``."""
-    return f"rtk_host:{node_name}"
 
 
 def build_plan(inventory: Inventory) -> ClusterPlan:
@@ -144,24 +142,21 @@ def _node_plan(
     inv: Inventory, paths: ClusterPaths, node: Node, role: str, head_address: str
 ) -> NodePlan:
     ports = _node_ports(inv, role)
-    probe = join(
-        [
-            node.python,
-            "-",
-            "probe",
-            inv.head.address,
-            paths.temp_dir,
-            ",".join(str(p) for p in ports),
-            inv.network.interface or "",
-        ]
+    probe = AGENT.command(
+        node,
+        "probe",
+        inv.head.address,
+        paths.temp_dir,
+        ",".join(str(p) for p in ports),
+        inv.network.interface or "",
     )
     start_argv = tuple(_ray_start_argv(inv, paths, node, role, head_address))
-    # Under srun, ray start stays in the foreground: a step's processes end with it.
-    block = " --block" if inv.transport == "srun" else ""
+    # Where a command's processes end with it (srun), ray start stays in the foreground.
+    block = " --block" if transport_class(inv).daemons_in_foreground else ""
     start = with_env_file(
         paths.env_file, "exec " + join(start_argv) + ' --node-ip-address="$RTK_NODE_IP"' + block
     )
-    stop = join([node.python, "-", "stop", paths.temp_dir, f"{STOP_GRACE_S:g}"])
+    stop = AGENT.command(node, "stop", paths.temp_dir, f"{STOP_GRACE_S:g}")
     return NodePlan(
         node=node,
         role=role,

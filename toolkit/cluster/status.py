@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from toolkit.cluster.plan import ClusterPlan, host_resource
+from toolkit.cluster.plan import ClusterPlan
 from toolkit.errors import ClusterError, TransportError
 from toolkit.inventory import Node
 from toolkit.node import call_agent
+from toolkit.ray_resources import host_resource
 from toolkit.transport.base import Transport
 
 STATUS_TIMEOUT_S = 60.0

@@ -65,7 +65,8 @@ class UpResult:
         }
 
 
-# What ``ray start`` prints once the node runs (``--block`` keeps it running after).
+# What ``ray start`` prints once the node runs (``--block`` keeps it running after;
+# see ``Transport.start_daemon``).
 RAY_READY_TEXT = "Ray runtime started."
 
 
@@ -194,10 +195,7 @@ def _start(
     reporter.node(node.name, f"starting Ray ({node_plan.role})")
     began = time.monotonic()
     timeout_s = plan.inventory.ray.start_timeout_s
-    if plan.inventory.transport == "srun":
-        result = transport.spawn(node, node_plan.start_command, RAY_READY_TEXT, timeout_s)
-    else:
-        result = transport.run(node, node_plan.start_command, timeout_s=timeout_s)
+    result = transport.start_daemon(node, node_plan.start_command, RAY_READY_TEXT, timeout_s)
     outcome.duration_s = time.monotonic() - began
     if result.ok:
         outcome.action = "started"

@@ -11,19 +11,16 @@ to put back in a restore file (``restore_file(plan)``) before changing anything,
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import posixpath
 import signal
 import threading
 from collections.abc import Iterator, Sequence
-from functools import cache
-from importlib import resources
 from typing import Any
 
 from toolkit.cluster.plan import ClusterPlan, NodePlan
 from toolkit.errors import GpuControlError
-from toolkit.shell import join
+from toolkit.node import NodeScript
 from toolkit.transport.base import Transport
 from toolkit.transport.group import GroupResult, run_each
 
@@ -33,10 +30,13 @@ RESTORE_FILE_NAME = "gpu-restore.json"
 CONTROL_TIMEOUT_S = 60.0
 
 
-@cache
+CONTROL = NodeScript("toolkit.gpu", "control.py", GpuControlError, ok_key="ok")
+"""The node-side ``control.py``: success is ``{"ok": true, "result": {...}}``."""
+
+
 def control_source() -> str:
     """The text of the node-side ``control.py``."""
-    return resources.files("toolkit.gpu").joinpath("control.py").read_text(encoding="utf-8")
+    return CONTROL.source()
 
 
 def restore_file(plan: ClusterPlan) -> str:
@@ -54,14 +54,14 @@ def control_command(
 ) -> str:
     """The command line that runs ``control.py COMMAND`` (fed on stdin) on a node."""
     node = node_plan.node
-    argv = [node.python, "-", command, "--node", node.name, "--restore-file", restore_path]
+    argv = [command, "--node", node.name, "--restore-file", restore_path]
     if power_limit_w is not None:
         argv += ["--power-limit-w", f"{power_limit_w:g}"]
     if gpu_clocks_mhz is not None:
         argv += ["--gpu-clocks-mhz", f"{gpu_clocks_mhz[0]},{gpu_clocks_mhz[1]}"]
     if mem_clocks_mhz is not None:
         argv += ["--mem-clocks-mhz", f"{mem_clocks_mhz[0]},{mem_clocks_mhz[1]}"]
-    return join(argv)
+    return CONTROL.command(node, *argv)
 
 
 def call_control(transport: Transport, node_plan: NodePlan, command: str) -> dict[str, Any]:
@@ -71,20 +71,9 @@ def call_control(transport: Transport, node_plan: NodePlan, command: str) -> dic
         GpuControlError: The script refused, failed, or gave no answer.
         toolkit.errors.TransportError: The node could not be reached.
     """
-    node = node_plan.node
-    done = transport.run(node, command, stdin=control_source(), timeout_s=CONTROL_TIMEOUT_S)
-    answer: dict[str, Any] = {}
-    lines = done.stdout.strip().splitlines()
-    if lines:
-        with contextlib.suppress(json.JSONDecodeError):
-            answer = json.loads(lines[-1])
-    if done.ok and answer.get("ok"):
-        result: dict[str, Any] = answer.get("result") or {}
-        return result
-    reason = answer.get("error") or done.tail() or f"exit status {done.exit_code}"
-    if done.exit_code == 127:
-        reason = f"{node.python} not found on the node; set python or venv in the inventory"
-    raise GpuControlError(f"{node.name}: {reason}")
+    answer = CONTROL.call(transport, node_plan.node, command, CONTROL_TIMEOUT_S)
+    result: dict[str, Any] = answer.get("result") or {}
+    return result
 
 
 @contextlib.contextmanager

@@ -3,16 +3,20 @@
 What ``rtk env`` runs: the same read-only probe as ``rtk up`` (the plan's probe command
 with the node agent on stdin), on every node at once, then ``choose_env`` per node.
 One node that cannot be reached or does not fit the profile never hides the others.
+
+The plan comes from the cluster layer above; this module only needs its shape
+(``ProbePlan``: the inventory and, per node, its role and probe command).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from toolkit.cluster.plan import ClusterPlan, NodePlan
 from toolkit.errors import NetEnvError
+from toolkit.inventory import Inventory, Node
 from toolkit.netenv.facts import NetworkFacts
 from toolkit.netenv.profiles import NetEnv, env_for_node
 from toolkit.node import call_agent
@@ -20,6 +24,44 @@ from toolkit.transport.base import Transport
 from toolkit.transport.group import run_each
 
 PROBE_TIMEOUT_S = 60.0
+
+
+class ProbeTarget(Protocol):
+    """One node to probe: a ``toolkit.cluster.plan.NodePlan`` fits."""
+
+    @property
+    def name(self) -> str:
+        """The node's inventory name."""
+        ...
+
+    @property
+    def node(self) -> Node:
+        """The node."""
+        ...
+
+    @property
+    def role(self) -> str:
+        """``head`` or ``worker``."""
+        ...
+
+    @property
+    def probe_command(self) -> str:
+        """The agent's probe command line for this node."""
+        ...
+
+
+class ProbePlan(Protocol):
+    """Every node to probe: a ``toolkit.cluster.plan.ClusterPlan`` fits."""
+
+    @property
+    def inventory(self) -> Inventory:
+        """The cluster's inventory."""
+        ...
+
+    @property
+    def nodes(self) -> Sequence[ProbeTarget]:
+        """Head first, then workers."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -85,7 +127,7 @@ class NetworkReport:
 
 
 def detect_network(
-    plan: ClusterPlan, transport: Transport, timeout_s: float = PROBE_TIMEOUT_S
+    plan: ProbePlan, transport: Transport, timeout_s: float = PROBE_TIMEOUT_S
 ) -> NetworkReport:
     """Probe every node in parallel and choose each one's network environment.
 
@@ -93,7 +135,7 @@ def detect_network(
     """
     began = time.monotonic()
 
-    def probe(node_plan: NodePlan) -> dict[str, Any]:
+    def probe(node_plan: ProbeTarget) -> dict[str, Any]:
         return call_agent(transport, node_plan.node, node_plan.probe_command, timeout_s)
 
     answers = run_each(plan.nodes, probe)
@@ -111,7 +153,7 @@ def detect_network(
 
 
 def _node_network(
-    plan: ClusterPlan, node_plan: NodePlan, answer: dict[str, Any], error: str | None
+    plan: ProbePlan, node_plan: ProbeTarget, answer: dict[str, Any], error: str | None
 ) -> NodeNetwork:
     node = node_plan.node
     route = answer.get("route") if isinstance(answer.get("route"), dict) else {}

@@ -1,24 +1,23 @@
 """Code that runs on the nodes themselves, sent over the transport (stdlib only).
 
-``agent.py`` is never imported by rtk: its text is fed to ``python -`` on a node.
+``agent.py`` and ``facts.py`` are never imported by rtk: their text is fed to
+``python -`` on a node by ``NodeScript`` (``script.py``), rtk's one way to call them.
 """
 
 from __future__ import annotations
 
-import json
-from functools import cache
-from importlib import resources
 from typing import Any
 
-from toolkit.errors import ClusterError
 from toolkit.inventory import Node
+from toolkit.node.script import AGENT, FACTS, NodeScript
 from toolkit.transport.base import Transport
 
+__all__ = ["AGENT", "FACTS", "NodeScript", "agent_source", "call_agent"]
 
-@cache
+
 def agent_source() -> str:
     """The text of ``agent.py``."""
-    return resources.files(__package__).joinpath("agent.py").read_text(encoding="utf-8")
+    return AGENT.source()
 
 
 def call_agent(transport: Transport, node: Node, command: str, timeout_s: float) -> dict[str, Any]:
@@ -28,17 +27,4 @@ def call_agent(transport: Transport, node: Node, command: str, timeout_s: float)
         ClusterError: The agent did not run, or reported an error.
         toolkit.errors.TransportError: The node could not be reached.
     """
-    result = transport.run(node, command, stdin=agent_source(), timeout_s=timeout_s)
-    answer: dict[str, Any] = {}
-    lines = result.stdout.strip().splitlines()
-    if lines:
-        try:
-            answer = json.loads(lines[-1])
-        except json.JSONDecodeError:
-            answer = {}
-    if result.ok and "error" not in answer and answer:
-        return answer
-    reason = answer.get("error") or result.tail() or f"exit status {result.exit_code}"
-    if result.exit_code == 127:
-        reason = f"{node.python} not found on the node; set python or venv in the inventory"
-    raise ClusterError(f"{node.name}: {reason}")
+    return AGENT.call(transport, node, command, timeout_s)

@@ -25,10 +25,10 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from toolkit.cluster.plan import host_resource
 from toolkit.preflight import bandwidth
 from toolkit.preflight.bandwidth import PROGRESS_PREFIX, RESULT_PREFIX
 from toolkit.preflight.checks import Thresholds, slow_pairs
+from toolkit.ray_resources import host_resource
 
 CALL_TIMEOUT_S = 300.0
 

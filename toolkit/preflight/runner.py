@@ -12,8 +12,6 @@ import shlex
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from functools import cache
-from importlib import resources
 from typing import Any
 
 from toolkit.cluster.jobs import job_client, run_job
@@ -21,6 +19,7 @@ from toolkit.cluster.plan import ClusterPlan, NodePlan
 from toolkit.cluster.state import StateStore
 from toolkit.cluster.status import cluster_status
 from toolkit.errors import ClusterError
+from toolkit.node import FACTS
 from toolkit.preflight import checks
 from toolkit.preflight.bandwidth import DEFAULT_SIZES_BYTES, PROGRESS_PREFIX, RESULT_PREFIX
 from toolkit.preflight.result import Check, PreflightReport
@@ -31,12 +30,6 @@ from toolkit.transport.group import run_each
 FACTS_TIMEOUT_S = 30.0
 HEAD_PORTS = ("gcs", "dashboard", "client_server")
 NODE_PORTS = ("node_manager", "object_manager")
-
-
-@cache
-def facts_source() -> str:
-    """The text of the node-side facts script."""
-    return resources.files("toolkit.node").joinpath("facts.py").read_text(encoding="utf-8")
 
 
 @dataclass
@@ -144,14 +137,12 @@ def run_preflight(
     def gather(node_plan: NodePlan) -> _Answer:
         node = node_plan.node
         peers = ",".join(f"{k}={v}" for k, v in targets(plan, node.name, up).items())
-        command = join([node.python, "-", run_dir, peers])
+        command = FACTS.command(node, run_dir, peers)
+        source = FACTS.source()
         sent = time.time()
-        result = transport.run(node, command, stdin=facts_source(), timeout_s=FACTS_TIMEOUT_S)
+        result = transport.run(node, command, stdin=source, timeout_s=FACTS_TIMEOUT_S)
         received = time.time()
-        lines = result.stdout.strip().splitlines()
-        if not result.ok or not lines:
-            raise ClusterError(result.tail() or f"exit status {result.exit_code}")
-        return _Answer(json.loads(lines[-1]), sent, received)
+        return _Answer(FACTS.answer(node, result), sent, received)
 
     answers = run_each(plan.nodes, gather)
     multi_node = len(plan.nodes) > 1

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.cluster import StateStore, build_plan, down, up
+from toolkit.cluster.connect import make_transport
 from toolkit.cluster.jobs import JobOutcome
 from toolkit.cluster.plan import ClusterPlan
 from toolkit.cluster.report import Reporter
@@ -30,7 +31,7 @@ from toolkit.telemetry.fetch import fetch_run
 from toolkit.telemetry.submit import submit_record
 from toolkit.train.config import TrainConfig
 from toolkit.train.submit import submit_train
-from toolkit.transport import Transport, make_transport
+from toolkit.transport import Transport
 
 RUN_RECORD = "profile_run.json"
 Echo = Callable[[str], None]

@@ -1,4 +1,10 @@
-"""Transports: how rtk runs commands and writes files on nodes."""
+"""Transports: how rtk runs commands and writes files on nodes.
+
+``TRANSPORTS`` maps an inventory's ``transport`` to its class; the class says what
+bring-up needs to know before one is made (``daemons_in_foreground``). Making one
+needs what only the layers above know (the SLURM job, rtk's state directory): see
+``toolkit.cluster.connect.make_transport``.
+"""
 
 from __future__ import annotations
 
@@ -11,31 +17,31 @@ from toolkit.transport.srun import SrunTransport
 from toolkit.transport.ssh import SshTransport
 
 __all__ = [
+    "TRANSPORTS",
     "CommandResult",
     "GroupResult",
     "LocalTransport",
     "SrunTransport",
     "SshTransport",
     "Transport",
-    "make_transport",
     "run_each",
+    "transport_class",
 ]
 
+TRANSPORTS: dict[str, type[Transport]] = {
+    LocalTransport.name: LocalTransport,
+    SshTransport.name: SshTransport,
+    SrunTransport.name: SrunTransport,
+}
 
-def make_transport(inventory: Inventory) -> Transport:
-    """The transport the inventory asks for.
+
+def transport_class(inventory: Inventory) -> type[Transport]:
+    """The class of the transport the inventory asks for.
 
     Raises:
         RtkError: That transport is not available in this version.
     """
-    if inventory.transport == "local":
-        return LocalTransport()
-    if inventory.transport == "ssh":
-        return SshTransport()
-    if inventory.transport == "srun":
-        from toolkit.cluster.state import state_root
-        from toolkit.slurm.allocation import read_allocation
-
-        job_id = read_allocation().job_id
-        return SrunTransport(job_id, state_root() / inventory.name / "srun")
-    raise RtkError(f"{inventory.source}: transport {inventory.transport!r} is not available")
+    found = TRANSPORTS.get(inventory.transport)
+    if found is None:
+        raise RtkError(f"{inventory.source}: transport {inventory.transport!r} is not available")
+    return found

@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
 
-from toolkit.errors import TransportError
 from toolkit.inventory import Node
 
 
@@ -42,6 +41,9 @@ class Transport(ABC):
     """Runs commands and writes files on nodes; one instance serves a whole cluster."""
 
     name: str = "transport"
+    # True when a long-lived command must stay in the foreground, because everything
+    # a command started ends with it (srun: a job step's processes end with the step).
+    daemons_in_foreground: bool = False
 
     @abstractmethod
     def run(
@@ -78,16 +80,24 @@ class Transport(ABC):
             toolkit.errors.TransportError: The file could not be written.
         """
 
-    def spawn(self, node: Node, command: str, ready_text: str, timeout_s: float) -> CommandResult:
-        """Start a long-lived ``command`` on ``node``; return once it prints ``ready_text``.
+    def start_daemon(
+        self, node: Node, command: str, ready_text: str, timeout_s: float
+    ) -> CommandResult:
+        """Start long-lived ``command`` on ``node``; return once it is running.
 
-        Only transports whose commands cannot leave daemons behind need it (srun: a
-        step's processes end with the step); the others start daemons with ``run``.
+        By default the command puts itself in the background (``ray start``) and this
+        waits for it to exit. Transports whose processes end with the command that
+        started them (``daemons_in_foreground``) keep it running in the foreground
+        instead and return once it prints ``ready_text``.
+
+        Returns:
+            A failed result when it exited with an error, or was not ready within
+            ``timeout_s`` (then it is stopped).
 
         Raises:
-            toolkit.errors.TransportError: This transport cannot spawn.
+            toolkit.errors.TransportError: The node could not be reached.
         """
-        raise TransportError(f"the {self.name} transport does not spawn long-lived commands")
+        return self.run(node, command, timeout_s=timeout_s)
 
     def close(self) -> None:
         """Release connections; the default holds none."""

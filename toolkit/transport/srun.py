@@ -29,6 +29,7 @@ class SrunTransport(Transport):
     """Runs every node's commands as ``srun`` steps of job ``job_id``."""
 
     name = "srun"
+    daemons_in_foreground = True
 
     def __init__(self, job_id: str, log_dir: Path) -> None:
         srun = shutil.which("srun")
@@ -86,7 +87,9 @@ class SrunTransport(Transport):
             why = done.stderr.decode(errors="replace").strip()[-500:]
             raise TransportError(f"{node.name}: cannot write {path} with srun: {why}")
 
-    def spawn(self, node: Node, command: str, ready_text: str, timeout_s: float) -> CommandResult:
+    def start_daemon(
+        self, node: Node, command: str, ready_text: str, timeout_s: float
+    ) -> CommandResult:
         """Start ``command`` as a step that keeps running; return once it prints ``ready_text``.
 
         Its output goes to a log file under ``log_dir`` (never a pipe: the step must

@@ -16,13 +16,14 @@ from typing import Any
 import pytest
 import yaml
 from conftest import REPO
+from scripted_transport import Reply, ScriptedTransport
 
 from toolkit.cluster import build_plan, render_up
 from toolkit.cluster.plan import NETWORK_AFTER, fill_env
 from toolkit.cluster.render import env_file
 from toolkit.cluster.up import NodeOutcome, _prepare
-from toolkit.errors import ClusterError, NetEnvError, TransportError
-from toolkit.inventory import Node, load_inventory
+from toolkit.errors import ClusterError, NetEnvError
+from toolkit.inventory import load_inventory
 from toolkit.netenv import (
     FORBIDDEN,
     PROFILES,
@@ -37,7 +38,6 @@ from toolkit.netenv.profiles import DEPRECATED_NAMES, OVERRIDE_REASON
 from toolkit.netenv.render import render_network
 from toolkit.node.agent import network_facts
 from toolkit.shell import parse_env_file
-from toolkit.transport.base import CommandResult, Transport
 
 SYSFS = REPO / "tests" / "data" / "sysfs"
 # fixture -> the interface toward the head on that node
@@ -402,31 +402,12 @@ def test_dry_run_says_the_profile_is_detected_at_bring_up(tmp_path: Path) -> Non
     assert lines[at + 1].strip().startswith("# + network profile ib: NCCL_IB_HCA")
 
 
-class CannedTransport(Transport):
-    """Answers the probe with recorded facts per node; keeps what ``put`` writes."""
-
-    name = "canned"
-
-    def __init__(self, answers: Mapping[str, dict[str, Any] | Exception]) -> None:
-        self.answers = answers
-        self.files: dict[tuple[str, str], bytes] = {}
-
-    def run(
-        self,
-        node: Node,
-        command: str,
-        *,
-        env: Mapping[str, str] | None = None,
-        stdin: str | None = None,
-        timeout_s: float = 60.0,
-    ) -> CommandResult:
-        answer = self.answers[node.name]
-        if isinstance(answer, Exception):
-            raise answer
-        return CommandResult(node.name, command, 0, json.dumps(answer) + "\n", "", 0.01)
-
-    def put(self, node: Node, path: str, data: bytes, *, mode: int = 0o600) -> None:
-        self.files[(node.name, path)] = data
+def canned(answers: Mapping[str, dict[str, Any] | Reply]) -> ScriptedTransport:
+    """Answers the probe with recorded facts per node (or as scripted); keeps puts."""
+    transport = ScriptedTransport()
+    for name, reply in answers.items():
+        transport.on(name, " - probe ", reply)
+    return transport
 
 
 class Collect:
@@ -449,7 +430,7 @@ def probe_answer(fixture: str, ip: str, **network: Any) -> dict[str, Any]:
 def test_up_writes_the_chosen_variables_into_the_env_file(tmp_path: Path) -> None:
     inv = load_inventory(write_inventory(tmp_path))
     plan = build_plan(inv)
-    transport = CannedTransport(
+    transport = canned(
         {"n1": probe_answer("bond", "10.10.0.11"), "n2": probe_answer("ib", "10.10.0.12")}
     )
     reporter = Collect()
@@ -467,7 +448,7 @@ def test_up_writes_the_chosen_variables_into_the_env_file(tmp_path: Path) -> Non
 def test_up_refuses_ib_on_a_node_without_it(tmp_path: Path) -> None:
     inv = load_inventory(write_inventory(tmp_path, profile="ib"))
     plan = build_plan(inv)
-    transport = CannedTransport({"n2": probe_answer("ethernet", "10.10.0.12")})
+    transport = canned({"n2": probe_answer("ethernet", "10.10.0.12")})
     outcome = NodeOutcome("n2", "worker")
     with pytest.raises(NetEnvError, match="n2: network.profile is ib, but no InfiniBand"):
         _prepare(plan.workers[0], plan, transport, None, Collect(), outcome)
@@ -477,10 +458,10 @@ def test_up_refuses_ib_on_a_node_without_it(tmp_path: Path) -> None:
 def test_detect_network_keeps_every_node(tmp_path: Path) -> None:
     inv = load_inventory(write_inventory(tmp_path))
     plan = build_plan(inv)
-    transport = CannedTransport(
+    transport = canned(
         {
             "n1": probe_answer("roce", "10.10.0.11", interface_source="head"),
-            "n2": TransportError("n2: unreachable"),
+            "n2": Reply(unreachable="unreachable"),
         }
     )
     report = detect_network(plan, transport)
@@ -500,7 +481,7 @@ def test_detect_network_keeps_every_node(tmp_path: Path) -> None:
 def test_rendered_node_shows_bonding_and_down_ports(tmp_path: Path) -> None:
     inv = load_inventory(write_inventory(tmp_path))
     plan = build_plan(inv)
-    transport = CannedTransport(
+    transport = canned(
         {"n1": probe_answer("bond", "10.10.0.11"), "n2": probe_answer("ib", "10.10.0.12")}
     )
     text = render_network(detect_network(plan, transport))

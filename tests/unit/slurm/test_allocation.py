@@ -18,6 +18,7 @@ import pytest
 from conftest import REPO, require, rtk
 
 from toolkit.cluster import build_plan
+from toolkit.cluster.connect import make_transport
 from toolkit.errors import SlurmError
 from toolkit.inventory import Inventory, load_inventory
 from toolkit.inventory.models import PortSettings
@@ -32,7 +33,7 @@ from toolkit.slurm.allocation import (
     read_allocation,
     slurm_inventory,
 )
-from toolkit.transport import SrunTransport, make_transport
+from toolkit.transport import SrunTransport
 
 GOLDEN = REPO / "tests" / "golden"
 EPHEMERAL_LOW = 32768  # Linux's default net.ipv4.ip_local_port_range starts here
