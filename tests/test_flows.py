@@ -17,6 +17,7 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner, Result
+from conftest import rtk
 
 from toolkit.cli import cli
 from toolkit.errors import PreflightError, RtkError
@@ -334,3 +335,23 @@ def test_collect_without_fetch_reports_nothing_here(unfit: Session, tmp_path: Pa
     assert collected.path is None and collected.error is None
     reported = unfit.report(collected)
     assert reported.summary is None and reported.html is None
+
+
+def test_a_sweep_with_a_bad_telemetry_option_stops_before_anything_starts(
+    state: Path, tmp_path: Path
+) -> None:
+    # An SSH inventory that nothing answers: were the check late, bring-up would fail
+    # on connecting (exit 4) instead of naming the option in the file (exit 3).
+    (tmp_path / "inv.yaml").write_text(
+        "cluster: far\nnodes:\n  - host: gpu01\n    address: 127.0.0.1\n"
+        "defaults:\n  ssh: {port: 1, connect_timeout_s: 1}\n"
+    )
+    (tmp_path / "sweep.yaml").write_text(
+        "name: bad\ninventory: inv.yaml\n"
+        "workload:\n  train: {model_size: tiny, telemetry_sensors: nvm}\n"
+        "axes:\n  batch_size: [4]\n"
+    )
+    done = rtk("profile", str(tmp_path / "sweep.yaml"), env={"RTK_STATE_DIR": str(state)})
+    assert done.returncode == 3
+    assert "sweep.yaml:5: axes: batch_size=4: --sensors 'nvm' is not valid" in done.stderr
+    assert not (tmp_path / "profile-runs").exists() and not state.exists()

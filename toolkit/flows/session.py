@@ -224,9 +224,10 @@ class Session:
                 the Jobs API cannot be reached.
             KeyboardInterrupt: Interrupted; the job was stopped first.
         """
-        telemetry = getattr(workload, "telemetry", None)
-        if telemetry is not None:
-            telemetry.check()
+        if isinstance(workload, TrainWorkload):
+            workload.config.check()
+        elif workload.telemetry is not None:
+            workload.telemetry.check()
         request = self.job_request(workload)
         if isinstance(workload, TrainWorkload):
             remember_run(self.store, workload.run_id, workload.config.run_dir)
