@@ -17,9 +17,10 @@ from toolkit.flows.outcome import (
     WorkloadOutcome,
 )
 from toolkit.flows.plan import RunPlan
-from toolkit.flows.session import ExecRequest, Session
+from toolkit.flows.session import Session
 from toolkit.flows.workload import (
     CommandWorkload,
+    ExecRequest,
     JobRequest,
     TrainWorkload,
     VllmWorkload,

@@ -9,7 +9,6 @@ What a step would do is available as data first (``up_plan``, ``job_request``,
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -39,7 +38,13 @@ from toolkit.flows.outcome import (
     WorkloadOutcome,
 )
 from toolkit.flows.plan import RunPlan
-from toolkit.flows.workload import JobRequest, TrainWorkload, Workload, job_request
+from toolkit.flows.workload import (
+    ExecRequest,
+    JobRequest,
+    TrainWorkload,
+    Workload,
+    job_request,
+)
 from toolkit.inventory import Inventory
 from toolkit.telemetry.fetch import fetch_run
 from toolkit.train.submit import remember_run
@@ -57,25 +62,6 @@ class _Quiet:
 
     def info(self, message: str) -> None:
         """Drop the cluster's progress."""
-
-
-@dataclasses.dataclass(frozen=True)
-class ExecRequest:
-    """One shell command on every node (``rtk exec``), as it would run."""
-
-    cluster: str
-    transport: str
-    nodes: tuple[str, ...]
-    command: str
-    timeout_s: float
-
-    def render(self) -> str:
-        """The request as text (``--dry-run``)."""
-        return (
-            f"cluster {self.cluster!r}: on {len(self.nodes)} node(s) over {self.transport} "
-            f"({', '.join(self.nodes)}), at most {self.timeout_s:g} s each:\n"
-            f"  {self.command}\n"
-        )
 
 
 class Session:

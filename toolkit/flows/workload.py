@@ -2,7 +2,8 @@
 
 ``job_request`` turns a workload into a ``JobRequest``: the entrypoint, runtime
 environment and submission id of the Ray job, computed without touching anything.
-``--dry-run`` prints it; ``Session.run_workload`` submits it.
+``--dry-run`` prints it; ``Session.run_workload`` submits it. ``ExecRequest`` is the
+same for ``rtk exec``: one shell command on every node, no job.
 """
 
 from __future__ import annotations
@@ -105,6 +106,25 @@ class JobRequest:
             "dashboard_url": self.dashboard_url,
             "run_dir": self.run_dir,
         }
+
+
+@dataclass(frozen=True)
+class ExecRequest:
+    """One shell command on every node (``rtk exec``), as it would run."""
+
+    cluster: str
+    transport: str
+    nodes: tuple[str, ...]
+    command: str
+    timeout_s: float
+
+    def render(self) -> str:
+        """The request as text (``--dry-run``)."""
+        return (
+            f"cluster {self.cluster!r}: on {len(self.nodes)} node(s) over {self.transport} "
+            f"({', '.join(self.nodes)}), at most {self.timeout_s:g} s each:\n"
+            f"  {self.command}\n"
+        )
 
 
 def job_request(plan: ClusterPlan, workload: Workload, now_s: float | None = None) -> JobRequest:
