@@ -18,8 +18,10 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 from conftest import rtk
+from telemetry_fixtures import NodeSpec, RunSpec, build_run
 
 from toolkit.cli import cli
+from toolkit.cli.reporting import report_run
 from toolkit.errors import PreflightError, RtkError
 from toolkit.flows import (
     CommandWorkload,
@@ -330,7 +332,7 @@ def test_skip_runs_no_check(unfit: Session, tmp_path: Path) -> None:
     assert not run_dir.exists()
 
 
-def test_collect_without_fetch_reports_nothing_here(unfit: Session, tmp_path: Path) -> None:
+def test_collect_without_fetch_finds_nothing_here(unfit: Session, tmp_path: Path) -> None:
     collected = unfit.collect(str(tmp_path / "nowhere"), fetch=False)
     assert collected.path is None and collected.error is None
     reported = unfit.report(collected)
@@ -355,3 +357,48 @@ def test_a_sweep_with_a_bad_telemetry_option_stops_before_anything_starts(
     assert done.returncode == 3
     assert "sweep.yaml:5: axes: batch_size=4: --sensors 'nvm' is not valid" in done.stderr
     assert not (tmp_path / "profile-runs").exists() and not state.exists()
+
+
+# ---- collect and report, on a recorded run directory --------------------------------------
+
+
+def test_a_run_seen_here_is_collected_in_place_and_reported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = build_run(tmp_path, RunSpec(nodes=[NodeSpec("node1", gpus=1)]))
+    session = Session(default_inventory())
+    collected = session.collect(str(run.run_dir))
+    assert (collected.path, collected.copied, collected.error) == (run.run_dir, None, None)
+    reported = session.report(collected)
+    assert reported.error is None and reported.html is not None and reported.html.is_file()
+    assert reported.summary is not None and "node1" in reported.summary
+    assert report_run(session, str(run.run_dir)) == reported.html
+    printed = capsys.readouterr()
+    assert printed.out.endswith(f"report: {reported.html}\n") and printed.err == ""
+
+
+def test_a_run_not_here_without_fetching_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "elsewhere"
+    assert report_run(Session(default_inventory()), str(missing), fetch=False) is None
+    printed = capsys.readouterr()
+    assert printed.err == f"rtk: no telemetry under {missing} on this machine\n"
+    assert printed.out == ""
+
+
+def test_an_empty_run_is_fetched_from_the_head_then_its_report_fails_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # This machine is the head (local transport): the run's path is made here, the head
+    # packs it (nothing in it), and the report says what is missing; nothing raises.
+    missing = tmp_path / "empty"
+    with Session(default_inventory()) as session:
+        collected = session.collect(str(missing))
+        assert (collected.path, collected.copied, collected.error) == (missing, [], None)
+        reported = session.report(collected)
+        assert isinstance(reported.error, RtkError) and reported.html is None
+        assert report_run(session, str(missing)) is None
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == f"rtk: copied 0 result file(s) from the head into {missing}"
+    assert err[1].startswith("rtk: report: ")
