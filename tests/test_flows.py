@@ -37,7 +37,7 @@ from toolkit.telemetry.options import TelemetryOptions
 from toolkit.train.config import TrainConfig
 
 # Commands that start, stop or run something on the nodes.
-NODE_CHANGING = {"up", "down", "exec", "launch", "train", "telemetry record", "profile"}
+NODE_CHANGING = {"up", "down", "demo", "exec", "launch", "train", "telemetry record", "profile"}
 
 UNFIT_INVENTORY = """\
 cluster: flowtest
@@ -204,6 +204,15 @@ def test_telemetry_record_dry_run_carries_the_telemetry_options(
     assert not state.exists() and not (tmp_path / "o").exists()
 
 
+def test_demo_dry_run_shows_bring_up_run_and_teardown(state: Path, tmp_path: Path) -> None:
+    done = _rtk("demo", "--dry-run", "--output-dir", str(tmp_path / "runs"))
+    assert done.exit_code == 0, done.output
+    assert "cluster 'local'" in done.output
+    assert "1. preflight (enforce)" in done.output and "train job rtk-train-demo-" in done.output
+    assert done.output.endswith("then: rtk down\n")
+    assert not state.exists() and not (tmp_path / "runs").exists()
+
+
 def test_profile_dry_run_lists_the_runs_to_do(state: Path, tmp_path: Path) -> None:
     (tmp_path / "inv.yaml").write_text(UNFIT_INVENTORY)
     (tmp_path / "sweep.yaml").write_text(
@@ -226,6 +235,8 @@ def test_profile_dry_run_lists_the_runs_to_do(state: Path, tmp_path: Path) -> No
     assert lines[1] == "run batch_size=4,power_limit_w=250#1: 1 node(s); power_limit_w=250"
     assert "train job rtk-train-batch_size=4" in lines[2]
     assert not state.exists() and not (tmp_path / "profile-runs").exists()
+    restore = _rtk("profile", str(tmp_path / "sweep.yaml"), "--restore", "--dry-run")
+    assert restore.output == "rtk profile: would restore GPU settings on localhost\n"
 
 
 # ---- telemetry options: declared once, checked before anything starts -------------------

@@ -8,7 +8,7 @@ import time
 import click
 
 from toolkit.cli.cmd_cluster import render_status
-from toolkit.cli.common import ConsoleReporter
+from toolkit.cli.common import ConsoleReporter, dry_run_option
 from toolkit.cli.reporting import report_run
 from toolkit.errors import RtkError
 from toolkit.flows import PreflightFailedError, PreflightPolicy, Session, TrainWorkload
@@ -34,7 +34,8 @@ It needs the trainer's packages: pip install torch==2.13.0 'rtk[train]'.
 @click.option("--max-steps", type=int, default=100, show_default=True)
 @click.option("--num-workers", type=int, default=2, show_default=True)
 @click.option("--output-dir", default="~/rtk-runs", show_default=True)
-def demo_cmd(keep: bool, max_steps: int, num_workers: int, output_dir: str) -> None:
+@dry_run_option
+def demo_cmd(keep: bool, max_steps: int, num_workers: int, output_dir: str, dry_run: bool) -> None:
     """The whole flow on one machine (help: DEMO_HELP)."""
     began = time.monotonic()
     reporter = ConsoleReporter()
@@ -49,7 +50,13 @@ def demo_cmd(keep: bool, max_steps: int, num_workers: int, output_dir: str) -> N
         log_every=10,
     ).check()
     html = None
+    workload = TrainWorkload(config, run_id)
     with Session(default_inventory(), reporter, log=click.echo) as session:
+        if dry_run:
+            click.echo(session.up_plan(), nl=False)
+            click.echo(session.run_plan(workload, PreflightPolicy.ENFORCE).render(), nl=False)
+            click.echo("then: " + ("the cluster stays up (--keep)" if keep else "rtk down"))
+            return
         try:
             session.bring_up(PreflightPolicy.SKIP)
             click.echo(render_status(session.status()))
@@ -64,7 +71,7 @@ def demo_cmd(keep: bool, max_steps: int, num_workers: int, output_dir: str) -> N
             for name, where in session.smoke().items():
                 click.echo(f"  task for {name} ran on host {where['hostname']}")
             reporter.info(f"training the tiny GPT for {max_steps} steps, with telemetry")
-            outcome = session.run_workload(TrainWorkload(config, run_id))
+            outcome = session.run_workload(workload)
             html = report_run(session, config.run_dir, fetch=False)
         finally:
             if not keep:

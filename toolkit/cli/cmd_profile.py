@@ -71,15 +71,19 @@ def profile_cmd(
 ) -> None:
     """Run a sweep (help: PROFILE_HELP)."""
     exp = load_experiment(experiment)
-    if dry_run:
-        click.echo(plan_sweep(exp, max_runs).render(), nl=False)
-        return
     if restore:
         from toolkit.gpu.settings import restore_all
 
         with Session(load_inventory(exp.inventory_path)) as session:
+            if dry_run:
+                nodes = [n.name for n in session.plan.nodes]
+                click.echo(f"rtk profile: would restore GPU settings on {', '.join(nodes)}")
+                return
             done = restore_all(session.plan, session.transport)
         click.echo(f"rtk profile: GPU settings restored on {len(done)} node(s)")
+        return
+    if dry_run:
+        click.echo(plan_sweep(exp, max_runs).render(), nl=False)
         return
     failed = 0
     if not results_only:
