@@ -2,25 +2,15 @@
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 
 import click
 
 from toolkit.cli.common import ConsoleReporter, choose_inventory, inventory_options, print_json
-from toolkit.cluster import (
-    ClusterStatus,
-    StateStore,
-    build_plan,
-    cluster_status,
-    down,
-    render_down,
-    render_up,
-    up,
-)
-from toolkit.cluster.connect import make_transport
+from toolkit.cluster import ClusterPlan, ClusterStatus
 from toolkit.errors import ClusterError, PreflightError
-from toolkit.preflight.runner import run_preflight
+from toolkit.flows import BringUpOutcome, PreflightFailedError, PreflightPolicy, Session
+from toolkit.inventory import Inventory
 
 DRY_RUN_HELP = "Print the plan (commands, files, environment, ports) and touch nothing."
 JSON_HELP = "Print the result as JSON on stdout (progress stays on stderr)."
@@ -64,30 +54,37 @@ def up_cmd(
 ) -> None:
     """Bring the cluster up (help: UP_HELP)."""
     inv = choose_inventory(inventory, local, slurm)
-    plan = build_plan(inv)
-    if dry_run:
-        click.echo(render_up(plan), nl=False)
-        return
-    reporter = ConsoleReporter()
-    with make_transport(inv) as transport:
-        result = up(plan, transport, StateStore(inv.name), reporter)
-        checked = None
-        if not no_preflight:
-            reporter.info("preflight checks (--no-preflight skips them)")
-            # Nodes left out (min_nodes allows it) were already reported above.
-            left_out = {o.name for o in result.nodes if o.action == "failed"}
-            joined = tuple(n for n in plan.nodes if n.name not in left_out)
-            # up has just asked Ray which nodes are alive: no second status round trip.
-            alive = {n.name for n in result.status.nodes if n.alive} if result.status else None
-            checked = run_preflight(dataclasses.replace(plan, nodes=joined), transport, alive=alive)
+    policy = PreflightPolicy.SKIP if no_preflight else PreflightPolicy.ENFORCE
+    with Session(inv, ConsoleReporter()) as session:
+        if dry_run:
+            click.echo(session.up_plan(), nl=False)
+            return
+        failed: PreflightFailedError | None = None
+        try:
+            brought = session.bring_up(policy)
+        except PreflightFailedError as e:
+            failed = e
+            assert e.bring_up is not None
+            brought = e.bring_up
+    render_up_result(inv, session.plan, brought, as_json)
+    if failed is not None:
+        raise PreflightError(
+            f"cluster {inv.name} is up, but preflight failed (the FAIL lines above); "
+            "fix it and run rtk preflight, or rtk down"
+        ) from failed
 
-    for outcome in result.nodes:
-        if outcome.action == "failed":
-            click.echo(
-                f"rtk: {outcome.name} left out (min_nodes {inv.min_nodes} allows it): "
-                f"{outcome.error}",
-                err=True,
-            )
+
+def render_up_result(
+    inv: Inventory, plan: ClusterPlan, brought: BringUpOutcome, as_json: bool
+) -> None:
+    """Print what ``rtk up`` did: nodes left out, the cluster's state, failed checks."""
+    result = brought.up
+    checked = brought.preflight.report
+    for outcome in brought.left_out:
+        click.echo(
+            f"rtk: {outcome.name} left out (min_nodes {inv.min_nodes} allows it): {outcome.error}",
+            err=True,
+        )
     if as_json:
         print_json({**result.to_json(), "preflight": checked.to_json() if checked else None})
     else:
@@ -101,11 +98,6 @@ def up_cmd(
         click.echo(f"dashboard {plan.dashboard_url}")
     if checked is not None:
         click.echo(checked.render(only_problems=True), nl=False, err=as_json)
-        if checked.exit_code:
-            raise PreflightError(
-                f"cluster {inv.name} is up, but preflight failed (the FAIL lines above); "
-                "fix it and run rtk preflight, or rtk down"
-            )
 
 
 @click.command("status")
@@ -117,9 +109,8 @@ def status_cmd(inventory: str | None, local: bool, slurm: bool, as_json: bool) -
     Exits 0 when every node is alive with the GPUs it should have, 1 otherwise.
     """
     inv = choose_inventory(inventory, local, slurm)
-    plan = build_plan(inv)
-    with make_transport(inv) as transport:
-        status = cluster_status(plan, transport)
+    with Session(inv) as session:
+        status = session.status()
     if as_json:
         print_json(status.to_json())
     else:
@@ -163,12 +154,11 @@ def down_cmd(inventory: str | None, local: bool, slurm: bool, dry_run: bool, as_
     the head is already gone.
     """
     inv = choose_inventory(inventory, local, slurm)
-    plan = build_plan(inv)
-    if dry_run:
-        click.echo(render_down(plan), nl=False)
-        return
-    with make_transport(inv) as transport:
-        result = down(plan, transport, StateStore(inv.name), ConsoleReporter())
+    with Session(inv, ConsoleReporter()) as session:
+        if dry_run:
+            click.echo(session.down_plan(), nl=False)
+            return
+        result = session.tear_down()
     if as_json:
         print_json(result.to_json())
     else:

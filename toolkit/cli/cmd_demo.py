@@ -8,16 +8,12 @@ import time
 import click
 
 from toolkit.cli.cmd_cluster import render_status
-from toolkit.cli.common import ConsoleReporter
-from toolkit.cli.reporting import report_if_here
-from toolkit.cluster import StateStore, build_plan, cluster_status, down, up
-from toolkit.cluster.connect import make_transport
-from toolkit.cluster.smoke import run_smoke
+from toolkit.cli.common import ConsoleReporter, dry_run_option
+from toolkit.cli.reporting import report_run
 from toolkit.errors import RtkError
+from toolkit.flows import PreflightFailedError, PreflightPolicy, Session, TrainWorkload
 from toolkit.inventory import default_inventory
-from toolkit.preflight.runner import run_preflight
 from toolkit.train.config import TrainConfig
-from toolkit.train.submit import submit_train
 
 DEMO_HELP = """Run rtk's whole flow on this machine, with the embedded one-node inventory.
 
@@ -38,12 +34,10 @@ It needs the trainer's packages: pip install torch==2.13.0 'rtk[train]'.
 @click.option("--max-steps", type=int, default=100, show_default=True)
 @click.option("--num-workers", type=int, default=2, show_default=True)
 @click.option("--output-dir", default="~/rtk-runs", show_default=True)
-def demo_cmd(keep: bool, max_steps: int, num_workers: int, output_dir: str) -> None:
+@dry_run_option
+def demo_cmd(keep: bool, max_steps: int, num_workers: int, output_dir: str, dry_run: bool) -> None:
     """The whole flow on one machine (help: DEMO_HELP)."""
     began = time.monotonic()
-    inv = default_inventory()
-    plan = build_plan(inv)
-    store = StateStore(inv.name)
     reporter = ConsoleReporter()
     run_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
     config = TrainConfig(
@@ -56,23 +50,32 @@ def demo_cmd(keep: bool, max_steps: int, num_workers: int, output_dir: str) -> N
         log_every=10,
     ).check()
     html = None
-    with make_transport(inv) as transport:
+    workload = TrainWorkload(config, run_id)
+    with Session(default_inventory(), reporter, log=click.echo) as session:
+        if dry_run:
+            click.echo(session.up_plan(), nl=False)
+            click.echo(session.run_plan(workload, PreflightPolicy.ENFORCE).render(), nl=False)
+            click.echo("then: " + ("the cluster stays up (--keep)" if keep else "rtk down"))
+            return
         try:
-            up(plan, transport, store, reporter)
-            click.echo(render_status(cluster_status(plan, transport)))
-            preflight = run_preflight(plan, transport, output_dir)
-            click.echo(preflight.render(), nl=False)
-            if preflight.exit_code:
-                raise RtkError("preflight failed: see the FAIL lines above")
-            ran = run_smoke(plan, transport)
-            for name, where in ran.items():
+            session.bring_up(PreflightPolicy.SKIP)
+            click.echo(render_status(session.status()))
+            try:
+                checked = session.preflight(output_dir, PreflightPolicy.ENFORCE, save=False)
+            except PreflightFailedError as e:
+                if e.preflight.report is not None:
+                    click.echo(e.preflight.report.render(), nl=False)
+                raise RtkError("preflight failed: see the FAIL lines above") from e
+            if checked.report is not None:
+                click.echo(checked.report.render(), nl=False)
+            for name, where in session.smoke().items():
                 click.echo(f"  task for {name} ran on host {where['hostname']}")
             reporter.info(f"training the tiny GPT for {max_steps} steps, with telemetry")
-            outcome = submit_train(plan, store, config, run_id, click.echo)
-            html = report_if_here(config.run_dir)
+            outcome = session.run_workload(workload)
+            html = report_run(session, config.run_dir, fetch=False)
         finally:
             if not keep:
-                down(plan, transport, store, reporter)
+                session.tear_down()
     click.echo(
         f"demo {'finished' if outcome.ok else 'FAILED'} in {time.monotonic() - began:.1f} s"
         + ("; cluster left running (rtk down --local)" if keep else "")

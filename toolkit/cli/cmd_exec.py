@@ -6,10 +6,16 @@ import sys
 
 import click
 
-from toolkit.cli.common import choose_inventory, print_json, slurm_option
-from toolkit.cluster import build_plan
-from toolkit.cluster.command import run_everywhere, runs_to_json
-from toolkit.cluster.connect import make_transport
+from toolkit.cli.common import (
+    choose_inventory,
+    dry_run_option,
+    local_option,
+    print_json,
+    slurm_option,
+    split_command,
+)
+from toolkit.cluster.command import NodeRun, runs_to_json
+from toolkit.flows import Session
 
 EXEC_HELP = """Run COMMAND on every node of INVENTORY at once; print output prefixed by node.
 
@@ -19,14 +25,15 @@ socket interface, NCCL settings) when the cluster is up. The words after --
 are passed as they are, quoted; for pipes, run a shell yourself:
   rtk exec inv.yaml -- nvidia-smi -L
   rtk exec inv.yaml -- bash -c 'ulimit -l; df -h /dev/shm'
+  rtk exec --local -- hostname       this machine alone
 
 Exits 0 when the command exited 0 on every node, 1 otherwise.
 """
 
 
 @click.command("exec", help=EXEC_HELP, context_settings={"ignore_unknown_options": True})
-@click.argument("inventory", type=click.Path(dir_okay=False))
-@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.argument("inventory", required=False, type=click.Path(dir_okay=False))
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.option("--no-env", is_flag=True, help="Do not load the cluster's env file first.")
 @click.option(
     "--timeout-s", type=float, default=600.0, show_default=True, help="Time limit per node."
@@ -35,30 +42,42 @@ Exits 0 when the command exited 0 on every node, 1 otherwise.
     "--json", "as_json", is_flag=True, help="Print each node's output and status as JSON."
 )
 @slurm_option
+@local_option
+@dry_run_option
 def exec_cmd(
-    inventory: str,
+    inventory: str | None,
     command: tuple[str, ...],
     no_env: bool,
     timeout_s: float,
     as_json: bool,
     slurm: bool,
+    local: bool,
+    dry_run: bool,
 ) -> None:
     """Run COMMAND on every node of INVENTORY at once (help: EXEC_HELP)."""
-    inv = choose_inventory(inventory, local=False, slurm=slurm)
-    plan = build_plan(inv)
-    with make_transport(inv) as transport:
-        runs = run_everywhere(plan, transport, command, with_env=not no_env, timeout_s=timeout_s)
-    if as_json:
-        print_json(runs_to_json(runs))
-    else:
-        width = max(len(r.node) for r in runs)
-        for r in runs:
-            for line in r.stdout.splitlines():
-                click.echo(f"[{r.node:<{width}}] {line}")
-            for line in r.stderr.splitlines():
-                click.echo(f"[{r.node:<{width}}] {line}", err=True)
-        for r in runs:
-            state = f"exit {r.exit_code}" if r.error is None else f"failed: {r.error}"
-            click.echo(f"{r.node:<{width}}  {state}  ({r.duration_s:.1f} s)", err=True)
+    inventory, command = split_command(inventory, command, local)
+    inv = choose_inventory(inventory, local, slurm)
+    with Session(inv) as session:
+        if dry_run:
+            click.echo(session.exec_request(command, not no_env, timeout_s).render(), nl=False)
+            return
+        runs = session.exec(command, with_env=not no_env, timeout_s=timeout_s)
+    render_runs(runs, as_json)
     if any(not r.ok for r in runs):
         sys.exit(1)
+
+
+def render_runs(runs: list[NodeRun], as_json: bool) -> None:
+    """Each node's output prefixed by its name, then one status line per node."""
+    if as_json:
+        print_json(runs_to_json(runs))
+        return
+    width = max(len(r.node) for r in runs)
+    for r in runs:
+        for line in r.stdout.splitlines():
+            click.echo(f"[{r.node:<{width}}] {line}")
+        for line in r.stderr.splitlines():
+            click.echo(f"[{r.node:<{width}}] {line}", err=True)
+    for r in runs:
+        state = f"exit {r.exit_code}" if r.error is None else f"failed: {r.error}"
+        click.echo(f"{r.node:<{width}}  {state}  ({r.duration_s:.1f} s)", err=True)

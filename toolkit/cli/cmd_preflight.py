@@ -9,10 +9,12 @@ from pathlib import Path
 import click
 
 from toolkit.cli.common import choose_inventory, inventory_options, print_json
-from toolkit.cluster import StateStore, build_plan
-from toolkit.cluster.connect import make_transport
+from toolkit.cluster import StateStore
+from toolkit.flows import Session
 from toolkit.preflight.checks import Thresholds
 from toolkit.preflight.runner import BandwidthOptions, run_preflight
+
+RUN_DIR_HELP = "Deprecated: the old name of --output-dir."
 
 PREFLIGHT_HELP = """Check every node of INVENTORY before a run; one exit status (1: a check failed).
 
@@ -47,11 +49,12 @@ Examples:
 @inventory_options
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.option(
-    "--run-dir",
+    "--output-dir",
     default="~",
     show_default=True,
     help="Where runs will write, as a path on the nodes (for the free-disk check).",
 )
+@click.option("--run-dir", "legacy_run_dir", default=None, hidden=True, help=RUN_DIR_HELP)
 @click.option(
     "--output", type=click.Path(dir_okay=False), help="Also write the results (JSON) here."
 )
@@ -82,7 +85,8 @@ def preflight_cmd(
     local: bool,
     slurm: bool,
     as_json: bool,
-    run_dir: str,
+    output_dir: str,
+    legacy_run_dir: str | None,
     output: str | None,
     bandwidth: bool,
     min_tcp_gbit_s: float,
@@ -91,7 +95,7 @@ def preflight_cmd(
 ) -> None:
     """Check the nodes (help: PREFLIGHT_HELP)."""
     inv = choose_inventory(inventory, local, slurm)
-    plan = build_plan(inv)
+    run_dir = legacy_run_dir if legacy_run_dir is not None else output_dir
     thresholds = Thresholds(tcp_min_gbit_s=min_tcp_gbit_s, busbw_min_gb_s=min_busbw_gb_s)
     measure = (
         BandwidthOptions(
@@ -102,8 +106,8 @@ def preflight_cmd(
         if bandwidth
         else None
     )
-    with make_transport(inv) as transport:
-        report = run_preflight(plan, transport, run_dir, thresholds, measure)
+    with Session(inv) as session:
+        report = run_preflight(session.plan, session.transport, run_dir, thresholds, measure)
     if output:
         Path(output).parent.mkdir(parents=True, exist_ok=True)
         Path(output).write_text(json.dumps(report.to_json(), indent=2) + "\n")

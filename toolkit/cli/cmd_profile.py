@@ -6,14 +6,13 @@ import sys
 
 import click
 
-from toolkit.cli.common import ConsoleReporter
-from toolkit.cluster import build_plan
-from toolkit.cluster.connect import make_transport
+from toolkit.cli.common import ConsoleReporter, dry_run_option
+from toolkit.flows import Session
+from toolkit.flows.sweep import plan_sweep, run_sweep
 from toolkit.inventory import load_inventory
 from toolkit.profile.experiment import load_experiment
 from toolkit.profile.files import write_results
 from toolkit.profile.results import aggregate, load_runs
-from toolkit.profile.runner import run_sweep
 from toolkit.profile.table import format_table
 
 PROFILE_HELP = """Run every configuration of EXPERIMENT (a YAML file) and compare energy and speed.
@@ -49,6 +48,7 @@ Pareto front).
 Examples:
   rtk profile sweep.yaml
   rtk profile sweep.yaml --max-runs 4      run at most 4 unfinished runs, then stop
+  rtk profile sweep.yaml --dry-run         the runs still to do, and their jobs
   rtk profile sweep.yaml --results         only rebuild the table, CSV and plots
   rtk profile sweep.yaml --restore         put back GPU settings after a crash
 """
@@ -60,18 +60,30 @@ Examples:
 @click.option("--keep-cluster", is_flag=True, help="Leave the cluster up at the end.")
 @click.option("--results", "results_only", is_flag=True, help="Only (re)build the results.")
 @click.option("--restore", is_flag=True, help="Only restore GPU power limits and clocks.")
+@dry_run_option
 def profile_cmd(
-    experiment: str, max_runs: int | None, keep_cluster: bool, results_only: bool, restore: bool
+    experiment: str,
+    max_runs: int | None,
+    keep_cluster: bool,
+    results_only: bool,
+    restore: bool,
+    dry_run: bool,
 ) -> None:
     """Run a sweep (help: PROFILE_HELP)."""
     exp = load_experiment(experiment)
     if restore:
         from toolkit.gpu.settings import restore_all
 
-        inv = load_inventory(exp.inventory_path)
-        with make_transport(inv) as transport:
-            done = restore_all(build_plan(inv), transport)
+        with Session(load_inventory(exp.inventory_path)) as session:
+            if dry_run:
+                nodes = [n.name for n in session.plan.nodes]
+                click.echo(f"rtk profile: would restore GPU settings on {', '.join(nodes)}")
+                return
+            done = restore_all(session.plan, session.transport)
         click.echo(f"rtk profile: GPU settings restored on {len(done)} node(s)")
+        return
+    if dry_run:
+        click.echo(plan_sweep(exp, max_runs).render(), nl=False)
         return
     failed = 0
     if not results_only:

@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import Any
 
 import click
 
 from toolkit.cli.common import (
     choose_inventory,
+    dry_run_option,
+    local_option,
     output_options,
     slurm_option,
+    split_command,
+    telemetry_from,
     telemetry_options,
 )
-from toolkit.cli.reporting import from_head, report_if_here
-from toolkit.cluster import StateStore, build_plan
-from toolkit.telemetry.submit import submit_record
+from toolkit.cli.reporting import report_run
+from toolkit.flows import CommandWorkload, PreflightPolicy, Session
 
 TELEMETRY_HELP = "Power and GPU telemetry for any workload."
 
@@ -43,43 +47,42 @@ def telemetry_group() -> None:
 @telemetry_group.command(
     "record", help=RECORD_HELP, context_settings={"ignore_unknown_options": True}
 )
-@click.argument("inventory", type=click.Path(dir_okay=False))
-@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.argument("inventory", required=False, type=click.Path(dir_okay=False))
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.option("--working-dir", default=".", show_default=True, type=click.Path(file_okay=False))
 @output_options
 @telemetry_options
 @slurm_option
+@local_option
+@dry_run_option
 def record_cmd(
-    inventory: str,
+    inventory: str | None,
     command: tuple[str, ...],
     working_dir: str,
     output_dir: str,
     run_id: str | None,
-    telemetry_sensors: str,
-    telemetry_rate_hz: float,
-    power_rate_hz: float,
-    prometheus_port: int,
     slurm: bool,
+    local: bool,
+    dry_run: bool,
+    **options: Any,
 ) -> None:
     """Record telemetry around a command (help: RECORD_HELP)."""
-    inv = choose_inventory(inventory, local=False, slurm=slurm)
-    plan = build_plan(inv)
-    store = StateStore(inv.name)
+    inventory, command = split_command(inventory, command, local)
+    inv = choose_inventory(inventory, local, slurm)
+    telemetry = telemetry_from(options)
     run_id = run_id or f"{inv.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir = f"{output_dir.rstrip('/')}/{run_id}"
-    options = {
-        "run_dir": run_dir,
-        "sensors": telemetry_sensors,
-        "rate_hz": telemetry_rate_hz,
-        "power_rate_hz": power_rate_hz,
-        "prometheus_port": prometheus_port,
-    }
-    outcome = submit_record(plan, store, list(command), options, working_dir, click.echo)
-    click.echo(
-        f"rtk: job {outcome.job_id} {outcome.status} after {outcome.duration_s:.1f} s; "
-        f"run dir {run_dir}",
-        err=True,
-    )
-    report_if_here(run_dir, from_head(inv, plan, run_dir))
+    workload = CommandWorkload(command, working_dir, run_dir=run_dir, telemetry=telemetry)
+    with Session(inv, log=click.echo) as session:
+        if dry_run:
+            click.echo(session.run_plan(workload, PreflightPolicy.SKIP).render(), nl=False)
+            return
+        outcome = session.run_workload(workload)
+        click.echo(
+            f"rtk: job {outcome.job.job_id} {outcome.job.status} after "
+            f"{outcome.job.duration_s:.1f} s; run dir {run_dir}",
+            err=True,
+        )
+        report_run(session, run_dir)
     if not outcome.ok:
         sys.exit(1)

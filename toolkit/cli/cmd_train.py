@@ -3,31 +3,34 @@
 from __future__ import annotations
 
 import json
-import shlex
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import click
 
 from toolkit.cli.common import (
     choose_inventory,
+    dry_run_option,
     inventory_options,
+    local_option,
     output_options,
     slurm_option,
+    split_command,
     telemetry_options,
 )
-from toolkit.cli.reporting import from_head, report_if_here
-from toolkit.cluster import StateStore, build_plan
-from toolkit.cluster.connect import make_transport
-from toolkit.cluster.jobs import JobOutcome, job_client, run_job
-from toolkit.cluster.plan import ClusterPlan
+from toolkit.cli.reporting import report_run
+from toolkit.cluster import StateStore
+from toolkit.cluster.jobs import JobOutcome
 from toolkit.errors import PreflightError, RtkError
-from toolkit.inventory import Inventory
-from toolkit.preflight.runner import run_preflight, save_in_run_dir
+from toolkit.flows import (
+    CommandWorkload,
+    PreflightFailedError,
+    PreflightPolicy,
+    Session,
+    TrainWorkload,
+)
 from toolkit.train.config import PRECISIONS, PRESETS, STRATEGIES, TrainConfig
-from toolkit.train.submit import submit_train
 
 TRAIN_HELP = """Train the built-in GPT on the cluster INVENTORY describes, as a Ray job.
 
@@ -160,40 +163,45 @@ command runs in the cluster's environment (NCCL/Gloo settings, Ray token).
     "directory); a failed check stops before training.",
 )
 @telemetry_options
+@dry_run_option
 def train_cmd(inventory: str | None, **options: Any) -> None:
     """Run the built-in trainer (help: TRAIN_HELP)."""
     inv = choose_inventory(inventory, options.pop("local"), options.pop("slurm"))
-    plan = build_plan(inv)
-    store = StateStore(inv.name)
-    run_id = (
-        options.pop("run_id")
-        or _last_run(store, options["resume"])
-        or f"{inv.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    )
-    output_dir = options.pop("output_dir").rstrip("/")
-    options["resources_per_worker"] = _resources(options["resources_per_worker"])
-    checked = options.pop("preflight")
-    config = TrainConfig(run_dir=f"{output_dir}/{run_id}", **options).check()
-    if checked:
-        _preflight(inv, plan, config.run_dir)
-    try:
-        outcome = submit_train(plan, store, config, run_id, click.echo)
-    except KeyboardInterrupt:
-        # The job was stopped (Ctrl-C, or SIGINT from an sbatch script's teardown)
-        # and its telemetry collected: report what was recorded, then exit 130.
+    dry_run = options.pop("dry_run")
+    with Session(inv, log=click.echo) as session:
+        run_id = (
+            options.pop("run_id")
+            or _last_run(session.store, options["resume"])
+            or f"{inv.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        )
+        output_dir = options.pop("output_dir").rstrip("/")
+        options["resources_per_worker"] = _resources(options["resources_per_worker"])
+        policy = PreflightPolicy.ENFORCE if options.pop("preflight") else PreflightPolicy.SKIP
+        config = TrainConfig(run_dir=f"{output_dir}/{run_id}", **options).check()
+        workload = TrainWorkload(config, run_id)
+        if dry_run:
+            click.echo(session.run_plan(workload, policy, config.telemetry).render(), nl=False)
+            return
+        if policy is not PreflightPolicy.SKIP:
+            _preflight(session, config.run_dir)
+        try:
+            outcome = session.run_workload(workload)
+        except KeyboardInterrupt:
+            # The job was stopped (Ctrl-C, or SIGINT from an sbatch script's teardown)
+            # and its telemetry collected: report what was recorded, then exit 130.
+            if config.telemetry:
+                report_run(session, config.run_dir)
+            raise
+        _print_outcome(outcome.job, config.run_dir)
         if config.telemetry:
-            report_if_here(config.run_dir, from_head(inv, plan, config.run_dir))
-        raise
-    _print_outcome(outcome, config.run_dir)
-    if config.telemetry:
-        report_if_here(config.run_dir, from_head(inv, plan, config.run_dir))
+            report_run(session, config.run_dir)
     if not outcome.ok:
         sys.exit(1)
 
 
 @click.command("launch", help=LAUNCH_HELP, context_settings={"ignore_unknown_options": True})
-@click.argument("inventory", type=click.Path(dir_okay=False))
-@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.argument("inventory", required=False, type=click.Path(dir_okay=False))
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.option(
     "--working-dir",
     default=".",
@@ -202,36 +210,45 @@ def train_cmd(inventory: str | None, **options: Any) -> None:
     help="Shipped with the job; the command runs inside it.",
 )
 @slurm_option
-def launch_cmd(inventory: str, command: tuple[str, ...], working_dir: str, slurm: bool) -> None:
+@local_option
+@dry_run_option
+def launch_cmd(
+    inventory: str | None,
+    command: tuple[str, ...],
+    working_dir: str,
+    slurm: bool,
+    local: bool,
+    dry_run: bool,
+) -> None:
     """Run any entrypoint (help: LAUNCH_HELP)."""
-    inv = choose_inventory(inventory, local=False, slurm=slurm)
-    plan = build_plan(inv)
-    store = StateStore(inv.name)
-    runtime_env = {"working_dir": str(Path(working_dir).resolve())}
-    outcome = run_job(
-        job_client(plan, store),
-        shlex.join(command),
-        runtime_env,
-        f"rtk-launch-{inv.name}-{int(time.time())}",
-        click.echo,
-    )
-    _print_outcome(outcome, None)
+    inventory, command = split_command(inventory, command, local)
+    inv = choose_inventory(inventory, local, slurm)
+    workload = CommandWorkload(command, working_dir)
+    with Session(inv, log=click.echo) as session:
+        if dry_run:
+            click.echo(session.job_request(workload).render(), nl=False)
+            return
+        outcome = session.run_workload(workload)
+    _print_outcome(outcome.job, None)
     if not outcome.ok:
         sys.exit(1)
 
 
-def _preflight(inv: Inventory, plan: ClusterPlan, run_dir: str) -> None:
+def _preflight(session: Session, run_dir: str) -> None:
     """The fast checks, saved in the run directory; raises when one failed."""
-    with make_transport(inv) as transport:
-        report = run_preflight(plan, transport, run_dir)
-        save_in_run_dir(plan, transport, run_dir, report)
-    if report.status != "pass":
-        click.echo(report.render(only_problems=True), nl=False, err=True)
-    if report.exit_code:
+    try:
+        checked = session.preflight(run_dir, PreflightPolicy.ENFORCE)
+    except PreflightFailedError as e:
+        if e.preflight.report is not None:
+            click.echo(e.preflight.report.render(only_problems=True), nl=False, err=True)
         raise PreflightError(
             f"not training: preflight failed (saved in {run_dir}/preflight.json); "
             "fix it, or --no-preflight to train anyway"
-        )
+        ) from e
+    report = checked.report
+    assert report is not None  # ENFORCE runs the checks
+    if report.status != "pass":
+        click.echo(report.render(only_problems=True), nl=False, err=True)
     click.echo(
         f"rtk: preflight {report.status} in {report.duration_s:.1f} s "
         f"({len(report.checks)} checks, {run_dir}/preflight.json)",

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import click
 
 from toolkit.inventory import Inventory, default_inventory, load_inventory
+from toolkit.telemetry.options import TelemetryOptions, sensors_problem
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -30,16 +31,58 @@ def slurm_option(func: F) -> F:
 def inventory_options(func: F) -> F:
     """Add ``[INVENTORY]``, ``--local`` and ``--slurm`` to a command."""
     func = slurm_option(func)
-    func = click.option(
+    func = local_option(func)
+    return click.argument("inventory", required=False, type=click.Path(dir_okay=False))(func)
+
+
+DRY_RUN_HELP = "Print what would run (commands, job, environment) and touch nothing."
+
+
+def dry_run_option(func: F) -> F:
+    """Add ``--dry-run`` (print the plan, touch nothing)."""
+    return click.option("--dry-run", is_flag=True, help=DRY_RUN_HELP)(func)
+
+
+def local_option(func: F) -> F:
+    """Add ``--local`` (the embedded one-node inventory) to a command with an INVENTORY."""
+    return click.option(
         "--local",
         is_flag=True,
         help="Use the embedded one-node inventory for this machine instead of a file.",
     )(func)
-    return click.argument("inventory", required=False, type=click.Path(dir_okay=False))(func)
+
+
+def split_command(
+    inventory: str | None, command: tuple[str, ...], local: bool
+) -> tuple[str | None, tuple[str, ...]]:
+    """``INVENTORY COMMAND...`` as given; with ``--local`` the first word is the command's.
+
+    Raises:
+        click.UsageError: No command was given.
+    """
+    if local and inventory is not None:
+        if inventory.endswith((".yaml", ".yml")) and os.path.isfile(inventory):
+            raise click.UsageError("give an inventory file or --local, not both")
+        return None, (inventory, *command)
+    if not command:
+        raise click.UsageError("Missing argument 'COMMAND...'.")
+    return inventory, command
+
+
+def _check_sensors(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    why = sensors_problem(value)
+    if why is not None:
+        raise click.BadParameter(why)
+    return value
 
 
 def telemetry_options(func: F) -> F:
-    """Add the sampler's options (``--sensors``, rates, ``--prometheus-port``)."""
+    """Add the sampler's options (``--sensors``, rates, ``--prometheus-port``).
+
+    They arrive as ``telemetry_sensors``, ``telemetry_rate_hz``, ``power_rate_hz`` and
+    ``prometheus_port`` (``TrainConfig``'s names); ``--sensors`` is checked here, so a
+    typo is a usage error before anything starts.
+    """
     for option in reversed(
         [
             click.option(
@@ -47,6 +90,7 @@ def telemetry_options(func: F) -> F:
                 "telemetry_sensors",
                 default="auto",
                 show_default=True,
+                callback=_check_sensors,
                 help="auto (whatever each node has), host, nvml or host,nvml.",
             ),
             click.option(
@@ -74,6 +118,20 @@ def telemetry_options(func: F) -> F:
     ):
         func = option(func)
     return func
+
+
+def telemetry_from(options: dict[str, Any]) -> TelemetryOptions:
+    """Take ``telemetry_options``' values out of a command's keyword arguments.
+
+    Raises:
+        RtkError: A value cannot work (named as its flag).
+    """
+    return TelemetryOptions(
+        sensors=options.pop("telemetry_sensors"),
+        rate_hz=options.pop("telemetry_rate_hz"),
+        power_rate_hz=options.pop("power_rate_hz"),
+        prometheus_port=options.pop("prometheus_port"),
+    ).check()
 
 
 def output_options(func: F) -> F:

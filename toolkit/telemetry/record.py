@@ -1,9 +1,10 @@
 """The Ray job behind ``rtk telemetry record``: sample every node while a command runs.
 
-``python -m toolkit.telemetry.record OPTIONS_JSON COMMAND...`` starts a sampler on every
-node, runs COMMAND on the head (inside the job's working directory), then collects the
-traces into the run directory and exits with the command's exit status. COMMAND
-finds the run directory in ``$RTK_RUN_DIR``.
+``python -m toolkit.telemetry.record OPTIONS_JSON COMMAND...`` (OPTIONS_JSON: the run
+directory and the ``TelemetryOptions``) starts a sampler on every node, runs COMMAND on
+the head (inside the job's working directory), then collects the traces into the run
+directory and exits with the command's exit status. COMMAND finds the run directory in
+``$RTK_RUN_DIR``.
 """
 
 from __future__ import annotations
@@ -18,30 +19,26 @@ from pathlib import Path
 
 import ray
 
+from toolkit.telemetry.options import TelemetryOptions
 from toolkit.telemetry.session import TelemetrySession, exit_on_sigterm
 from toolkit.telemetry.settle import IdlePhases
 
 
 def main(argv: list[str]) -> int:
     """Run ``argv[1:]`` under telemetry described by the JSON in ``argv[0]``."""
-    options = json.loads(argv[0])
+    data = json.loads(argv[0])
     command = argv[1:]
-    run_dir = Path(os.path.expanduser(options["run_dir"]))
+    run_dir = Path(os.path.expanduser(data.pop("run_dir")))
+    options = TelemetryOptions.from_json(data).check()
     run_dir.mkdir(parents=True, exist_ok=True)
     ray.init(logging_level=logging.ERROR)
     exit_on_sigterm()  # after ray.init, which installs a SIGTERM handler of its own
-    session = TelemetrySession(
-        run_dir,
-        options["sensors"],
-        options["rate_hz"],
-        options.get("power_rate_hz") or None,
-        prometheus_port=int(options.get("prometheus_port") or 0),
-    )
+    session = TelemetrySession.for_options(run_dir, options)
     idle = IdlePhases(
         session,
         run_dir,
-        float(options.get("baseline_s") or 0),
-        float(options.get("cooldown_max_s") or 0),
+        options.baseline_s,
+        options.cooldown_max_s,
         lambda line: print(f"rtk telemetry: {line}", flush=True),
     )
     session.start()

@@ -26,6 +26,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from toolkit.telemetry.clock import ClockOffset, combine, estimate_offset
+from toolkit.telemetry.options import TelemetryOptions
 from toolkit.telemetry.sampler import DEFAULT_RATE_HZ, Sampler
 from toolkit.telemetry.sensors.factory import make_sensors
 
@@ -192,6 +193,17 @@ class TelemetrySession:
         self.started_wall_s: float | None = None
         self.ended_wall_s: float | None = None
         self.head = socket.gethostname()
+
+    @classmethod
+    def for_options(cls, run_dir: str | Path, options: TelemetryOptions) -> TelemetrySession:
+        """A session that samples as ``options`` say (sensors, rates, Prometheus port)."""
+        return cls(
+            run_dir,
+            options.sensors,
+            options.rate_hz,
+            options.power_rate_hz or None,
+            prometheus_port=options.prometheus_port,
+        )
 
     def __enter__(self) -> TelemetrySession:
         self.start()

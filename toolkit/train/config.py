@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit.errors import RtkError
+from toolkit.telemetry.options import TelemetryOptions
 
 STRATEGIES = ("ddp", "fsdp2", "deepspeed")
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -137,20 +138,26 @@ class TrainConfig:
                 problems.append(f"--{name.replace('_', '-')} must be 0 or more")
         if self.restart_wait_s <= 0:
             problems.append("--restart-wait-s must be more than 0")
-        if not 0 < self.telemetry_rate_hz <= 50:
-            problems.append("--telemetry-rate-hz must be above 0 and at most 50")
-        if self.baseline_s < 0 or self.cooldown_max_s < 0:
-            problems.append("--baseline-s and --cooldown-max-s must be 0 or more")
+        problems += self.telemetry_options().problems()
         if (self.baseline_s or self.cooldown_max_s) and not self.telemetry:
             problems.append("--baseline-s and --cooldown-max-s need telemetry (not --no-telemetry)")
-        if not 0 <= self.power_rate_hz <= 50:
-            problems.append("--power-rate-hz must be 0 (same as --telemetry-rate-hz) to 50")
 
         if self.strategy == "deepspeed" and self.zero_stage not in (0, 1, 2, 3):
             problems.append(f"--zero-stage {self.zero_stage}: choose 0, 1, 2 or 3")
         if problems:
             raise RtkError("; ".join(problems))
         return self
+
+    def telemetry_options(self) -> TelemetryOptions:
+        """The run's telemetry options (the ``telemetry_*`` fields, idle phases)."""
+        return TelemetryOptions(
+            sensors=self.telemetry_sensors,
+            rate_hz=self.telemetry_rate_hz,
+            power_rate_hz=self.power_rate_hz,
+            prometheus_port=self.prometheus_port,
+            baseline_s=self.baseline_s,
+            cooldown_max_s=self.cooldown_max_s,
+        )
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""

@@ -1,16 +1,15 @@
-"""Submit the built-in trainer to a cluster rtk brought up, as a Ray job."""
+"""The built-in trainer's Ray job, as data, and the record of runs that ``--resume`` reads."""
 
 from __future__ import annotations
 
 import json
 import shlex
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import toolkit
-from toolkit.cluster.jobs import JOB_STOP_WAIT_S, JobOutcome, job_client, run_job
+from toolkit.cluster.jobs import JOB_STOP_WAIT_S
 from toolkit.cluster.plan import ClusterPlan
 from toolkit.cluster.state import StateStore
 from toolkit.train.config import TrainConfig
@@ -45,23 +44,9 @@ def package_dir() -> str:
     return str(Path(toolkit.__file__).parent)
 
 
-def submit_train(
-    plan: ClusterPlan,
-    store: StateStore,
-    config: TrainConfig,
-    run_id: str,
-    echo: Callable[[str], None],
-) -> JobOutcome:
-    """Run the trainer as a Ray job, streaming its log through ``echo``, to its end."""
-    entrypoint, runtime_env = train_job(plan, config)
+def remember_run(store: StateStore, run_id: str, run_dir: str) -> None:
+    """Record the run in the cluster's state, last, so ``--resume`` finds it."""
     record = store.load() or {}
     runs = [r for r in record.get("runs", []) if r.get("run_id") != run_id]
-    record["runs"] = [*runs, {"run_id": run_id, "run_dir": config.run_dir, "at": time.time()}]
+    record["runs"] = [*runs, {"run_id": run_id, "run_dir": run_dir, "at": time.time()}]
     store.save(record)
-    return run_job(
-        job_client(plan, store),
-        entrypoint,
-        runtime_env,
-        f"rtk-train-{run_id}-{int(time.time())}",
-        echo,
-    )

@@ -19,20 +19,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toolkit.cluster import StateStore, build_plan, down, up
-from toolkit.cluster.connect import make_transport
-from toolkit.cluster.jobs import JobOutcome
-from toolkit.cluster.plan import ClusterPlan
+from toolkit.cluster import build_plan
 from toolkit.cluster.report import Reporter
 from toolkit.errors import ExperimentError, Problem, RtkError
+from toolkit.flows import (
+    CommandWorkload,
+    JobRequest,
+    PreflightPolicy,
+    Session,
+    TrainWorkload,
+    VllmWorkload,
+    Workload,
+    job_request,
+)
 from toolkit.inventory import Inventory, load_inventory
 from toolkit.profile.experiment import Experiment, RunSpec, clocks_mhz
-from toolkit.telemetry.fetch import fetch_run
-from toolkit.telemetry.submit import submit_record
+from toolkit.telemetry.options import TelemetryOptions
 from toolkit.train.config import TrainConfig
-from toolkit.train.submit import submit_train
-from toolkit.transport import Transport
 
+GPU_AXES = ("power_limit_w", "gpu_clocks_mhz", "mem_clocks_mhz")
 RUN_RECORD = "profile_run.json"
 Echo = Callable[[str], None]
 
@@ -81,6 +86,59 @@ def subset(inventory: Inventory, count: int) -> Inventory:
     return dataclasses.replace(inventory, nodes=tuple(ordered[:count]), min_nodes=count)
 
 
+@dataclass(frozen=True)
+class PlannedRun:
+    """One run a sweep would do: its cluster size, GPU settings and job."""
+
+    run_id: str
+    nodes: int
+    gpu_settings: dict[str, Any]
+    job: JobRequest
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """The runs a sweep would do, in order (``rtk profile --dry-run``)."""
+
+    name: str
+    sweep_dir: Path
+    runs: list[PlannedRun]
+    skipped: list[str]
+
+    def render(self) -> str:
+        """The plan as text."""
+        lines = [
+            f"sweep {self.name!r} in {self.sweep_dir}: {len(self.runs)} run(s) to do, "
+            f"{len(self.skipped)} finished earlier and skipped"
+        ]
+        for run in self.runs:
+            settings = ", ".join(f"{k}={v}" for k, v in run.gpu_settings.items())
+            lines.append(
+                f"run {run.run_id}: {run.nodes} node(s)" + (f"; {settings}" if settings else "")
+            )
+            lines += [f"  {line}" for line in run.job.render().splitlines()]
+        return "\n".join(lines) + "\n"
+
+
+def plan_sweep(experiment: Experiment, max_runs: int | None = None) -> SweepPlan:
+    """What ``run_sweep`` would do now (pure: reads the sweep directory, touches no node)."""
+    inventory = load_inventory(experiment.inventory_path)
+    runs: list[PlannedRun] = []
+    skipped: list[str] = []
+    for run in experiment.runs():
+        if finished(experiment, run):
+            skipped.append(run.run_id)
+            continue
+        if max_runs is not None and len(runs) >= max_runs:
+            break
+        count = int(run.axes.get("nodes", len(inventory.nodes)))
+        plan = build_plan(subset(inventory, count))
+        settings = {k: run.axes[k] for k in GPU_AXES if run.axes.get(k) is not None}
+        job = job_request(plan, workload_of(experiment, run, str(run_dir_of(experiment, run))))
+        runs.append(PlannedRun(run.run_id, count, settings, job))
+    return SweepPlan(experiment.spec.name, experiment.sweep_dir, runs, skipped)
+
+
 def run_sweep(
     experiment: Experiment,
     reporter: Reporter,
@@ -90,12 +148,11 @@ def run_sweep(
 ) -> SweepOutcome:
     """Run every unfinished run of the sweep (at most ``max_runs`` of them)."""
     inventory = load_inventory(experiment.inventory_path)
-    store = StateStore(inventory.name)
     experiment.sweep_dir.mkdir(parents=True, exist_ok=True)
     _write_sweep_file(experiment)
     outcome = SweepOutcome()
-    current: ClusterPlan | None = None
-    with make_transport(inventory) as transport:
+    current: Session | None = None
+    with Session(inventory, reporter, echo) as session:
         try:
             for run in experiment.runs():
                 if finished(experiment, run):
@@ -104,31 +161,24 @@ def run_sweep(
                 if max_runs is not None and len(outcome.ran) >= max_runs:
                     break
                 count = int(run.axes.get("nodes", len(inventory.nodes)))
-                if current is None or len(current.nodes) != count:
+                if current is None or len(current.plan.nodes) != count:
                     if current is not None:
-                        down(current, transport, store, reporter)
-                    current = build_plan(subset(inventory, count))
+                        current.tear_down()
+                    current = session.subset(subset(inventory, count))
                     reporter.info(f"bringing the cluster up on {count} node(s)")
-                    up(current, transport, store, reporter)
+                    current.bring_up(PreflightPolicy.SKIP)
                 echo(f"rtk profile: run {run.run_id} ({len(outcome.ran) + 1} this time)")
-                ok = _run_one(experiment, run, current, transport, store, echo)
+                ok = _run_one(experiment, run, current, echo)
                 outcome.ran.append(run.run_id)
                 if not ok:
                     outcome.failed.append(run.run_id)
         finally:
             if current is not None and not keep_cluster:
-                down(current, transport, store, reporter)
+                current.tear_down()
     return outcome
 
 
-def _run_one(
-    experiment: Experiment,
-    run: RunSpec,
-    plan: ClusterPlan,
-    transport: Transport,
-    store: StateStore,
-    echo: Echo,
-) -> bool:
+def _run_one(experiment: Experiment, run: RunSpec, session: Session, echo: Echo) -> bool:
     """One run, recorded in its ``profile_run.json``; False when it failed."""
     from toolkit.gpu.settings import gpu_settings
 
@@ -151,16 +201,16 @@ def _run_one(
     _write_record(run_dir, record)
     try:
         with gpu_settings(
-            plan,
-            transport,
+            session.plan,
+            session.transport,
             power_limit_w=run.axes.get("power_limit_w"),
             gpu_clocks_mhz=clocks_mhz(run.axes.get("gpu_clocks_mhz")),
             mem_clocks_mhz=clocks_mhz(run.axes.get("mem_clocks_mhz")),
         ) as applied:
             if applied:
                 record["gpu_settings"] = applied
-            job = _workload(experiment, run, plan, store, str(run_dir), echo)
-        _report(plan, transport, run_dir)
+            job = session.run_workload(workload_of(experiment, run, str(run_dir))).job
+        _report(session, run_dir)
         if not job.ok:
             raise RtkError(f"job {job.job_id} {job.status}: {job.message.strip()[:300]}")
         record["status"] = "succeeded"
@@ -178,39 +228,34 @@ def _run_one(
     return bool(record["status"] == "succeeded")
 
 
-def _workload(
-    experiment: Experiment,
-    run: RunSpec,
-    plan: ClusterPlan,
-    store: StateStore,
-    run_dir: str,
-    echo: Echo,
-) -> JobOutcome:
+def workload_of(experiment: Experiment, run: RunSpec, run_dir: str) -> Workload:
+    """The workload of one run: the trainer, vLLM's benchmark or a command, with telemetry."""
     spec = experiment.spec
     workload = spec.workload
-    idle = {"baseline_s": spec.baseline_s, "cooldown_max_s": spec.cooldown_max_s}
+    telemetry = TelemetryOptions(baseline_s=spec.baseline_s, cooldown_max_s=spec.cooldown_max_s)
     if workload.train is not None:
-        options = experiment.train_options(run.axes)
-        config = TrainConfig(run_dir=run_dir, **options, **idle).check()  # type: ignore[arg-type]
-        return submit_train(plan, store, config, Path(run_dir).name, echo)
+        idle = {"baseline_s": telemetry.baseline_s, "cooldown_max_s": telemetry.cooldown_max_s}
+        options = {**experiment.train_options(run.axes), **idle}
+        config = TrainConfig(run_dir=run_dir, **options).check()
+        return TrainWorkload(config, Path(run_dir).name)
+    env = {f"RTK_AXIS_{k.upper()}": json.dumps(v) for k, v in run.axes.items()}
     if workload.vllm is not None:
         settings = {**workload.vllm.model_dump(), **run.axes}
-        bench = "toolkit.profile.vllm_bench"
-        command = [plan.head.node.python, "-m", bench, json.dumps(settings)]
-    else:
-        command = list(workload.command or [])
-    env = {f"RTK_AXIS_{k.upper()}": json.dumps(v) for k, v in run.axes.items()}
-    options = {"run_dir": run_dir, "sensors": "auto", "rate_hz": 10.0, **idle}
-    return submit_record(plan, store, command, options, workload.working_dir, echo, env)
+        return VllmWorkload(settings, run_dir, telemetry, workload.working_dir, env)
+    argv = tuple(workload.command or [])
+    return CommandWorkload(argv, workload.working_dir, env, run_dir, telemetry)
 
 
-def _report(plan: ClusterPlan, transport: Transport, run_dir: Path) -> None:
+def _report(session: Session, run_dir: Path) -> None:
     """Build the run's report here, bringing its results from the head if needed."""
-    from toolkit.telemetry.report import build_report, write_report
-
-    if not (run_dir / "telemetry" / "manifest.json").exists():
-        fetch_run(plan, transport, str(run_dir), run_dir)
-    write_report(build_report(run_dir))
+    collected = session.collect(str(run_dir))
+    if collected.error is not None:
+        raise collected.error
+    if collected.path is None:
+        raise RtkError(f"cannot write {run_dir} here for the run's results")
+    reported = session.report(collected)
+    if reported.error is not None:
+        raise reported.error
 
 
 def _write_sweep_file(experiment: Experiment) -> None:

@@ -1,0 +1,36 @@
+"""``TelemetryOptions``: declared once, the same JSON for writer and reader, checked early."""
+
+from __future__ import annotations
+
+import pytest
+
+from toolkit.errors import RtkError
+from toolkit.telemetry.options import TelemetryOptions
+from toolkit.train.config import TrainConfig
+
+
+def test_telemetry_options_round_trip_and_name_unknown_keys() -> None:
+    options = TelemetryOptions("host,nvml", 20.0, 50.0, 9400, 5.0, 30.0)
+    assert TelemetryOptions.from_json(options.to_json()) == options
+    assert TelemetryOptions.from_json({}) == TelemetryOptions()
+    with pytest.raises(
+        RtkError, match=r"unknown telemetry option\(s\): rate; valid: sensors, rate_hz,"
+    ):
+        TelemetryOptions.from_json({"rate": 5})
+
+
+def test_telemetry_options_check_names_every_bad_value() -> None:
+    assert TelemetryOptions().check() == TelemetryOptions()
+    bad = TelemetryOptions(sensors="nvm", rate_hz=0, power_rate_hz=60, prometheus_port=-1)
+    problems = bad.problems()
+    assert len(problems) == 4
+    assert problems[0].startswith("--sensors 'nvm' is not valid")
+    with pytest.raises(RtkError, match="--telemetry-rate-hz must be above 0"):
+        bad.check()
+
+
+def test_train_config_checks_its_telemetry_options() -> None:
+    config = TrainConfig(run_dir="r", telemetry_sensors="gpu")
+    assert config.telemetry_options().sensors == "gpu"
+    with pytest.raises(RtkError, match="--sensors 'gpu' is not valid"):
+        config.check()

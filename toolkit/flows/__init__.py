@@ -1,0 +1,48 @@
+"""The workflow composed once: bring up, check, run, collect, report, tear down.
+
+The CLI, ``rtk demo`` and ``rtk profile`` all go through a ``Session``; each step
+returns a typed result (``outcome``), and what a step would do is a printable plan
+first (``--dry-run``).
+"""
+
+from __future__ import annotations
+
+from toolkit.flows.outcome import (
+    BringUpOutcome,
+    CollectOutcome,
+    PreflightFailedError,
+    PreflightOutcome,
+    PreflightPolicy,
+    ReportOutcome,
+    WorkloadOutcome,
+)
+from toolkit.flows.plan import RunPlan
+from toolkit.flows.session import Session
+from toolkit.flows.workload import (
+    CommandWorkload,
+    ExecRequest,
+    JobRequest,
+    TrainWorkload,
+    VllmWorkload,
+    Workload,
+    job_request,
+)
+
+__all__ = [
+    "BringUpOutcome",
+    "CollectOutcome",
+    "CommandWorkload",
+    "ExecRequest",
+    "JobRequest",
+    "PreflightFailedError",
+    "PreflightOutcome",
+    "PreflightPolicy",
+    "ReportOutcome",
+    "RunPlan",
+    "Session",
+    "TrainWorkload",
+    "VllmWorkload",
+    "Workload",
+    "WorkloadOutcome",
+    "job_request",
+]

@@ -1,0 +1,268 @@
+"""One object per command: the workflow "bring up, check, run, collect, report, tear down".
+
+A ``Session`` holds what every step needs (inventory, plan, state store, and the
+transport, opened on first use and closed when the session ends). Each step returns
+a typed result from ``toolkit.flows.outcome`` and prints nothing: the CLI renders.
+What a step would do is available as data first (``up_plan``, ``job_request``,
+``exec_request``), which is what ``--dry-run`` prints.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import TracebackType
+
+from toolkit.cluster import (
+    ClusterStatus,
+    DownResult,
+    StateStore,
+    build_plan,
+    cluster_status,
+    down,
+    render_down,
+    render_up,
+)
+from toolkit.cluster.command import NodeRun, command_line, run_everywhere
+from toolkit.cluster.connect import make_transport
+from toolkit.cluster.jobs import job_client, run_job
+from toolkit.cluster.report import Reporter
+from toolkit.errors import RtkError
+from toolkit.flows import bringup
+from toolkit.flows.outcome import (
+    BringUpOutcome,
+    CollectOutcome,
+    PreflightOutcome,
+    PreflightPolicy,
+    ReportOutcome,
+    WorkloadOutcome,
+)
+from toolkit.flows.plan import RunPlan
+from toolkit.flows.workload import (
+    ExecRequest,
+    JobRequest,
+    TrainWorkload,
+    Workload,
+    job_request,
+)
+from toolkit.inventory import Inventory
+from toolkit.telemetry.fetch import fetch_run
+from toolkit.train.submit import remember_run
+from toolkit.transport.base import Transport
+
+Log = Callable[[str], None]
+
+
+class _Quiet:
+    """A reporter that drops progress (when the caller gives none)."""
+
+    def node(self, name: str, message: str) -> None:
+        """Drop a node's progress."""
+
+    def info(self, message: str) -> None:
+        """Drop the cluster's progress."""
+
+
+class Session:
+    """The steps of a flow on one cluster; a context manager that closes the transport."""
+
+    def __init__(
+        self,
+        inventory: Inventory,
+        reporter: Reporter | None = None,
+        log: Log | None = None,
+        store: StateStore | None = None,
+    ) -> None:
+        """Plan the cluster (pure); nothing is opened or touched yet.
+
+        Args:
+            inventory: The cluster.
+            reporter: Receives progress of bring-up and teardown.
+            log: Receives a job's log as it streams.
+            store: rtk's state of the cluster (default: the inventory's name's).
+        """
+        self.inventory = inventory
+        self.plan = build_plan(inventory)
+        self.store = store or StateStore(inventory.name)
+        self.reporter: Reporter = reporter or _Quiet()
+        self.log: Log = log or (lambda line: None)
+        self._transport: Transport | None = None
+        self._parent: Session | None = None
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @property
+    def transport(self) -> Transport:
+        """The inventory's transport, opened on first use."""
+        if self._parent is not None:
+            return self._parent.transport
+        if self._transport is None:
+            self._transport = make_transport(self.inventory).__enter__()
+        return self._transport
+
+    def close(self) -> None:
+        """Close the transport if this session opened it."""
+        if self._transport is not None:
+            transport, self._transport = self._transport, None
+            transport.__exit__(None, None, None)
+
+    def subset(self, inventory: Inventory) -> Session:
+        """A session on part of this cluster (``inventory``) sharing this one's transport."""
+        child = Session(inventory, self.reporter, self.log, self.store)
+        child._parent = self
+        return child
+
+    # Plans: pure, printable, nothing touched.
+
+    def up_plan(self) -> str:
+        """What ``bring_up`` would run, as text."""
+        return render_up(self.plan)
+
+    def down_plan(self) -> str:
+        """What ``tear_down`` would run, as text."""
+        return render_down(self.plan)
+
+    def job_request(self, workload: Workload) -> JobRequest:
+        """The Ray job ``run_workload`` would submit."""
+        return job_request(self.plan, workload)
+
+    def exec_request(
+        self, argv: Sequence[str], with_env: bool = True, timeout_s: float = 600.0
+    ) -> ExecRequest:
+        """What ``exec`` would run on every node."""
+        return ExecRequest(
+            self.inventory.name,
+            self.inventory.transport,
+            tuple(n.name for n in self.plan.nodes),
+            command_line(self.plan, argv, with_env),
+            timeout_s,
+        )
+
+    def run_plan(
+        self, workload: Workload, preflight: PreflightPolicy, report: bool = True
+    ) -> RunPlan:
+        """What a run of ``workload`` would do: preflight, the job, collect and report."""
+        return RunPlan(
+            self.inventory.name,
+            self.plan.head.name,
+            tuple(n.name for n in self.plan.nodes),
+            preflight,
+            self.job_request(workload),
+            report,
+        )
+
+    # Steps.
+
+    def bring_up(self, preflight: PreflightPolicy = PreflightPolicy.ENFORCE) -> BringUpOutcome:
+        """Start Ray everywhere, then the fast checks as ``preflight`` says.
+
+        Raises:
+            PreflightFailedError: A check failed under ``ENFORCE`` (the cluster stays up).
+        """
+        return bringup.bring_up(self.plan, self.transport, self.store, self.reporter, preflight)
+
+    def status(self) -> ClusterStatus:
+        """Which nodes are alive in Ray."""
+        return cluster_status(self.plan, self.transport)
+
+    def preflight(
+        self,
+        run_dir: str,
+        policy: PreflightPolicy = PreflightPolicy.ENFORCE,
+        save: bool = True,
+    ) -> PreflightOutcome:
+        """The fast checks for a run in ``run_dir`` (kept there as preflight.json).
+
+        Raises:
+            PreflightFailedError: A check failed under ``ENFORCE``.
+        """
+        return bringup.preflight(self.plan, self.transport, run_dir, policy, save)
+
+    def smoke(self) -> dict[str, dict[str, str]]:
+        """A Ray task on every node: node -> where it ran."""
+        from toolkit.cluster.smoke import run_smoke
+
+        return run_smoke(self.plan, self.transport)
+
+    def exec(
+        self, argv: Sequence[str], with_env: bool = True, timeout_s: float = 600.0
+    ) -> list[NodeRun]:
+        """Run ``argv`` on every node at once; one result per node."""
+        return run_everywhere(
+            self.plan, self.transport, argv, with_env=with_env, timeout_s=timeout_s
+        )
+
+    def run_workload(self, workload: Workload) -> WorkloadOutcome:
+        """Run ``workload`` as a Ray job to its end, its log streamed to ``log``.
+
+        Raises:
+            RtkError: Its telemetry options are invalid (before anything starts), or
+                the Jobs API cannot be reached.
+            KeyboardInterrupt: Interrupted; the job was stopped first.
+        """
+        if isinstance(workload, TrainWorkload):
+            workload.config.check()
+        elif workload.telemetry is not None:
+            workload.telemetry.check()
+        request = self.job_request(workload)
+        if isinstance(workload, TrainWorkload):
+            remember_run(self.store, workload.run_id, workload.config.run_dir)
+        job = run_job(
+            job_client(self.plan, self.store),
+            request.entrypoint,
+            dict(request.runtime_env),
+            request.submission_id,
+            self.log,
+        )
+        return WorkloadOutcome(request, job)
+
+    def collect(self, run_dir: str, fetch: bool = True) -> CollectOutcome:
+        """Make the run's results readable here: copy them from the head when needed.
+
+        When this machine does not see them (no shared filesystem with the head),
+        they go to the same path here, or to ./RUN_ID when that path cannot be
+        written. Problems are results, not raised: the run itself is over.
+        """
+        path = Path(os.path.expanduser(run_dir))
+        if (path / "telemetry" / "manifest.json").exists():
+            return CollectOutcome(path, path)
+        if not fetch:
+            return CollectOutcome(path, None)
+        for dest in (path, Path.cwd() / path.name):
+            try:
+                dest.mkdir(parents=True, exist_ok=True)
+            except OSError:
+                continue
+            try:
+                copied = fetch_run(self.plan, self.transport, run_dir, dest)
+            except RtkError as e:
+                return CollectOutcome(path, None, error=e)
+            return CollectOutcome(path, dest, copied)
+        return CollectOutcome(path, None, writable=False)
+
+    def report(self, collected: CollectOutcome) -> ReportOutcome:
+        """Build the report of a collected run (summary, report.html and the rest)."""
+        if collected.path is None:
+            return ReportOutcome(collected.run_dir)
+        from toolkit.telemetry.report import build_report, format_summary, write_report
+
+        try:
+            report = build_report(collected.path)
+            files = write_report(report)
+        except RtkError as e:
+            return ReportOutcome(collected.path, error=e)
+        return ReportOutcome(collected.path, format_summary(report), Path(files.html))
+
+    def tear_down(self) -> DownResult:
+        """Stop rtk's Ray on every node."""
+        return down(self.plan, self.transport, self.store, self.reporter)

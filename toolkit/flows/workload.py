@@ -1,0 +1,161 @@
+"""The three workloads a session runs, and the Ray job request each becomes (pure).
+
+``job_request`` turns a workload into a ``JobRequest``: the entrypoint, runtime
+environment and submission id of the Ray job, computed without touching anything.
+``--dry-run`` prints it; ``Session.run_workload`` submits it. ``ExecRequest`` is the
+same for ``rtk exec``: one shell command on every node, no job.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from toolkit.cluster.plan import ClusterPlan
+from toolkit.telemetry.options import TelemetryOptions
+from toolkit.telemetry.submit import record_job
+from toolkit.train.config import TrainConfig
+from toolkit.train.submit import train_job
+
+VLLM_BENCH_MODULE = "toolkit.profile.vllm_bench"
+
+
+@dataclass(frozen=True)
+class TrainWorkload:
+    """The built-in trainer; its run directory is ``config.run_dir``."""
+
+    config: TrainConfig
+    run_id: str
+
+    @property
+    def run_dir(self) -> str | None:
+        """Where the run writes (on the nodes)."""
+        return self.config.run_dir
+
+
+@dataclass(frozen=True)
+class CommandWorkload:
+    """Any command, run on the head inside ``working_dir`` (shipped with the job).
+
+    With ``telemetry`` (and then ``run_dir``), samplers record every node around it
+    (``rtk telemetry record``, ``rtk profile``); without, it is a plain job
+    (``rtk launch``). ``env`` is added to the command's environment.
+    """
+
+    argv: tuple[str, ...]
+    working_dir: str = "."
+    env: Mapping[str, str] = field(default_factory=dict)
+    run_dir: str | None = None
+    telemetry: TelemetryOptions | None = None
+    name: str = "launch"
+
+
+@dataclass(frozen=True)
+class VllmWorkload:
+    """The vLLM benchmark (``toolkit.profile.vllm_bench``) with ``settings``, under telemetry."""
+
+    settings: Mapping[str, Any]
+    run_dir: str
+    telemetry: TelemetryOptions = field(default_factory=TelemetryOptions)
+    working_dir: str = "."
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+Workload = TrainWorkload | CommandWorkload | VllmWorkload
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """A Ray job as it would be submitted: printable, nothing started."""
+
+    kind: str
+    entrypoint: str
+    runtime_env: Mapping[str, Any]
+    submission_id: str
+    dashboard_url: str
+    run_dir: str | None = None
+
+    def render(self) -> str:
+        """The request as text (``--dry-run``)."""
+        lines = [
+            f"{self.kind} job {self.submission_id} via {self.dashboard_url}",
+            f"  entrypoint: {self.entrypoint}",
+        ]
+        for key, value in self.runtime_env.items():
+            if isinstance(value, Mapping):
+                lines.append(f"  {key}:")
+                lines += [f"    {k}={v}" for k, v in value.items()]
+            else:
+                lines.append(f"  {key}: {value}")
+        if self.run_dir:
+            lines.append(f"  run directory: {self.run_dir}")
+        return "\n".join(lines) + "\n"
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {
+            "kind": self.kind,
+            "entrypoint": self.entrypoint,
+            "runtime_env": dict(self.runtime_env),
+            "submission_id": self.submission_id,
+            "dashboard_url": self.dashboard_url,
+            "run_dir": self.run_dir,
+        }
+
+
+@dataclass(frozen=True)
+class ExecRequest:
+    """One shell command on every node (``rtk exec``), as it would run."""
+
+    cluster: str
+    transport: str
+    nodes: tuple[str, ...]
+    command: str
+    timeout_s: float
+
+    def render(self) -> str:
+        """The request as text (``--dry-run``)."""
+        return (
+            f"cluster {self.cluster!r}: on {len(self.nodes)} node(s) over {self.transport} "
+            f"({', '.join(self.nodes)}), at most {self.timeout_s:g} s each:\n"
+            f"  {self.command}\n"
+        )
+
+
+def job_request(plan: ClusterPlan, workload: Workload, now_s: float | None = None) -> JobRequest:
+    """The Ray job that runs ``workload`` on ``plan``'s cluster (pure)."""
+    stamp = int(time.time() if now_s is None else now_s)
+    url = plan.dashboard_url
+    if isinstance(workload, TrainWorkload):
+        entrypoint, train_env = train_job(plan, workload.config)
+        name = f"rtk-train-{workload.run_id}-{stamp}"
+        return JobRequest("train", entrypoint, train_env, name, url, workload.run_dir)
+    if isinstance(workload, VllmWorkload):
+        python = plan.head.node.python
+        argv = [python, "-m", VLLM_BENCH_MODULE, json.dumps(dict(workload.settings))]
+        command = CommandWorkload(
+            tuple(argv), workload.working_dir, workload.env, workload.run_dir, workload.telemetry
+        )
+        return _recorded(plan, command, "vllm", stamp)
+    if workload.telemetry is not None:
+        return _recorded(plan, workload, "record", stamp)
+    env: dict[str, Any] = {"working_dir": str(Path(workload.working_dir).resolve())}
+    if workload.env:
+        env["env_vars"] = dict(workload.env)
+    name = f"rtk-{workload.name}-{plan.inventory.name}-{stamp}"
+    return JobRequest("command", shlex.join(workload.argv), env, name, url, workload.run_dir)
+
+
+def _recorded(plan: ClusterPlan, workload: CommandWorkload, kind: str, stamp: int) -> JobRequest:
+    run_dir = workload.run_dir or "."
+    telemetry = workload.telemetry or TelemetryOptions()
+    entrypoint, env = record_job(
+        plan, list(workload.argv), run_dir, telemetry, workload.working_dir, workload.env
+    )
+    name = f"rtk-record-{Path(run_dir).name}-{stamp}"
+    return JobRequest(kind, entrypoint, env, name, plan.dashboard_url, run_dir)
