@@ -708,7 +708,7 @@ def test_preflight_enforce_stops_a_failed_check_record_goes_on(
     assert job.calls() == expected(
         job,
         "up --slurm {inv} --no-preflight",
-        "preflight --slurm {inv} --run-dir {submit}/rtk-runs --output "
+        "preflight --slurm {inv} --output-dir {submit}/rtk-runs --output "
         "{submit}/rtk-runs/rtk-test-4242/preflight.json",
         "down --slurm {inv}",
     )
