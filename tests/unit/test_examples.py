@@ -5,7 +5,7 @@ and ``rtk inventory check``; the SLURM one also through ``rtk sbatch``'s options
 script and the cluster ``--slurm`` derives from an allocation; the sweep through the
 experiment loader, with its inventory and node counts as ``rtk profile`` resolves
 them. No cluster is needed. (inventory.example.yaml, the key-by-key reference, has
-its own test: test_example_inventory.py.)
+its own test: tests/unit/test_example_inventory.py.)
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
+from conftest import REPO
 
 from toolkit.cli import cli
 from toolkit.cluster import build_plan, render_up
@@ -29,7 +30,7 @@ from toolkit.slurm.options import merge_options
 from toolkit.slurm.render import render_script
 from toolkit.train.config import TrainConfig
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 EXAMPLES = ROOT / "examples"
 FILES = sorted(p for p in EXAMPLES.iterdir() if p.is_file())
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import REPO
+
+ROOT = REPO
 
 
 def used_codes() -> dict[int, list[str]]:

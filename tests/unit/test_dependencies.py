@@ -18,8 +18,9 @@ from importlib.metadata import packages_distributions, requires
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 
 # Import name -> distribution where the two differ.
 DISTRIBUTION = {
