@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import re
 import time
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
-from conftest import rtk
+from conftest import require, rtk
 
 from toolkit.inventory import default_inventory
 from toolkit.node.agent import marked_pids
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.ray
 def test_demo_trains_with_telemetry_reports_and_leaves_nothing_behind(
     ray_available: None, state_dir: Path, tmp_path: Path
 ) -> None:
-    pytest.importorskip("torch")
+    require(find_spec("torch") is not None, "torch is not installed (pip install '.[train]')")
     began = time.monotonic()
     done = rtk("demo", "--output-dir", str(tmp_path), timeout=600)
     took_s = time.monotonic() - began

@@ -10,12 +10,13 @@ import json
 import stat
 import uuid
 from collections.abc import Iterator
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from conftest import LIST_NODES, rtk
+from conftest import LIST_NODES, require, rtk
 
 from toolkit.cluster import build_plan
 from toolkit.cluster.smoke import run_smoke
@@ -103,7 +104,7 @@ def test_a_ray_task_lands_on_every_node(cluster: dict[str, Any], sandbox3: Sandb
 def test_gloo_allreduce_across_the_nodes_started_through_ray(
     cluster: dict[str, Any], sandbox3: Sandbox
 ) -> None:
-    pytest.importorskip("torch")
+    require(find_spec("torch") is not None, "torch is not installed (pip install '.[train]')")
     plan = build_plan(load_inventory(sandbox3.inventory_path))
     head = plan.head.node
     command = with_env_file(

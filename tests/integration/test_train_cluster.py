@@ -18,11 +18,12 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import rtk
+from conftest import require, rtk
 
 from toolkit.sandbox import Sandbox
 from toolkit.train.markers import read_markers
@@ -47,7 +48,7 @@ TRAIN = [
 def trained(
     sandbox_train: Sandbox, tmp_path_factory: pytest.TempPathFactory, ray_available: None
 ) -> Iterator[dict[str, Any]]:
-    pytest.importorskip("torch")
+    require(find_spec("torch") is not None, "torch is not installed (pip install '.[train]')")
     env = {"RTK_STATE_DIR": str(tmp_path_factory.mktemp("train-state"))}
     output = Path(f"/var/tmp/rtk-test-runs-{uuid.uuid4().hex[:8]}")
     inventory = str(sandbox_train.inventory_path)
@@ -193,7 +194,10 @@ def test_fsdp2_and_deepspeed_train_on_gloo_ranks(
     strategy: str, trained: dict[str, Any], sandbox_train: Sandbox
 ) -> None:
     if strategy == "deepspeed":
-        pytest.importorskip("deepspeed")
+        require(
+            find_spec("deepspeed") is not None,
+            "deepspeed is not installed (pip install '.[deepspeed]')",
+        )
     extra = ["--strategy", strategy] + (["--zero-stage", "2"] if strategy == "deepspeed" else [])
     check_run(train(trained, strategy, *extra), sandbox_train, 30)
 

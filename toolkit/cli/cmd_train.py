@@ -19,6 +19,7 @@ from toolkit.cli.common import (
     split_command,
     telemetry_options,
 )
+from toolkit.cli.help import TrainCommand
 from toolkit.cli.reporting import report_run
 from toolkit.cluster import StateStore
 from toolkit.cluster.jobs import JobOutcome
@@ -39,10 +40,9 @@ The job runs Ray Train's TorchTrainer on the head: one worker per GPU (per node
 on CPU clusters) unless --num-workers says otherwise. Logs stream here; rtk ends
 with the job's real status, and Ctrl-C stops the job. Before it, the fast
 preflight checks run (--no-preflight skips them) and are kept in the run
-directory as preflight.json; a failed check stops rtk before training. The model is built from
-
-its size (nothing is downloaded); data is a learnable synthetic task, or a local
-text file read as bytes (--data).
+directory as preflight.json; a failed check stops rtk before training. The
+model is built from its size (nothing is downloaded); data is a learnable
+synthetic task, or a local text file read as bytes (--data).
 
 \b
 The run directory (--output-dir/RUN_ID) is written by the workers: markers
@@ -71,69 +71,180 @@ command runs in the cluster's environment (NCCL/Gloo settings, Ray token).
 """
 
 
-@click.command("train", help=TRAIN_HELP)
+@click.command("train", cls=TrainCommand, help=TRAIN_HELP)
 @inventory_options
-@click.option("--model-size", type=click.Choice(list(PRESETS)), default="tiny", show_default=True)
-@click.option("--layers", type=int, help="Override the preset's layer count.")
-@click.option("--width", type=int, help="Override the preset's hidden size.")
-@click.option("--heads", type=int, help="Override the preset's attention heads.")
-@click.option("--seq-len", type=int, help="Override the preset's context length.")
-@click.option("--batch-size", type=int, default=8, show_default=True, help="Per worker.")
-@click.option("--gradient-accumulation-steps", type=int, default=1, show_default=True)
-@click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True)
-@click.option("--learning-rate", type=float, default=3e-3, show_default=True)
-@click.option("--warmup-steps", type=int, default=0, show_default=True)
-@click.option("--max-steps", type=int, default=100, show_default=True)
+@click.option(
+    "--model-size",
+    type=click.Choice(list(PRESETS)),
+    default="tiny",
+    show_default=True,
+    help="GPT preset: tiny (2 x 64, for tests), 125M, 350M, 1.3B or 8B parameters; "
+    "built from its shape, nothing is downloaded.",
+)
+@click.option("--layers", type=int, help="Transformer blocks (default: the preset's).")
+@click.option("--width", type=int, help="Hidden size (default: the preset's).")
+@click.option(
+    "--heads", type=int, help="Attention heads; must divide --width (default: the preset's)."
+)
+@click.option(
+    "--seq-len", type=int, help="Context length in tokens per sequence (default: the preset's)."
+)
+@click.option(
+    "--batch-size",
+    type=int,
+    default=8,
+    show_default=True,
+    help="Sequences per worker per micro-step; the global batch is this x "
+    "--gradient-accumulation-steps x the workers.",
+)
+@click.option(
+    "--gradient-accumulation-steps",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Micro-steps whose gradients are summed before each optimizer step.",
+)
+@click.option(
+    "--precision",
+    type=click.Choice(PRECISIONS),
+    default="fp32",
+    show_default=True,
+    help="Compute precision: fp32, or bf16/fp16 autocast (fp16 with loss scaling on GPUs).",
+)
+@click.option(
+    "--learning-rate",
+    type=float,
+    default=3e-3,
+    show_default=True,
+    help="AdamW's learning rate, reached after the warmup and then constant.",
+)
+@click.option(
+    "--warmup-steps",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Optimizer steps of linear warmup from 0 to --learning-rate; 0: none.",
+)
+@click.option(
+    "--max-steps",
+    type=int,
+    default=100,
+    show_default=True,
+    help="Optimizer steps to train; with --resume, the step the whole run ends at.",
+)
 @click.option(
     "--num-workers",
     type=int,
     default=0,
     show_default=True,
-    help="0: one per GPU in the cluster, or one per node on CPU clusters.",
+    help="Training processes (ranks); 0: one per GPU in the cluster, or one per node on "
+    "CPU clusters.",
 )
-@click.option("--resources-per-worker", default=None, help='JSON, e.g. \'{"GPU": 1, "CPU": 4}\'.')
-@click.option("--strategy", type=click.Choice(STRATEGIES), default="ddp", show_default=True)
-@click.option("--zero-stage", type=int, default=2, show_default=True, help="DeepSpeed ZeRO stage.")
-@click.option("--offload-optimizer", is_flag=True, help="DeepSpeed: optimizer state on the CPU.")
-@click.option("--gradient-checkpointing", is_flag=True)
 @click.option(
-    "--bucket-cap-mb", type=float, default=25.0, show_default=True, help="DDP gradient bucket size."
+    "--resources-per-worker",
+    default=None,
+    help='Ray resources of each worker as JSON, e.g. \'{"GPU": 1, "CPU": 4}\' '
+    "(default: 1 GPU on GPU clusters, else 1 CPU).",
+)
+@click.option(
+    "--strategy",
+    type=click.Choice(STRATEGIES),
+    default="ddp",
+    show_default=True,
+    help="ddp (replicas, overlapped gradient all-reduce), fsdp2 (sharded with fully_shard) "
+    "or deepspeed (ZeRO, see --zero-stage).",
+)
+@click.option(
+    "--zero-stage",
+    type=int,
+    default=2,
+    show_default=True,
+    help="DeepSpeed ZeRO stage: 0 none, 1 shards optimizer state, 2 also gradients, "
+    "3 also weights.",
+)
+@click.option(
+    "--offload-optimizer",
+    is_flag=True,
+    help="DeepSpeed: keep the optimizer state in CPU memory (less GPU memory, slower).",
+)
+@click.option(
+    "--gradient-checkpointing",
+    is_flag=True,
+    help="Recompute activations in the backward pass: less memory, more compute.",
+)
+@click.option(
+    "--bucket-cap-mb",
+    type=float,
+    default=25.0,
+    show_default=True,
+    help="DDP: gradient bucket size in MB; larger buckets, fewer all-reduce calls.",
 )
 @click.option(
     "--save-steps",
     type=int,
     default=0,
     show_default=True,
-    help="Checkpoint every N steps (and at the last); 0: never.",
+    help="Checkpoint every N optimizer steps (and at the last); 0: never.",
 )
-@click.option("--keep-checkpoints", type=int, default=3, show_default=True)
-@click.option("--resume", is_flag=True, help="Continue the run --run-id names, or the last one.")
+@click.option(
+    "--keep-checkpoints",
+    type=int,
+    default=3,
+    show_default=True,
+    help="Checkpoints kept in the run directory; older ones are deleted.",
+)
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue the run --run-id names, or this cluster's last run, from its last "
+    "checkpoint at exactly the next step.",
+)
 @click.option(
     "--barrier-every",
     type=int,
     default=0,
     show_default=True,
-    help="Every rank meets at a barrier every N optimizer steps (power traces).",
+    help="Every rank meets at a barrier every N optimizer steps, marked in the run "
+    "directory so power traces line up across nodes; 0: no barriers.",
 )
 @click.option(
     "--max-failures",
     type=int,
     default=0,
     show_default=True,
-    help="Restarts from the last checkpoint after a worker is lost.",
+    help="Restarts from the last checkpoint after a worker is lost; 0: the first loss "
+    "ends the run.",
 )
 @click.option(
     "--restart-wait-s",
     type=float,
     default=600.0,
     show_default=True,
-    help="After a failure, how long a restart waits for the workers' resources "
+    help="After a failure, the seconds a restart waits for the workers' resources "
     "(a lost node coming back) before it counts as failed too.",
 )
 @output_options
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--data", default=None, help="A text file on the nodes, read as bytes.")
-@click.option("--log-every", type=int, default=1, show_default=True)
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Seed of the weights' initialisation and the data order.",
+)
+@click.option(
+    "--data",
+    default=None,
+    help="A text file on the nodes, read as bytes (tokens 0-255); default: a learnable "
+    "synthetic task, nothing to download.",
+)
+@click.option(
+    "--log-every",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Print a step's loss, tokens/s and step time every N steps (metrics.jsonl keeps "
+    "every step).",
+)
 @click.option(
     "--telemetry/--no-telemetry",
     default=True,
@@ -145,7 +256,8 @@ command runs in the cluster's environment (NCCL/Gloo settings, Ray token).
     type=float,
     default=0.0,
     show_default=True,
-    help="Before training, record the cluster's idle power for this long (idle.json).",
+    help="Before training, record the cluster's idle power for this many seconds "
+    "(idle.json); 0: none.",
 )
 @click.option(
     "--cooldown-max-s",
@@ -153,7 +265,7 @@ command runs in the cluster's environment (NCCL/Gloo settings, Ray token).
     default=0.0,
     show_default=True,
     help="After training, sample until power is back near the baseline and the "
-    "temperature stops moving, at most this long (idle.json).",
+    "temperature stops moving, at most this many seconds (idle.json); 0: none.",
 )
 @click.option(
     "--preflight/--no-preflight",
