@@ -163,9 +163,22 @@ def render_cmd(output_file: str | None, **given: Any) -> None:
 @click.option(
     "--poll-s", type=float, default=2.0, show_default=True, help="With --wait: poll interval."
 )
-def submit_cmd(wait: bool, poll_s: float, **given: Any) -> None:
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print the script and the sbatch command that would submit it; submit nothing.",
+)
+def submit_cmd(wait: bool, poll_s: float, dry_run: bool, **given: Any) -> None:
     """Render and submit the batch script (help: SUBMIT_HELP)."""
     script, job_name, job_output = _script_and_names(given)
+    if dry_run:
+        click.echo(script, nl=False)
+        click.echo(
+            f"rtk: dry run: would submit this with `sbatch --parsable` (script on stdin) "
+            f"from {os.getcwd()}; the job's log: {job_output}",
+            err=True,
+        )
+        return
     job_id = submit(script, dict(os.environ))
     click.echo(job_id)
     log_path = expand_output_pattern(job_output, job_id, job_name)

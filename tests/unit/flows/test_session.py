@@ -37,7 +37,10 @@ from toolkit.telemetry.options import TelemetryOptions
 from toolkit.train.config import TrainConfig
 
 # Commands that start, stop or run something on the nodes.
-NODE_CHANGING = {"up", "down", "demo", "exec", "launch", "train", "telemetry record", "profile"}
+NODE_CHANGING = {
+    *("up", "down", "demo", "exec", "launch", "train", "telemetry record", "profile"),
+    "sbatch submit",
+}
 
 UNFIT_INVENTORY = """\
 cluster: flowtest

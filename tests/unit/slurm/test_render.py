@@ -339,6 +339,24 @@ def test_submit_without_sbatch_says_where_to_run(inventories: Path, tmp_path: Pa
     assert "Traceback" not in done.stderr
 
 
+def test_submit_dry_run_prints_the_script_and_submits_nothing(
+    inventories: Path, tmp_path: Path
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    called = tmp_path / "sbatch-called"
+    fake_tool(bin_dir, "sbatch", f"touch {called}; echo 1")
+    path = f"{bin_dir}:{os.environ['PATH']}"
+    done = rtk(
+        "sbatch", "submit", "plain.yaml", "--dry-run", "--", "python", "x.py", env={"PATH": path}
+    )
+    assert done.returncode == 0, done.stderr
+    rendered = rtk("sbatch", "render", "plain.yaml", "--", "python", "x.py")
+    assert done.stdout == rendered.stdout  # the very script submit would send
+    assert "would submit this with `sbatch --parsable`" in done.stderr
+    assert not called.exists()
+
+
 # --- submitting and following (fake sbatch; scontrol lines in SLURM's own format) -----
 
 
