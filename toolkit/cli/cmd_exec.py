@@ -7,12 +7,11 @@ import sys
 import click
 
 from toolkit.cli.common import (
-    choose_inventory,
     dry_run_option,
+    inventory_and_command,
     local_option,
     print_json,
     slurm_option,
-    split_command,
 )
 from toolkit.cluster.command import NodeRun, runs_to_json
 from toolkit.flows import Session
@@ -55,8 +54,7 @@ def exec_cmd(
     dry_run: bool,
 ) -> None:
     """Run COMMAND on every node of INVENTORY at once (help: EXEC_HELP)."""
-    inventory, command = split_command(inventory, command, local)
-    inv = choose_inventory(inventory, local, slurm)
+    inv, command = inventory_and_command(inventory, command, local, slurm)
     with Session(inv) as session:
         if dry_run:
             click.echo(session.exec_request(command, not no_env, timeout_s).render(), nl=False)

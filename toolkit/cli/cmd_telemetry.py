@@ -9,12 +9,11 @@ from typing import Any
 import click
 
 from toolkit.cli.common import (
-    choose_inventory,
     dry_run_option,
+    inventory_and_command,
     local_option,
     output_options,
     slurm_option,
-    split_command,
     telemetry_from,
     telemetry_options,
 )
@@ -67,8 +66,7 @@ def record_cmd(
     **options: Any,
 ) -> None:
     """Record telemetry around a command (help: RECORD_HELP)."""
-    inventory, command = split_command(inventory, command, local)
-    inv = choose_inventory(inventory, local, slurm)
+    inv, command = inventory_and_command(inventory, command, local, slurm)
     telemetry = telemetry_from(options)
     run_id = run_id or f"{inv.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir = f"{output_dir.rstrip('/')}/{run_id}"

@@ -12,11 +12,11 @@ import click
 from toolkit.cli.common import (
     choose_inventory,
     dry_run_option,
+    inventory_and_command,
     inventory_options,
     local_option,
     output_options,
     slurm_option,
-    split_command,
     telemetry_options,
 )
 from toolkit.cli.help import TrainCommand
@@ -333,8 +333,7 @@ def launch_cmd(
     dry_run: bool,
 ) -> None:
     """Run any entrypoint (help: LAUNCH_HELP)."""
-    inventory, command = split_command(inventory, command, local)
-    inv = choose_inventory(inventory, local, slurm)
+    inv, command = inventory_and_command(inventory, command, local, slurm)
     workload = CommandWorkload(command, working_dir)
     with Session(inv, log=click.echo) as session:
         if dry_run:

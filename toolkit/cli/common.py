@@ -52,21 +52,21 @@ def local_option(func: F) -> F:
     )(func)
 
 
-def split_command(
-    inventory: str | None, command: tuple[str, ...], local: bool
-) -> tuple[str | None, tuple[str, ...]]:
-    """``INVENTORY COMMAND...`` as given; with ``--local`` the first word is the command's.
+def inventory_and_command(
+    inventory: str | None, command: tuple[str, ...], local: bool, slurm: bool
+) -> tuple[Inventory, tuple[str, ...]]:
+    """The inventory and ``COMMAND...`` as given; with ``--local`` the first word is the command's.
 
     Raises:
-        click.UsageError: No command was given.
+        click.UsageError: No command was given, or both an inventory file and --local.
     """
     if local and inventory is not None:
         if inventory.endswith((".yaml", ".yml")) and os.path.isfile(inventory):
             raise click.UsageError("give an inventory file or --local, not both")
-        return None, (inventory, *command)
+        return choose_inventory(None, local, slurm), (inventory, *command)
     if not command:
         raise click.UsageError("Missing argument 'COMMAND...'.")
-    return inventory, command
+    return choose_inventory(inventory, local, slurm), command
 
 
 def _check_sensors(ctx: click.Context, param: click.Parameter, value: str) -> str:
