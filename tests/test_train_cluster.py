@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 from conftest import rtk
 
+from toolkit.rundir import read_markers
 from toolkit.sandbox import Sandbox
-from toolkit.train.markers import read_markers
 
 pytestmark = pytest.mark.ray
 

@@ -10,9 +10,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from toolkit.rundir import read_markers  # noqa: E402
 from toolkit.train.config import PRESETS, TrainConfig  # noqa: E402
 from toolkit.train.local import run_local  # noqa: E402
-from toolkit.train.markers import read_markers  # noqa: E402
 
 
 def metrics(run_dir: Path) -> list[dict[str, float]]:

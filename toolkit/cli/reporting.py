@@ -11,6 +11,7 @@ import click
 from toolkit.cluster.plan import ClusterPlan
 from toolkit.errors import RtkError
 from toolkit.inventory import Inventory
+from toolkit.rundir import RunDir
 from toolkit.telemetry.fetch import fetch_run
 from toolkit.transport import make_transport
 
@@ -26,7 +27,7 @@ def report_if_here(run_dir: str, fetch: Fetch | None = None) -> Path | None:
     is over and its outcome decides rtk's exit status.
     """
     path = Path(os.path.expanduser(run_dir))
-    if not (path / "telemetry" / "manifest.json").exists():
+    if not RunDir(path).has_telemetry:
         if fetch is None:
             click.echo(f"rtk: no telemetry under {path} on this machine", err=True)
             return None

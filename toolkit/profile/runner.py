@@ -12,27 +12,25 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from toolkit.cluster import StateStore, build_plan, down, up
 from toolkit.cluster.jobs import JobOutcome
 from toolkit.cluster.plan import ClusterPlan
 from toolkit.cluster.report import Reporter
-from toolkit.errors import ExperimentError, Problem, RtkError
+from toolkit.errors import ExperimentError, Problem, RtkError, RunDirError
 from toolkit.inventory import Inventory, load_inventory
 from toolkit.profile.experiment import Experiment, RunSpec, clocks_mhz
+from toolkit.rundir import IdleRecord, ProfileRunRecord, RunDir
 from toolkit.telemetry.fetch import fetch_run
 from toolkit.telemetry.submit import submit_record
 from toolkit.train.config import TrainConfig
 from toolkit.train.submit import submit_train
 from toolkit.transport import Transport, make_transport
 
-RUN_RECORD = "profile_run.json"
 Echo = Callable[[str], None]
 
 
@@ -52,11 +50,11 @@ def run_dir_of(experiment: Experiment, run: RunSpec) -> Path:
 
 def finished(experiment: Experiment, run: RunSpec) -> bool:
     """True when the run already succeeded in an earlier invocation."""
-    record = run_dir_of(experiment, run) / RUN_RECORD
     try:
-        return bool(json.loads(record.read_text()).get("status") == "succeeded")
-    except (OSError, ValueError):
+        record = ProfileRunRecord.read(RunDir(run_dir_of(experiment, run)).profile_run)
+    except RunDirError:
         return False
+    return record.status == "succeeded"
 
 
 def subset(inventory: Inventory, count: int) -> Inventory:
@@ -133,21 +131,17 @@ def _run_one(
 
     run_dir = run_dir_of(experiment, run)
     run_dir.mkdir(parents=True, exist_ok=True)
-    record: dict[str, Any] = {
-        "v": 1,
-        "run_id": run.run_id,
-        "config_id": run.config_id,
-        "axes": run.axes,
-        "repeat": run.repeat,
-        "status": "running",
-        "error": None,
-        "run_dir": str(run_dir),
-        "started_wall_s": time.time(),
-        "ended_wall_s": None,
-        "baseline": None,
-        "cooldown": None,
-    }
-    _write_record(run_dir, record)
+    layout = RunDir(run_dir)
+    record = ProfileRunRecord(
+        run_id=run.run_id,
+        config_id=run.config_id,
+        axes=run.axes,
+        repeat=run.repeat,
+        status="running",
+        run_dir=str(run_dir),
+        started_wall_s=time.time(),
+    )
+    record.write(layout.profile_run)
     try:
         with gpu_settings(
             plan,
@@ -157,24 +151,25 @@ def _run_one(
             mem_clocks_mhz=clocks_mhz(run.axes.get("mem_clocks_mhz")),
         ) as applied:
             if applied:
-                record["gpu_settings"] = applied
+                record = replace(record, gpu_settings=applied)
             job = _workload(experiment, run, plan, store, str(run_dir), echo)
         _report(plan, transport, run_dir)
         if not job.ok:
             raise RtkError(f"job {job.job_id} {job.status}: {job.message.strip()[:300]}")
-        record["status"] = "succeeded"
+        record = replace(record, status="succeeded")
     except RtkError as e:
-        record["status"], record["error"] = "failed", str(e)
+        record = replace(record, status="failed", error=str(e))
         echo(f"rtk profile: run {run.run_id} FAILED: {e}")
     except BaseException:
-        record["status"], record["error"] = "interrupted", "stopped before its end"
+        record = replace(record, status="interrupted", error="stopped before its end")
         raise
     finally:
-        record["ended_wall_s"] = time.time()
-        idle = _read_json(run_dir / "idle.json")
-        record["baseline"], record["cooldown"] = idle.get("baseline"), idle.get("cooldown")
-        _write_record(run_dir, record)
-    return bool(record["status"] == "succeeded")
+        idle = _read_idle(layout)
+        record = replace(
+            record, ended_wall_s=time.time(), baseline=idle.baseline, cooldown=idle.cooldown
+        )
+        record.write(layout.profile_run)
+    return record.status == "succeeded"
 
 
 def _workload(
@@ -207,7 +202,7 @@ def _report(plan: ClusterPlan, transport: Transport, run_dir: Path) -> None:
     """Build the run's report here, bringing its results from the head if needed."""
     from toolkit.telemetry.report import build_report, write_report
 
-    if not (run_dir / "telemetry" / "manifest.json").exists():
+    if not RunDir(run_dir).has_telemetry:
         fetch_run(plan, transport, str(run_dir), run_dir)
     write_report(build_report(run_dir))
 
@@ -223,15 +218,9 @@ def _write_sweep_file(experiment: Experiment) -> None:
     (experiment.sweep_dir / "sweep.json").write_text(json.dumps(text, indent=2) + "\n")
 
 
-def _write_record(run_dir: Path, record: dict[str, Any]) -> None:
-    temp = run_dir / f".{RUN_RECORD}.tmp"
-    temp.write_text(json.dumps(record, indent=2, default=str) + "\n")
-    os.replace(temp, run_dir / RUN_RECORD)
-
-
-def _read_json(path: Path) -> dict[str, Any]:
+def _read_idle(layout: RunDir) -> IdleRecord:
+    """The run's idle phases; none when it has no (readable) ``idle.json``."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+        return IdleRecord.read(layout.idle)
+    except RunDirError:
+        return IdleRecord()
