@@ -101,3 +101,7 @@ class GpuControlError(RtkError):
 
 class ExperimentError(FileProblemsError):
     """The experiment file of rtk profile is missing, unreadable or invalid."""
+
+
+class RunDirError(RtkError):
+    """A run directory's record cannot be read: unreadable, not JSON, or a field is wrong."""

@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 from conftest import require, rtk
 
+from toolkit.rundir import read_markers
 from toolkit.sandbox import Sandbox
-from toolkit.train.markers import read_markers
 
 pytestmark = pytest.mark.ray
 

@@ -35,6 +35,7 @@ LAYERS: dict[str, int] = {
     "shell": 0,
     "resources": 0,
     "ray_resources": 0,
+    "rundir": 0,  # the run directory: layout and records, shared by every layer
     # 1: the inventory
     "inventory": 1,
     # 2: reaching nodes, and what runs on them

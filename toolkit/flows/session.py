@@ -47,6 +47,7 @@ from toolkit.flows.workload import (
     job_request,
 )
 from toolkit.inventory import Inventory
+from toolkit.rundir import RunDir
 from toolkit.telemetry.fetch import fetch_run
 from toolkit.train.submit import remember_run
 from toolkit.transport.base import Transport
@@ -234,7 +235,7 @@ class Session:
         written. Problems are results, not raised: the run itself is over.
         """
         path = Path(os.path.expanduser(run_dir))
-        if (path / "telemetry" / "manifest.json").exists():
+        if RunDir(path).has_telemetry:
             return CollectOutcome(path, path)
         if not fetch:
             return CollectOutcome(path, None)

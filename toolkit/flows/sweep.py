@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from toolkit.cluster import build_plan
 from toolkit.cluster.report import Reporter
-from toolkit.errors import ExperimentError, Problem, RtkError
+from toolkit.errors import ExperimentError, Problem, RtkError, RunDirError
 from toolkit.flows import (
     CommandWorkload,
     JobRequest,
@@ -34,11 +33,11 @@ from toolkit.flows import (
 )
 from toolkit.inventory import Inventory, load_inventory
 from toolkit.profile.experiment import Experiment, RunSpec, clocks_mhz
+from toolkit.rundir import IdleRecord, ProfileRunRecord, RunDir
 from toolkit.telemetry.options import TelemetryOptions
 from toolkit.train.config import TrainConfig
 
 GPU_AXES = ("power_limit_w", "gpu_clocks_mhz", "mem_clocks_mhz")
-RUN_RECORD = "profile_run.json"
 Echo = Callable[[str], None]
 
 
@@ -58,11 +57,11 @@ def run_dir_of(experiment: Experiment, run: RunSpec) -> Path:
 
 def finished(experiment: Experiment, run: RunSpec) -> bool:
     """True when the run already succeeded in an earlier invocation."""
-    record = run_dir_of(experiment, run) / RUN_RECORD
     try:
-        return bool(json.loads(record.read_text()).get("status") == "succeeded")
-    except (OSError, ValueError):
+        record = ProfileRunRecord.read(RunDir(run_dir_of(experiment, run)).profile_run)
+    except RunDirError:
         return False
+    return record.status == "succeeded"
 
 
 def subset(inventory: Inventory, count: int) -> Inventory:
@@ -184,21 +183,17 @@ def _run_one(experiment: Experiment, run: RunSpec, session: Session, echo: Echo)
 
     run_dir = run_dir_of(experiment, run)
     run_dir.mkdir(parents=True, exist_ok=True)
-    record: dict[str, Any] = {
-        "v": 1,
-        "run_id": run.run_id,
-        "config_id": run.config_id,
-        "axes": run.axes,
-        "repeat": run.repeat,
-        "status": "running",
-        "error": None,
-        "run_dir": str(run_dir),
-        "started_wall_s": time.time(),
-        "ended_wall_s": None,
-        "baseline": None,
-        "cooldown": None,
-    }
-    _write_record(run_dir, record)
+    layout = RunDir(run_dir)
+    record = ProfileRunRecord(
+        run_id=run.run_id,
+        config_id=run.config_id,
+        axes=run.axes,
+        repeat=run.repeat,
+        status="running",
+        run_dir=str(run_dir),
+        started_wall_s=time.time(),
+    )
+    record.write(layout.profile_run)
     try:
         with gpu_settings(
             session.plan,
@@ -208,24 +203,25 @@ def _run_one(experiment: Experiment, run: RunSpec, session: Session, echo: Echo)
             mem_clocks_mhz=clocks_mhz(run.axes.get("mem_clocks_mhz")),
         ) as applied:
             if applied:
-                record["gpu_settings"] = applied
+                record = replace(record, gpu_settings=applied)
             job = session.run_workload(workload_of(experiment, run, str(run_dir))).job
         _report(session, run_dir)
         if not job.ok:
             raise RtkError(f"job {job.job_id} {job.status}: {job.message.strip()[:300]}")
-        record["status"] = "succeeded"
+        record = replace(record, status="succeeded")
     except RtkError as e:
-        record["status"], record["error"] = "failed", str(e)
+        record = replace(record, status="failed", error=str(e))
         echo(f"rtk profile: run {run.run_id} FAILED: {e}")
     except BaseException:
-        record["status"], record["error"] = "interrupted", "stopped before its end"
+        record = replace(record, status="interrupted", error="stopped before its end")
         raise
     finally:
-        record["ended_wall_s"] = time.time()
-        idle = _read_json(run_dir / "idle.json")
-        record["baseline"], record["cooldown"] = idle.get("baseline"), idle.get("cooldown")
-        _write_record(run_dir, record)
-    return bool(record["status"] == "succeeded")
+        idle = _read_idle(layout)
+        record = replace(
+            record, ended_wall_s=time.time(), baseline=idle.baseline, cooldown=idle.cooldown
+        )
+        record.write(layout.profile_run)
+    return record.status == "succeeded"
 
 
 def workload_of(experiment: Experiment, run: RunSpec, run_dir: str) -> Workload:
@@ -269,15 +265,9 @@ def _write_sweep_file(experiment: Experiment) -> None:
     (experiment.sweep_dir / "sweep.json").write_text(json.dumps(text, indent=2) + "\n")
 
 
-def _write_record(run_dir: Path, record: dict[str, Any]) -> None:
-    temp = run_dir / f".{RUN_RECORD}.tmp"
-    temp.write_text(json.dumps(record, indent=2, default=str) + "\n")
-    os.replace(temp, run_dir / RUN_RECORD)
-
-
-def _read_json(path: Path) -> dict[str, Any]:
+def _read_idle(layout: RunDir) -> IdleRecord:
+    """The run's idle phases; none when it has no (readable) ``idle.json``."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+        return IdleRecord.read(layout.idle)
+    except RunDirError:
+        return IdleRecord()

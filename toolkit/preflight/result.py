@@ -2,32 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import Any
 
-Status = Literal["pass", "warn", "fail"]
+from toolkit.rundir.preflight import Check, PreflightRecord, Status
+
+__all__ = ["ORDER", "Check", "PreflightReport", "Status"]
+
 ORDER: dict[str, int] = {"pass": 0, "warn": 1, "fail": 2}
-
-
-@dataclass(frozen=True)
-class Check:
-    """One check's outcome on one node, pair or the whole cluster.
-
-    Attributes:
-        name: What was checked (``host.dev_shm``, ``software.ray``, ...).
-        scope: A node name, ``a->b`` for a pair, or ``cluster``.
-        status: pass, warn or fail.
-        measured: What was found, as shown to the user.
-        threshold: What counts as good.
-        hint: How to fix it (empty when it passed).
-    """
-
-    name: str
-    scope: str
-    status: Status
-    measured: str
-    threshold: str = ""
-    hint: str = ""
 
 
 @dataclass
@@ -56,14 +38,20 @@ class PreflightReport:
         """The checks that failed."""
         return [c for c in self.checks if c.status == "fail"]
 
+    def to_record(self) -> PreflightRecord:
+        """The record saved as ``preflight.json`` and printed by ``--json``."""
+        return PreflightRecord(
+            self.cluster, self.status, round(self.duration_s, 3), tuple(self.checks)
+        )
+
+    @classmethod
+    def from_record(cls, record: PreflightRecord) -> PreflightReport:
+        """The report a saved record describes."""
+        return cls(record.cluster, list(record.checks), record.duration_s)
+
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (``--json``, ``preflight.json``)."""
-        return {
-            "cluster": self.cluster,
-            "status": self.status,
-            "duration_s": round(self.duration_s, 3),
-            "checks": [asdict(c) for c in self.checks],
-        }
+        return self.to_record().to_json()
 
     def render(self, only_problems: bool = False) -> str:
         """A table for the terminal: failures and warnings first, then a count of passes.

@@ -23,6 +23,7 @@ from toolkit.node import FACTS
 from toolkit.preflight import checks
 from toolkit.preflight.bandwidth import DEFAULT_SIZES_BYTES, PROGRESS_PREFIX, RESULT_PREFIX
 from toolkit.preflight.result import Check, PreflightReport
+from toolkit.rundir import RunDir
 from toolkit.shell import join
 from toolkit.transport.base import Transport
 from toolkit.transport.group import run_each
@@ -223,7 +224,7 @@ def _bandwidth_checks(
 
 _SAVE = (
     "import os, pathlib, sys; d = pathlib.Path(os.path.expanduser(sys.argv[1])); "
-    "d.mkdir(parents=True, exist_ok=True); (d / 'preflight.json').write_text(sys.stdin.read())"
+    "d.mkdir(parents=True, exist_ok=True); (d / sys.argv[2]).write_text(sys.stdin.read())"
 )
 
 
@@ -236,7 +237,7 @@ def save_in_run_dir(
         ClusterError: It could not be written.
     """
     text = json.dumps(report.to_json(), indent=2) + "\n"
-    command = join([plan.head.node.python, "-c", _SAVE, run_dir])
+    command = join([plan.head.node.python, "-c", _SAVE, run_dir, RunDir(run_dir).preflight.name])
     result = transport.run(plan.head.node, command, stdin=text, timeout_s=FACTS_TIMEOUT_S)
     if not result.ok:
         raise ClusterError(f"cannot write {run_dir}/preflight.json on the head: {result.tail()}")

@@ -19,14 +19,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from toolkit.errors import RtkError
+from toolkit.errors import RtkError, RunDirError
+from toolkit.rundir import IdleBaseline, IdleCooldown, ProfileRunRecord, RunDir
 
 logger = logging.getLogger(__name__)
 
-PROFILE_RUN_JSON = "profile_run.json"
-SUMMARY_JSON = "report/summary.json"
 SUCCEEDED = "succeeded"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 1  # of results.json
+SUMMARY_JSON = str(RunDir("").report_summary)  # as named in messages: report/summary.json
 # ConfigRow's figures, in column order; each is a Spread.
 METRICS = (
     "tokens_per_s",
@@ -40,38 +40,6 @@ METRICS = (
 
 class SweepResultsError(RtkError):
     """The sweep directory cannot be read."""
-
-
-@dataclass(frozen=True)
-class Baseline:
-    """Idle power measured before a run.
-
-    Attributes:
-        duration_s: How long the idle power was measured.
-        power_w: The nodes' mean idle power, all nodes together.
-        per_node_power_w: Node -> its mean idle power.
-    """
-
-    duration_s: float | None
-    power_w: float | None
-    per_node_power_w: dict[str, float]
-
-
-@dataclass(frozen=True)
-class Cooldown:
-    """The wait after a run for the GPUs to cool back towards idle.
-
-    Attributes:
-        duration_s: How long the runner waited.
-        settled: Whether power and temperature settled before the wait's limit.
-        power_w: Power at the end of the wait.
-        temperature_c: GPU temperature at the end of the wait.
-    """
-
-    duration_s: float | None
-    settled: bool | None
-    power_w: float | None
-    temperature_c: float | None
 
 
 @dataclass(frozen=True)
@@ -119,8 +87,8 @@ class RunResult:
     run_dir: Path
     started_wall_s: float | None
     ended_wall_s: float | None
-    baseline: Baseline | None
-    cooldown: Cooldown | None
+    baseline: IdleBaseline | None
+    cooldown: IdleCooldown | None
     summary: RunSummary | None
 
     @property
@@ -231,64 +199,35 @@ def load_runs(sweep_dir: Path) -> list[RunResult]:
     if not sweep_dir.is_dir():
         raise SweepResultsError(f"{sweep_dir}: no such sweep directory")
     runs = []
-    for path in sorted(sweep_dir.glob(f"**/{PROFILE_RUN_JSON}")):
+    for path in sorted(sweep_dir.glob(f"**/{RunDir(sweep_dir).profile_run.name}")):
         try:
             runs.append(_load_run(path))
-        except (OSError, ValueError) as e:
+        except RunDirError as e:
             logger.warning("%s: left out, cannot be read: %s", path, e)
     order = axis_names(r.axes for r in runs)
     return sorted(runs, key=lambda r: (_axes_key(r.axes, order), r.config_id, r.repeat, r.run_id))
 
 
 def _load_run(path: Path) -> RunResult:
-    data = _json_object(path)
-    if data.get("v", SCHEMA_VERSION) != SCHEMA_VERSION:
-        raise ValueError(f"v: {data.get('v')!r}, this rtk reads version {SCHEMA_VERSION}")
-    axes = data.get("axes")
-    if not isinstance(axes, dict):
-        raise ValueError(f"axes: expected an object, got {axes!r}")
-    status, error = _text(data, "status"), data.get("error")
-    summary, summary_error = _load_summary(path.parent / SUMMARY_JSON)
-    if status == SUCCEEDED and summary is None:
+    record = ProfileRunRecord.read(path)
+    layout = RunDir(path.parent)
+    error = record.error
+    summary, summary_error = _load_summary(layout.report_summary)
+    if record.status == SUCCEEDED and summary is None:
         error = summary_error if error is None else f"{error}; {summary_error}"
-    repeat = data.get("repeat", 0)
-    baseline, cooldown = data.get("baseline"), data.get("cooldown")
     return RunResult(
-        run_id=_text(data, "run_id"),
-        config_id=_text(data, "config_id"),
-        axes=dict(axes),
-        repeat=repeat if isinstance(repeat, int) else 0,
-        status=status,
-        error=None if error is None else str(error),
-        run_dir=path.parent,
-        started_wall_s=_number(data, "started_wall_s"),
-        ended_wall_s=_number(data, "ended_wall_s"),
-        baseline=_baseline(baseline) if isinstance(baseline, dict) else None,
-        cooldown=_cooldown(cooldown) if isinstance(cooldown, dict) else None,
+        run_id=record.run_id,
+        config_id=record.config_id,
+        axes=dict(record.axes),
+        repeat=record.repeat,
+        status=record.status,
+        error=error,
+        run_dir=layout.root,
+        started_wall_s=record.started_wall_s,
+        ended_wall_s=record.ended_wall_s,
+        baseline=record.baseline,
+        cooldown=record.cooldown,
         summary=summary,
-    )
-
-
-def _baseline(data: dict[str, Any]) -> Baseline:
-    per_node = data.get("per_node_power_w")
-    return Baseline(
-        duration_s=_number(data, "duration_s"),
-        power_w=_number(data, "power_w"),
-        per_node_power_w={
-            str(node): float(power_w)
-            for node, power_w in (per_node.items() if isinstance(per_node, dict) else [])
-            if _is_number(power_w)
-        },
-    )
-
-
-def _cooldown(data: dict[str, Any]) -> Cooldown:
-    settled = data.get("settled")
-    return Cooldown(
-        duration_s=_number(data, "duration_s"),
-        settled=settled if isinstance(settled, bool) else None,
-        power_w=_number(data, "power_w"),
-        temperature_c=_number(data, "temperature_c"),
     )
 
 
@@ -323,13 +262,6 @@ def _json_object(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ValueError(f"expected a JSON object, got {type(data).__name__}")
     return data
-
-
-def _text(data: Mapping[str, Any], key: str) -> str:
-    value = data.get(key)
-    if not isinstance(value, str):
-        raise ValueError(f"{key}: expected text, got {value!r}")
-    return value
 
 
 def _is_number(value: object) -> TypeGuard[int | float]:

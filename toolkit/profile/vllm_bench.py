@@ -36,7 +36,7 @@ from pydantic import Field, ValidationError
 
 from toolkit.errors import RtkError
 from toolkit.profile.experiment import CLUSTER_AXES, VllmSpec
-from toolkit.train.markers import MarkerWriter, marker_path
+from toolkit.rundir import MarkerWriter, RunDir
 
 log = logging.getLogger(__name__)
 
@@ -240,7 +240,7 @@ def run_bench(
 
 def _set_aside_old_markers(run_dir: Path) -> None:
     """A run directory used before (a failed run, run again) starts fresh markers."""
-    path = marker_path(run_dir, 0)
+    path = RunDir(run_dir).marker(0)
     if path.exists():
         kept = path.with_name(f"superseded-{int(time.time())}-{path.name}")
         path.rename(kept)

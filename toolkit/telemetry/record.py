@@ -19,6 +19,7 @@ from pathlib import Path
 
 import ray
 
+from toolkit.rundir import CommandRecord, RunDir
 from toolkit.telemetry.options import TelemetryOptions
 from toolkit.telemetry.session import TelemetrySession, exit_on_sigterm
 from toolkit.telemetry.settle import IdlePhases
@@ -59,13 +60,7 @@ def main(argv: list[str]) -> int:
         idle.save()
         session.stop()
 
-    (run_dir / "command.json").write_text(
-        json.dumps(
-            {"command": command, "exit_code": code, "duration_s": duration_s},
-            indent=2,
-        )
-        + "\n"
-    )
+    CommandRecord(tuple(command), code, duration_s).write(RunDir(run_dir).command)
     print(f"rtk telemetry: command exited {code}; traces in {run_dir}/telemetry", flush=True)
     return code
 

@@ -25,6 +25,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from toolkit.rundir import Manifest, NodeManifest, RunDir
 from toolkit.telemetry.clock import ClockOffset, combine, estimate_offset
 from toolkit.telemetry.options import TelemetryOptions
 from toolkit.telemetry.sampler import DEFAULT_RATE_HZ, Sampler
@@ -32,7 +33,6 @@ from toolkit.telemetry.sensors.factory import make_sensors
 
 logger = logging.getLogger(__name__)
 
-MANIFEST_VERSION = 1
 HOST_RESOURCE_PREFIX = "rtk_host:"
 CALL_TIMEOUT_S = 60.0
 
@@ -50,16 +50,6 @@ def exit_on_sigterm() -> None:
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, stop)
-
-
-def manifest_path(run_dir: str | Path) -> Path:
-    """Where a run's telemetry manifest lives."""
-    return Path(run_dir) / "telemetry" / "manifest.json"
-
-
-def samples_path(run_dir: str | Path, node: str) -> Path:
-    """Where a node's collected samples live in the run directory."""
-    return Path(run_dir) / "telemetry" / "nodes" / node / "samples.jsonl"
 
 
 def node_local_dir(key: str) -> Path:
@@ -143,11 +133,8 @@ def _read_node_markers(run_dir: str) -> dict[str, bytes]:
 
     Without a shared filesystem, each node holds only its own ranks' files.
     """
-    root = Path(run_dir)
-    return {
-        str(path.relative_to(root)): path.read_bytes()
-        for path in sorted((root / "markers").glob("rank-*.jsonl"))
-    }
+    layout = RunDir(run_dir)
+    return {str(path.relative_to(layout.root)): path.read_bytes() for path in layout.marker_files()}
 
 
 @ray.remote(num_cpus=0)
@@ -309,7 +296,7 @@ class TelemetrySession:
         if data is None:
             node.status, node.error = "missing", f"no samples file on the node ({path})"
             return
-        target = samples_path(self.run_dir, node.name)
+        target = RunDir(self.run_dir).node_samples(node.name)
         if Path(path).resolve() != target.resolve():
             target.parent.mkdir(parents=True, exist_ok=True)
             # A resumed run appends: the trace covers every invocation, and the time
@@ -346,41 +333,43 @@ class TelemetrySession:
     def _sensor_names(self) -> set[str]:
         return {s for n in self.nodes for s in n.info.get("sensors", [])}
 
-    def manifest(self) -> dict[str, Any]:
+    def manifest(self) -> Manifest:
         """The manifest as it stands (docs/telemetry.md)."""
-        return {
-            "v": MANIFEST_VERSION,
-            "run_dir": str(self.run_dir),
-            "head": self.head,
-            "rate_hz": self.rate_hz,
-            "power_rate_hz": self.power_rate_hz or self.rate_hz,
-            "started_wall_s": self.started_wall_s,
-            "ended_wall_s": self.ended_wall_s,
-            "nodes": {
-                n.name: {
-                    "hostname": n.info.get("hostname"),
-                    "node_id": n.node_id,
-                    "pid": n.info.get("pid"),
-                    "sensors": n.info.get("sensors", []),
-                    "devices": n.info.get("devices", {}),
-                    "clock": combine(n.start_clock, n.end_clock),
-                    "status": n.status,
-                    "samples": (n.stats or {}).get("samples", 0),
-                    "first_wall_s": (n.stats or {}).get("first_wall_s"),
-                    "last_wall_s": (n.stats or {}).get("last_wall_s"),
-                    "sampler": n.stats,
-                    "error": n.error,
-                }
-                for n in self.nodes
-            },
-        }
+        return Manifest(
+            head=self.head,
+            rate_hz=self.rate_hz,
+            power_rate_hz=self.power_rate_hz or self.rate_hz,
+            nodes={n.name: _node_manifest(n) for n in self.nodes},
+            run_dir=str(self.run_dir),
+            started_wall_s=self.started_wall_s,
+            ended_wall_s=self.ended_wall_s,
+        )
 
     def _write_manifest(self) -> None:
-        path = manifest_path(self.run_dir)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.manifest(), indent=2) + "\n")
-        tmp.replace(path)
+        self.manifest().write(RunDir(self.run_dir).manifest)
+
+
+def _node_manifest(node: _Node) -> NodeManifest:
+    """A node's manifest entry as the session knows it now."""
+    clock = combine(node.start_clock, node.end_clock)
+    stats = node.stats or {}
+    return NodeManifest(
+        name=node.name,
+        hostname=str(node.info.get("hostname") or node.name),
+        offset_s=float(clock["offset_s"]),
+        uncertainty_s=float(clock["uncertainty_s"] or 0.0),
+        status=node.status,
+        devices=node.info.get("devices", {}),
+        samples_expected=stats.get("samples", 0),
+        error=node.error,
+        node_id=node.node_id,
+        pid=node.info.get("pid"),
+        sensors=tuple(node.info.get("sensors", [])),
+        clock=clock,
+        first_wall_s=stats.get("first_wall_s"),
+        last_wall_s=stats.get("last_wall_s"),
+        sampler=node.stats,
+    )
 
 
 def _node_name(node: dict[str, Any]) -> tuple[str, bool]:

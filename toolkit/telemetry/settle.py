@@ -9,12 +9,14 @@ a settled cluster can be compared.
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+
+from toolkit.rundir import IdleBaseline, IdleCooldown, IdleRecord, RunDir
 
 
 class Windows(Protocol):
@@ -68,16 +70,16 @@ def is_settled(
 
 def measure_baseline(
     windows: Windows, seconds: float, sleep: Callable[[float], None] = time.sleep
-) -> dict[str, Any]:
+) -> IdleBaseline:
     """Wait ``seconds`` with the samplers running, then read the cluster at rest."""
     sleep(seconds)
     window = windows.window(seconds)
-    return {
-        "duration_s": seconds,
-        "power_w": total_power_w(window),
-        "temperature_c": hottest_c(window),
-        "per_node_power_w": {n: w.get("power_w") for n, w in window.items()},
-    }
+    return IdleBaseline(
+        duration_s=seconds,
+        power_w=total_power_w(window),
+        temperature_c=hottest_c(window),
+        per_node_power_w={n: w.get("power_w") for n, w in window.items()},
+    )
 
 
 def cool_down(
@@ -86,7 +88,7 @@ def cool_down(
     rule: CooldownRule,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
-) -> dict[str, Any]:
+) -> IdleCooldown:
     """Sample window after window until settled or ``rule.max_s`` has passed."""
     began = clock()
     previous_c: float | None = None
@@ -97,14 +99,14 @@ def cool_down(
         settled = is_settled(baseline_w, power_w, previous_c, temperature_c, rule)
         elapsed_s = clock() - began
         if settled or elapsed_s >= rule.max_s:
-            return {
-                "duration_s": elapsed_s,
-                "settled": settled,
-                "power_w": power_w,
-                "temperature_c": temperature_c,
-                "baseline_power_w": baseline_w,
-                "max_s": rule.max_s,
-            }
+            return IdleCooldown(
+                duration_s=elapsed_s,
+                settled=settled,
+                power_w=power_w,
+                temperature_c=temperature_c,
+                baseline_power_w=baseline_w,
+                max_s=rule.max_s,
+            )
         previous_c = temperature_c
 
 
@@ -120,33 +122,33 @@ class IdlePhases:
         say: Callable[[str], None] = print,
     ) -> None:
         self.windows = windows
-        self.path = Path(run_dir) / "idle.json"
+        self.path = RunDir(run_dir).idle
         self.baseline_s = baseline_s
         self.rule = CooldownRule(max_s=cooldown_max_s)
         self.say = say
-        self.result: dict[str, Any] = {}
+        self.result = IdleRecord()
 
     def before(self) -> None:
         """Measure the idle baseline (when asked for)."""
         if self.baseline_s:
-            self.result["baseline"] = measure_baseline(self.windows, self.baseline_s)
-            self.say(f"idle baseline {_watts(self.result['baseline'])}")
+            baseline = measure_baseline(self.windows, self.baseline_s)
+            self.result = dataclasses.replace(self.result, baseline=baseline)
+            self.say(f"idle baseline {_watts(baseline.power_w)}")
 
     def after(self) -> None:
         """Cool down until settled or the limit (when asked for)."""
         if self.rule.max_s:
-            baseline_w = self.result.get("baseline", {}).get("power_w")
+            baseline_w = self.result.baseline.power_w if self.result.baseline else None
             done = cool_down(self.windows, baseline_w, self.rule)
-            self.result["cooldown"] = done
-            state = "settled" if done["settled"] else "NOT settled"
-            self.say(f"cooldown {done['duration_s']:.1f} s, {state} at {_watts(done)}")
+            self.result = dataclasses.replace(self.result, cooldown=done)
+            state = "settled" if done.settled else "NOT settled"
+            self.say(f"cooldown {done.duration_s or 0:.1f} s, {state} at {_watts(done.power_w)}")
 
     def save(self) -> None:
         """Write ``idle.json`` (nothing when neither phase ran)."""
-        if self.result:
-            self.path.write_text(json.dumps(self.result, indent=2) + "\n")
+        if self.result.baseline is not None or self.result.cooldown is not None:
+            self.result.write(self.path)
 
 
-def _watts(reading: Mapping[str, Any]) -> str:
-    power_w = reading.get("power_w")
+def _watts(power_w: float | None) -> str:
     return "unknown power" if power_w is None else f"{power_w:.1f} W"

@@ -19,12 +19,14 @@ import ray
 from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
+from toolkit.rundir import RunDir, TrainConfigRecord
+from toolkit.rundir.layout import CHECKPOINTS_DIR
 from toolkit.telemetry.session import TelemetrySession, exit_on_sigterm
 from toolkit.telemetry.settle import IdlePhases
 from toolkit.train.config import TrainConfig
 from toolkit.train.ray_worker import train_loop_per_worker
 
-RUN_NAME = "train"
+RUN_NAME = CHECKPOINTS_DIR  # Ray Train keeps its checkpoints in RUN_DIR/RUN_NAME
 
 
 def worker_layout(config: TrainConfig, resources: dict[str, float], nodes: int) -> dict[str, Any]:
@@ -65,9 +67,7 @@ def main(argv: list[str]) -> int:
         f"strategy {config.strategy}, run dir {config.run_dir}",
         flush=True,
     )
-    (Path(config.run_dir) / "train_config.json").write_text(
-        json.dumps({**config.to_json(), "layout": layout}, indent=2) + "\n"
-    )
+    TrainConfigRecord(config.to_json(), layout).write(RunDir(config.run_dir).train_config)
     trainer = TorchTrainer(
         train_loop_per_worker,
         train_loop_config=config.to_json(),

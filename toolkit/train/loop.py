@@ -8,7 +8,6 @@ provide their own. The loop writes markers (every rank) and ``metrics.jsonl``
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
 from collections.abc import Callable
@@ -18,9 +17,9 @@ from typing import Any, Protocol, TextIO, TypeVar
 import torch
 import torch.distributed as dist
 
+from toolkit.rundir import MarkerWriter, MetricsLine, RunDir, metrics_step
 from toolkit.train.config import TrainConfig
 from toolkit.train.data import make_data
-from toolkit.train.markers import MarkerWriter
 from toolkit.train.model import GPT
 from toolkit.train.strategies import make_strategy
 
@@ -84,20 +83,20 @@ def train_worker(config: TrainConfig, ctx: WorkerContext) -> dict[str, Any]:
                     dist.barrier()
                 markers.write("barrier", step, wait_s=time.monotonic() - waited)
             step_s = time.monotonic() - began
-            last = {
-                "step": step,
-                "loss": loss,
-                "step_time_s": step_s,
-                "tokens": tokens_per_step,
-                "tokens_per_s": tokens_per_step / step_s if step_s > 0 else 0.0,
-                "lr": _learning_rate(config, step),
-                "wall_s": time.time(),
-            }
-            mfu = _mfu(shape.flops_per_token(), last["tokens_per_s"], ctx.world_size, device)
-            if mfu is not None:
-                last["mfu"] = mfu
+            tokens_per_s = tokens_per_step / step_s if step_s > 0 else 0.0
+            line = MetricsLine(
+                step=step,
+                loss=loss,
+                step_time_s=step_s,
+                tokens=tokens_per_step,
+                tokens_per_s=tokens_per_s,
+                lr=_learning_rate(config, step),
+                wall_s=time.time(),
+                mfu=_mfu(shape.flops_per_token(), tokens_per_s, ctx.world_size, device),
+            )
+            last = line.to_json()
             if metrics_file is not None:
-                metrics_file.write(json.dumps(last) + "\n")
+                metrics_file.write(line.to_line())
                 if step % config.log_every == 0 or step == config.max_steps:
                     print(
                         f"step {step}/{config.max_steps} loss {loss:.4f} "
@@ -194,18 +193,18 @@ def _open_metrics(run_dir: Path, start: int) -> TextIO:
     they are about to be trained again, so they move to metrics.superseded.jsonl and
     metrics.jsonl keeps every step exactly once.
     """
-    path = run_dir / "metrics.jsonl"
+    layout = RunDir(run_dir)
+    path = layout.metrics
     if path.exists():
         kept: list[str] = []
         superseded: list[str] = []
         for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
-            try:
-                step = int(json.loads(line)["step"])
-            except (ValueError, KeyError, TypeError):
+            step = metrics_step(line)
+            if step is None:
                 continue  # a line cut short by the crash
             (kept if step <= start else superseded).append(line)
         if superseded:
-            with (run_dir / "metrics.superseded.jsonl").open("a", encoding="utf-8") as out:
+            with layout.superseded_metrics.open("a", encoding="utf-8") as out:
                 out.writelines(superseded)
         path.write_text("".join(kept), encoding="utf-8")
     return path.open("a", encoding="utf-8", buffering=1)

@@ -33,8 +33,8 @@ from toolkit.profile.vllm_bench import (
     synthetic_prompts,
     timed_steps,
 )
+from toolkit.rundir import MarkerWriter, read_markers
 from toolkit.telemetry.report import build_report
-from toolkit.train.markers import MarkerWriter, read_markers
 
 STEP_LINE = re.compile(r"^vllm step (\d+)/(\d+): (\d+) tokens in \d+\.\d\d s, \d+ tokens/s$")
 

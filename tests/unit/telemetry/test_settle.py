@@ -79,14 +79,14 @@ def test_a_window_averages_the_samples_of_its_last_seconds(local: Local) -> None
 
 def test_baseline_then_cooldown_on_a_real_sampler(local: Local) -> None:
     baseline = measure_baseline(local, 1.0)
-    assert baseline["power_w"] is not None and baseline["power_w"] > 0
-    assert set(baseline["per_node_power_w"]) == {"local"}
+    assert baseline.power_w is not None and baseline.power_w > 0
+    assert set(baseline.per_node_power_w) == {"local"}
     began = time.monotonic()
     # A baseline far above anything seen settles at once; one far below never does
     # and the cooldown ends at its limit, saying so.
-    done = cool_down(local, baseline["power_w"] + 1000, RULE)
-    assert done["settled"] and done["duration_s"] < 5
+    done = cool_down(local, baseline.power_w + 1000, RULE)
+    assert done.settled and done.duration_s is not None and done.duration_s < 5
     strict = CooldownRule(max_s=2, window_s=0.5, power_tolerance_w=0)
     never = cool_down(local, -1000.0, strict)
-    assert not never["settled"] and 2 <= never["duration_s"] < 4
+    assert not never.settled and never.duration_s is not None and 2 <= never.duration_s < 4
     assert time.monotonic() - began < 10

@@ -13,9 +13,9 @@ import pytest
 import torch  # noqa: F401
 from conftest import require
 
+from toolkit.rundir import read_markers
 from toolkit.train.config import PRESETS, TrainConfig
 from toolkit.train.local import run_local
-from toolkit.train.markers import read_markers
 
 
 def metrics(run_dir: Path) -> list[dict[str, float]]:

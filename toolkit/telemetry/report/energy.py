@@ -6,8 +6,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from toolkit.rundir import NodeManifest
 from toolkit.telemetry.report.curves import EnergyCurve, Gap, find_gaps, gap_threshold_s
-from toolkit.telemetry.report.load import NodeManifest
 from toolkit.telemetry.report.timeline import DeviceSeries, FloatArray, Timeline, Window
 
 # NVML clocks-event reason bits (docs/telemetry.md).

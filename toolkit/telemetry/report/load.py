@@ -8,52 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from toolkit.errors import RunDirError
+from toolkit.rundir import Manifest, MetricsLine, NodeManifest, RunDir, read_markers, read_metrics
 from toolkit.telemetry.report.errors import ReportError
-from toolkit.train.markers import read_markers
+
+__all__ = ["HOW_TO_RECORD", "Manifest", "NodeManifest", "RunData", "load_run"]
 
 HOW_TO_RECORD = "record one with `rtk train ... --telemetry`"
-
-
-@dataclass(frozen=True)
-class NodeManifest:
-    """One node's entry in ``telemetry/manifest.json``.
-
-    Attributes:
-        name: The node's key in the manifest (the directory under ``telemetry/nodes``).
-        hostname: Its hostname (markers may name a node by either).
-        offset_s: The node's wall clock minus the head's.
-        uncertainty_s: Half the median round trip of the offset estimate.
-        status: ``complete``, ``lost`` or ``missing``.
-        devices: Device id -> what the sampler recorded about it (``kind``, ...).
-        samples_expected: The sample count the collector reported, when known.
-        error: Why the sampler failed, when it did.
-    """
-
-    name: str
-    hostname: str
-    offset_s: float
-    uncertainty_s: float
-    status: str
-    devices: dict[str, dict[str, Any]]
-    samples_expected: int | None
-    error: str | None
-
-
-@dataclass(frozen=True)
-class Manifest:
-    """The telemetry manifest: sample rates and the nodes.
-
-    Attributes:
-        head: The node whose clock is the report's timeline.
-        rate_hz: Full readings per second.
-        power_rate_hz: Fast instant-power readings per second.
-        nodes: Node name -> its entry.
-    """
-
-    head: str
-    rate_hz: float
-    power_rate_hz: float
-    nodes: dict[str, NodeManifest]
 
 
 @dataclass(frozen=True)
@@ -66,7 +27,7 @@ class RunData:
         samples: Node -> its sample records in file order (unreadable lines dropped).
         markers: Every rank's marker records, in file order per rank.
         metrics: ``metrics.jsonl`` lines, one per step (the last line of a step wins),
-            sorted by step.
+            sorted by step; lines that are not a step's are skipped.
         notes: What was odd about the input (skipped lines, missing files).
     """
 
@@ -74,24 +35,28 @@ class RunData:
     manifest: Manifest
     samples: dict[str, list[dict[str, Any]]]
     markers: list[dict[str, Any]]
-    metrics: list[dict[str, Any]]
+    metrics: list[MetricsLine]
     notes: list[str]
 
 
 def load_run(run_dir: Path) -> RunData:
     """Read the manifest, every node's samples, the markers and the metrics.
 
+    ``run_dir`` may also be the run's ``report`` directory.
+
     Raises:
         ReportError: No run directory, no manifest, or not one sample in it.
+        toolkit.errors.RunDirError: The manifest is unreadable or not a manifest.
     """
-    run_dir = Path(run_dir)
+    layout = RunDir.find(run_dir)
+    run_dir = layout.root
     if not run_dir.is_dir():
         raise ReportError(f"{run_dir}: no such run directory")
     notes: list[str] = []
-    manifest = _read_manifest(run_dir, notes)
-    samples = _read_samples(run_dir, manifest, notes)
+    manifest = _read_manifest(layout, notes)
+    samples = _read_samples(layout, manifest, notes)
     if not any(samples.values()):
-        where = run_dir / "telemetry" / "nodes"
+        where = layout.nodes_dir
         states = ", ".join(f"{n.name} {n.status}" for n in manifest.nodes.values()) or "none"
         raise ReportError(
             f"{run_dir}: no telemetry samples in {where}/*/samples.jsonl (nodes: {states}); "
@@ -101,77 +66,35 @@ def load_run(run_dir: Path) -> RunData:
     markers = read_markers(run_dir)
     if not markers:
         notes.append("no markers (markers/rank-*.jsonl): no step, barrier or phase figures")
-    return RunData(run_dir, manifest, samples, markers, _read_metrics(run_dir, notes), notes)
+    return RunData(run_dir, manifest, samples, markers, _read_metrics(layout, notes), notes)
 
 
-def _read_manifest(run_dir: Path, notes: list[str]) -> Manifest:
-    path = run_dir / "telemetry" / "manifest.json"
+def _read_manifest(layout: RunDir, notes: list[str]) -> Manifest:
+    path = layout.manifest
     if not path.is_file():
         raise ReportError(
-            f"{run_dir}: no telemetry/manifest.json, so this run has no power telemetry; "
+            f"{layout.root}: no telemetry/manifest.json, so this run has no power telemetry; "
             f"{HOW_TO_RECORD}"
         )
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ReportError(f"{path}: unreadable ({e})") from e
-    if not isinstance(raw, dict) or not isinstance(raw.get("nodes"), dict):
-        raise ReportError(f"{path}: not a telemetry manifest (no `nodes` object)")
-    rate_hz = _positive(raw.get("rate_hz"))
-    if rate_hz is None:
-        notes.append(f"manifest has no valid rate_hz ({raw.get('rate_hz')!r}); 1 Hz assumed")
-        rate_hz = 1.0
-    head = str(raw.get("head") or next(iter(raw["nodes"]), ""))
-    nodes = {
-        str(name): _node(str(name), entry if isinstance(entry, dict) else {}, name == head, notes)
-        for name, entry in raw["nodes"].items()
-    }
-    return Manifest(head, rate_hz, _positive(raw.get("power_rate_hz")) or rate_hz, nodes)
-
-
-def _node(name: str, entry: dict[str, Any], is_head: bool, notes: list[str]) -> NodeManifest:
-    clock = entry.get("clock") if isinstance(entry.get("clock"), dict) else None
-    offset_s = _number(clock.get("offset_s")) if clock else None
-    if offset_s is None and not is_head:
-        notes.append(f"node {name}: no clock offset in the manifest; 0 s assumed")
-    elif (
-        not is_head
-        and clock
-        and "start" in clock
-        and not clock.get("start")
-        and not clock.get("end")
-    ):
-        notes.append(f"node {name}: its clock offset was never measured; 0 s assumed")
-    devices = entry.get("devices")
-    if not isinstance(devices, dict):
-        devices = {}
-    expected = entry.get("samples")
-    return NodeManifest(
-        name=name,
-        hostname=str(entry.get("hostname") or name),
-        offset_s=offset_s or 0.0,
-        uncertainty_s=(_number(clock.get("uncertainty_s")) if clock else None) or 0.0,
-        status=str(entry.get("status") or "unknown"),
-        devices={str(k): dict(v) if isinstance(v, dict) else {} for k, v in devices.items()},
-        samples_expected=expected if isinstance(expected, int) else None,
-        error=None if entry.get("error") is None else str(entry["error"]),
-    )
+    manifest = Manifest.read(path)
+    notes.extend(manifest.notes)
+    return manifest
 
 
 def _read_samples(
-    run_dir: Path, manifest: Manifest, notes: list[str]
+    layout: RunDir, manifest: Manifest, notes: list[str]
 ) -> dict[str, list[dict[str, Any]]]:
-    nodes_dir = run_dir / "telemetry" / "nodes"
+    nodes_dir = layout.nodes_dir
     names = list(manifest.nodes)
     if nodes_dir.is_dir():
         extra = sorted(p.name for p in nodes_dir.iterdir() if p.is_dir() and p.name not in names)
         for name in extra:
             notes.append(f"node {name}: samples without a manifest entry; clock offset 0 s assumed")
-            manifest.nodes[name] = NodeManifest(name, name, 0.0, 0.0, "unknown", {}, None, None)
+            manifest.nodes[name] = NodeManifest.unlisted(name)
         names += extra
     samples: dict[str, list[dict[str, Any]]] = {}
     for name in names:
-        path = nodes_dir / name / "samples.jsonl"
+        path = layout.node_samples(name)
         samples[name] = _read_jsonl(path, notes) if path.is_file() else []
     return samples
 
@@ -200,18 +123,15 @@ def _read_jsonl(path: Path, notes: list[str]) -> list[dict[str, Any]]:
     return records
 
 
-def _read_metrics(run_dir: Path, notes: list[str]) -> list[dict[str, Any]]:
-    path = run_dir / "metrics.jsonl"
+def _read_metrics(layout: RunDir, notes: list[str]) -> list[MetricsLine]:
+    path = layout.metrics
     if not path.is_file():
         notes.append("no metrics.jsonl: token figures come from the markers, if any")
         return []
-    by_step: dict[int, dict[str, Any]] = {}
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            record = json.loads(line)
-            by_step[int(record["step"])] = record
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-            continue
+    by_step: dict[int, MetricsLine] = {}
+    for line in read_metrics(path):
+        if not isinstance(line, RunDirError):
+            by_step[line.step] = line
     return [by_step[step] for step in sorted(by_step)]
 
 
@@ -219,8 +139,3 @@ def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value) if math.isfinite(value) else None
-
-
-def _positive(value: Any) -> float | None:
-    number = _number(value)
-    return number if number is not None and number > 0 else None

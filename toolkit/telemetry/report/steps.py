@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
+from toolkit.rundir import MetricsLine
 from toolkit.telemetry.report.energy import NodeReport
 from toolkit.telemetry.report.timeline import FloatArray, Timeline
 
@@ -220,7 +220,7 @@ def phases(nodes: dict[str, NodeReport], timeline: Timeline) -> list[Phase]:
 
 
 def run_figures(
-    nodes: dict[str, NodeReport], timeline: Timeline, metrics: list[dict[str, Any]]
+    nodes: dict[str, NodeReport], timeline: Timeline, metrics: list[MetricsLine]
 ) -> RunFigures:
     """Totals and rates over the window."""
     energy_j = float(sum(n.energy_j for n in nodes.values()))
@@ -229,7 +229,7 @@ def run_figures(
     tokens: int | None = None
     if timeline.window.basis == "markers":
         steps = len(timeline.steps) or None
-        metric_tokens = [int(m["tokens"]) for m in metrics if isinstance(m.get("tokens"), int)]
+        metric_tokens = [m.tokens for m in metrics]
         tokens = sum(metric_tokens) if metric_tokens else timeline.marker_tokens
     return RunFigures(
         duration_s=duration_s,

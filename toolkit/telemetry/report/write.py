@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from toolkit.rundir import RunDir
 from toolkit.telemetry.report.build import Report
 from toolkit.telemetry.report.html import render_html
 from toolkit.telemetry.report.summary import summary_dict
@@ -38,7 +39,7 @@ def write_report(report: Report, out_dir: Path | None = None) -> ReportFiles:
         report: What ``build_report`` returned.
         out_dir: Where to write; ``<run_dir>/report`` by default.
     """
-    directory = Path(out_dir) if out_dir is not None else report.run_dir / "report"
+    directory = Path(out_dir) if out_dir is not None else RunDir(report.run_dir).report_dir
     directory.mkdir(parents=True, exist_ok=True)
     summary_json = directory / "summary.json"
     summary_json.write_text(

@@ -1,0 +1,166 @@
+"""The trainer's marker stream: when each step began and ended, when each barrier let go.
+
+One JSON object per line, one file per rank (``markers/rank-00000.jsonl``), flushed
+line by line so a crash loses nothing written. Every record carries both clocks:
+``wall_s`` (time.time, comparable across nodes after clock-offset correction) and
+``mono_s`` (time.monotonic, comparable with the same node's telemetry samples), and
+who wrote it: node, hostname, rank, local rank, GPU UUID. The telemetry report lines
+power traces up against these records.
+
+Events: ``run_start``, ``step_begin``, ``step_end`` (with loss, tokens), ``barrier``
+(``wait_s``: how long this rank waited), ``checkpoint``, ``run_end``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from toolkit.rundir.fields import Fields
+from toolkit.rundir.layout import RunDir
+from toolkit.rundir.record import Record
+
+SCHEMA_VERSION = 1
+# Who wrote a record; every other key beside these and the clocks is the event's own.
+_WHO = ("node", "hostname", "rank", "local_rank", "world_size", "gpu_uuid", "pid")
+_BASE = ("v", "event", "step", "wall_s", "mono_s", *_WHO)
+
+
+def marker_path(run_dir: str | Path, rank: int) -> Path:
+    """Where rank ``rank`` writes its markers."""
+    return RunDir(run_dir).marker(rank)
+
+
+@dataclass(frozen=True)
+class Marker(Record):
+    """One marker record, as one line of a rank's file.
+
+    Attributes:
+        event: ``run_start``, ``step_begin``, ``step_end``, ``barrier``, ...
+        step: The step it belongs to (None for events without one).
+        wall_s: time.time() when written.
+        mono_s: time.monotonic() when written (the node's sample clock).
+        node: The inventory name of the node (``RTK_NODE``), else its hostname.
+        hostname: The node's hostname.
+        rank: The writer's global rank.
+        local_rank: Its rank on the node.
+        world_size: How many ranks.
+        gpu_uuid: Its GPU, when it has one.
+        pid: Its process id.
+        fields: The event's own fields (``loss``, ``tokens``, ``wait_s``, ...).
+    """
+
+    event: str
+    step: int | None
+    wall_s: float
+    mono_s: float
+    node: str
+    hostname: str
+    rank: int
+    local_rank: int
+    world_size: int
+    gpu_uuid: str | None
+    pid: int
+    fields: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as written: one flat object."""
+        return {
+            "v": SCHEMA_VERSION,
+            "event": self.event,
+            "step": self.step,
+            "wall_s": self.wall_s,
+            "mono_s": self.mono_s,
+            **{name: getattr(self, name) for name in _WHO},
+            **self.fields,
+        }
+
+    @classmethod
+    def from_json(cls, data: object, where: str = "marker") -> Marker:
+        """The inverse of ``to_json``.
+
+        Raises:
+            toolkit.errors.RunDirError: A field is missing or of the wrong type.
+        """
+        f = Fields(data, where)
+        f.version(SCHEMA_VERSION)
+        return cls(
+            event=f.text("event"),
+            step=f.optional_integer("step"),
+            wall_s=f.number("wall_s"),
+            mono_s=f.number("mono_s"),
+            node=f.text("node"),
+            hostname=f.text("hostname"),
+            rank=f.integer("rank"),
+            local_rank=f.integer("local_rank"),
+            world_size=f.integer("world_size"),
+            gpu_uuid=f.optional_text("gpu_uuid"),
+            pid=f.integer("pid"),
+            fields={k: v for k, v in f.data.items() if k not in _BASE},
+        )
+
+
+class MarkerWriter:
+    """Appends marker records for one rank."""
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        rank: int,
+        local_rank: int,
+        world_size: int,
+        gpu_uuid: str | None = None,
+    ) -> None:
+        self.path = marker_path(run_dir, rank)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file: IO[str] = self.path.open("a", encoding="utf-8", buffering=1)
+        self._node = os.environ.get("RTK_NODE") or socket.gethostname()
+        self._hostname = socket.gethostname()
+        self._rank, self._local_rank, self._world_size = rank, local_rank, world_size
+        self._gpu_uuid = gpu_uuid
+        self._pid = os.getpid()
+
+    def write(self, event: str, step: int | None = None, **fields: Any) -> dict[str, Any]:
+        """Record ``event`` now, with both clocks; returns the record as written."""
+        marker = Marker(
+            event,
+            step,
+            time.time(),
+            time.monotonic(),
+            self._node,
+            self._hostname,
+            self._rank,
+            self._local_rank,
+            self._world_size,
+            self._gpu_uuid,
+            self._pid,
+            fields,
+        )
+        record = marker.to_json()
+        self._file.write(json.dumps(record) + "\n")
+        return record
+
+    def close(self) -> None:
+        """Close the file."""
+        self._file.close()
+
+
+def read_markers(run_dir: str | Path) -> list[dict[str, Any]]:
+    """Every rank's records as written, in file order per rank; a torn line is skipped.
+
+    The report reads them as written (any version, any extra field); ``Marker.from_json``
+    checks one.
+    """
+    records: list[dict[str, Any]] = []
+    for path in RunDir(run_dir).marker_files():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return records

@@ -1,0 +1,210 @@
+"""The telemetry manifest (``telemetry/manifest.json``): sample rates, nodes, clock offsets.
+
+The telemetry session writes it (twice: when sampling starts, and after collecting);
+the report reads it. Reading is lenient where a run's telemetry is partial (a lost
+node, a clock never measured): what was assumed goes into ``notes``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from toolkit.errors import RunDirError
+from toolkit.rundir.fields import Fields, is_number
+from toolkit.rundir.record import Record
+
+MANIFEST_VERSION = 1
+
+
+def _number(value: object) -> float | None:
+    return float(value) if is_number(value) else None
+
+
+def _positive(value: object) -> float | None:
+    number = _number(value)
+    return number if number is not None and number > 0 else None
+
+
+@dataclass(frozen=True)
+class NodeManifest(Record):
+    """One node's entry in the manifest.
+
+    Attributes:
+        name: The node's key in the manifest (the directory under ``telemetry/nodes``).
+        hostname: Its hostname (markers may name a node by either).
+        offset_s: The node's wall clock minus the head's.
+        uncertainty_s: Half the median round trip of the offset estimate.
+        status: ``starting``, ``running``, ``complete``, ``lost`` or ``missing``.
+        devices: Device id -> what the sampler recorded about it (``kind``, ...).
+        samples_expected: The sample count the collector reported, when known.
+        error: Why the sampler failed, when it did.
+        node_id: Its Ray node id.
+        pid: The sampler's process id.
+        sensors: The sensors the sampler opened.
+        clock: The offset estimates as measured (``offset_s``, ``uncertainty_s``,
+            ``start``, ``end``); None: not measured.
+        first_wall_s: The first sample's wall time.
+        last_wall_s: The last sample's wall time.
+        sampler: The sampler's statistics when it stopped.
+    """
+
+    name: str
+    hostname: str
+    offset_s: float
+    uncertainty_s: float
+    status: str
+    devices: dict[str, dict[str, Any]]
+    samples_expected: int | None
+    error: str | None
+    node_id: str | None = None
+    pid: int | None = None
+    sensors: tuple[str, ...] = ()
+    clock: dict[str, Any] | None = None
+    first_wall_s: float | None = None
+    last_wall_s: float | None = None
+    sampler: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The entry as written (its name is its key in ``nodes``)."""
+        clock = self.clock
+        if clock is None:
+            clock = {"offset_s": self.offset_s, "uncertainty_s": self.uncertainty_s}
+        return {
+            "hostname": self.hostname,
+            "node_id": self.node_id,
+            "pid": self.pid,
+            "sensors": list(self.sensors),
+            "devices": self.devices,
+            "clock": clock,
+            "status": self.status,
+            "samples": self.samples_expected,
+            "first_wall_s": self.first_wall_s,
+            "last_wall_s": self.last_wall_s,
+            "sampler": self.sampler,
+            "error": self.error,
+        }
+
+    @classmethod
+    def from_json(
+        cls,
+        data: object,
+        where: str = "node",
+        *,
+        name: str = "",
+        is_head: bool = False,
+        notes: list[str] | None = None,
+    ) -> NodeManifest:
+        """The entry as read; what is missing is assumed and said in ``notes``."""
+        notes = [] if notes is None else notes
+        entry: dict[str, Any] = dict(data) if isinstance(data, dict) else {}
+        name = name or where
+        clock = entry.get("clock") if isinstance(entry.get("clock"), dict) else None
+        offset_s = _number(clock.get("offset_s")) if clock else None
+        if offset_s is None and not is_head:
+            notes.append(f"node {name}: no clock offset in the manifest; 0 s assumed")
+        elif (
+            not is_head
+            and clock
+            and "start" in clock
+            and not clock.get("start")
+            and not clock.get("end")
+        ):
+            notes.append(f"node {name}: its clock offset was never measured; 0 s assumed")
+        devices = entry.get("devices")
+        if not isinstance(devices, dict):
+            devices = {}
+        expected, pid, sensors = entry.get("samples"), entry.get("pid"), entry.get("sensors")
+        sampler = entry.get("sampler")
+        return cls(
+            name=name,
+            hostname=str(entry.get("hostname") or name),
+            offset_s=offset_s or 0.0,
+            uncertainty_s=(_number(clock.get("uncertainty_s")) if clock else None) or 0.0,
+            status=str(entry.get("status") or "unknown"),
+            devices={str(k): dict(v) if isinstance(v, dict) else {} for k, v in devices.items()},
+            samples_expected=expected if isinstance(expected, int) else None,
+            error=None if entry.get("error") is None else str(entry["error"]),
+            node_id=None if entry.get("node_id") is None else str(entry["node_id"]),
+            pid=pid if isinstance(pid, int) else None,
+            sensors=tuple(str(s) for s in sensors) if isinstance(sensors, list) else (),
+            clock=clock,
+            first_wall_s=_number(entry.get("first_wall_s")),
+            last_wall_s=_number(entry.get("last_wall_s")),
+            sampler=sampler if isinstance(sampler, dict) else None,
+        )
+
+    @classmethod
+    def unlisted(cls, name: str) -> NodeManifest:
+        """A node with samples but no manifest entry: offset 0 s, status unknown."""
+        return cls(name, name, 0.0, 0.0, "unknown", {}, None, None)
+
+
+@dataclass(frozen=True)
+class Manifest(Record):
+    """The telemetry manifest: sample rates and the nodes.
+
+    Attributes:
+        head: The node whose clock is the report's timeline.
+        rate_hz: Full readings per second.
+        power_rate_hz: Fast instant-power readings per second.
+        nodes: Node name -> its entry.
+        run_dir: The run directory as the session named it.
+        started_wall_s: When sampling started (None before it did).
+        ended_wall_s: When it stopped (None while it runs).
+    """
+
+    head: str
+    rate_hz: float
+    power_rate_hz: float
+    nodes: dict[str, NodeManifest]
+    run_dir: str | None = None
+    started_wall_s: float | None = None
+    ended_wall_s: float | None = None
+    notes: list[str] = field(default_factory=list, compare=False, repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest as written."""
+        return {
+            "v": MANIFEST_VERSION,
+            "run_dir": self.run_dir,
+            "head": self.head,
+            "rate_hz": self.rate_hz,
+            "power_rate_hz": self.power_rate_hz,
+            "started_wall_s": self.started_wall_s,
+            "ended_wall_s": self.ended_wall_s,
+            "nodes": {name: node.to_json() for name, node in self.nodes.items()},
+        }
+
+    @classmethod
+    def from_json(cls, data: object, where: str = "telemetry/manifest.json") -> Manifest:
+        """The manifest as read; what was assumed is in ``notes``.
+
+        Raises:
+            RunDirError: It is not a manifest (no ``nodes`` object).
+        """
+        if not isinstance(data, dict) or not isinstance(data.get("nodes"), dict):
+            raise RunDirError(f"{where}: not a telemetry manifest (no `nodes` object)")
+        f = Fields(data, where)
+        notes: list[str] = []
+        rate_hz = _positive(data.get("rate_hz"))
+        if rate_hz is None:
+            notes.append(f"manifest has no valid rate_hz ({data.get('rate_hz')!r}); 1 Hz assumed")
+            rate_hz = 1.0
+        head = str(data.get("head") or next(iter(data["nodes"]), ""))
+        nodes = {
+            str(name): NodeManifest.from_json(
+                entry, f"{where}: nodes: {name}", name=str(name), is_head=name == head, notes=notes
+            )
+            for name, entry in data["nodes"].items()
+        }
+        return cls(
+            head=head,
+            rate_hz=rate_hz,
+            power_rate_hz=_positive(data.get("power_rate_hz")) or rate_hz,
+            nodes=nodes,
+            run_dir=None if data.get("run_dir") is None else str(data["run_dir"]),
+            started_wall_s=_number(f.data.get("started_wall_s")),
+            ended_wall_s=_number(f.data.get("ended_wall_s")),
+            notes=notes,
+        )

@@ -1,0 +1,125 @@
+"""The trainer's records: ``metrics.jsonl`` lines and ``train_config.json``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from toolkit.errors import RunDirError
+from toolkit.rundir.fields import Fields
+from toolkit.rundir.record import Record
+
+
+@dataclass(frozen=True)
+class MetricsLine(Record):
+    """One step's line in ``metrics.jsonl`` (rank 0 writes one per step).
+
+    Attributes:
+        step: The step.
+        loss: The loss, averaged over the ranks.
+        step_time_s: How long the step took on rank 0.
+        tokens: Tokens trained on in the step, all ranks.
+        tokens_per_s: ``tokens / step_time_s``.
+        lr: The learning rate of the step.
+        wall_s: When the line was written.
+        mfu: Model FLOPs utilisation, on GPUs whose peak is known.
+    """
+
+    step: int
+    loss: float
+    step_time_s: float
+    tokens: int
+    tokens_per_s: float
+    lr: float
+    wall_s: float
+    mfu: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The line as written (``mfu`` only when known)."""
+        out: dict[str, Any] = {
+            "step": self.step,
+            "loss": self.loss,
+            "step_time_s": self.step_time_s,
+            "tokens": self.tokens,
+            "tokens_per_s": self.tokens_per_s,
+            "lr": self.lr,
+            "wall_s": self.wall_s,
+        }
+        if self.mfu is not None:
+            out["mfu"] = self.mfu
+        return out
+
+    def to_line(self) -> str:
+        """The line as written to ``metrics.jsonl``, newline included."""
+        return json.dumps(self.to_json()) + "\n"
+
+    @classmethod
+    def from_json(cls, data: object, where: str = "metrics.jsonl") -> MetricsLine:
+        """The inverse of ``to_json``."""
+        f = Fields(data, where)
+        return cls(
+            step=f.integer("step"),
+            loss=f.number("loss"),
+            step_time_s=f.number("step_time_s"),
+            tokens=f.integer("tokens"),
+            tokens_per_s=f.number("tokens_per_s"),
+            lr=f.number("lr"),
+            wall_s=f.number("wall_s"),
+            mfu=f.optional_number("mfu"),
+        )
+
+
+def metrics_step(line: str) -> int | None:
+    """The step of a ``metrics.jsonl`` line; None for a line cut short or not a step's."""
+    try:
+        return int(json.loads(line)["step"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def read_metrics(path: Path) -> Iterator[MetricsLine | RunDirError]:
+    """Every line of ``path`` as a ``MetricsLine``, or the error that line gave.
+
+    The reader decides what a bad line means (the report skips it); errors name the
+    file and the line number.
+    """
+    text = path.read_text(encoding="utf-8", errors="replace")
+    for number, line in enumerate(text.splitlines(), start=1):
+        where = f"{path}:{number}"
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as e:
+            yield RunDirError(f"{where}: not JSON ({e})")
+            continue
+        try:
+            yield MetricsLine.from_json(data, where)
+        except RunDirError as e:
+            yield e
+
+
+@dataclass(frozen=True)
+class TrainConfigRecord(Record):
+    """What the trainer ran with (``train_config.json``).
+
+    Attributes:
+        options: The trainer's options (``TrainConfig.to_json()``).
+        layout: The Ray Train workers: ``num_workers``, ``resources_per_worker``,
+            ``use_gpu``, ``placement_strategy``.
+    """
+
+    options: dict[str, Any]
+    layout: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as written: the options, and the layout under ``layout``."""
+        return {**self.options, "layout": self.layout}
+
+    @classmethod
+    def from_json(cls, data: object, where: str = "train_config.json") -> TrainConfigRecord:
+        """The inverse of ``to_json``."""
+        f = Fields(data, where)
+        layout = f.obj("layout")
+        return cls({k: v for k, v in f.data.items() if k != "layout"}, layout)
