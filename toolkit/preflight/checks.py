@@ -1,7 +1,8 @@
 """Pure evaluation of node facts into checks: thresholds and hints live here.
 
-Facts come from ``toolkit/node/facts.py`` run on each node; nothing here touches a
-node, so every rule is tested on plain dicts.
+Facts come from ``toolkit/node/facts.py`` run on each node, read into the typed
+records of ``toolkit.node.host_facts``; nothing here touches a node, so every rule is
+tested on records built in the test.
 """
 
 from __future__ import annotations
@@ -11,9 +12,13 @@ import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolkit.preflight.result import Check, Status
+
+if TYPE_CHECKING:  # only for types: the bandwidth job (a Ray job driver) imports this module
+    from toolkit.node.gpu_facts import GpuDeviceFacts, GpuFacts
+    from toolkit.node.host_facts import HostFacts, PortReach, SoftwareFacts
 
 GiB = 1024**3
 MiB = 1024**2
@@ -51,12 +56,12 @@ def _size(n: float | None) -> str:
 
 
 def host_checks(
-    node: str, facts: Mapping[str, Any], multi_node: bool, t: Thresholds = Thresholds()
+    node: str, facts: HostFacts, multi_node: bool, t: Thresholds = Thresholds()
 ) -> list[Check]:
     """/dev/shm, open files, locked memory, host name resolution and free disk."""
     checks = []
     status: Status
-    shm = facts.get("dev_shm_bytes")
+    shm = facts.dev_shm_bytes
     if shm is None:
         checks.append(Check("host.dev_shm", node, "fail", "no /dev/shm", ">= 2 GiB"))
     else:
@@ -72,7 +77,7 @@ def host_checks(
                 "(mount -o remount,size=16G /dev/shm; in Docker: --shm-size)",
             )
         )
-    nofile = facts.get("nofile")
+    nofile = facts.nofile
     status = "pass" if nofile is None else _at_least(nofile, t.nofile_fail, t.nofile_warn)
     checks.append(
         Check(
@@ -84,7 +89,7 @@ def host_checks(
             "raise the open-files limit (ulimit -n, limits.conf nofile) before starting Ray",
         )
     )
-    memlock = facts.get("memlock_bytes")
+    memlock = facts.memlock_bytes
     checks.append(
         Check(
             "host.ulimit_memlock",
@@ -95,7 +100,7 @@ def host_checks(
             "RDMA (InfiniBand/RoCE) needs unlimited locked memory: ulimit -l unlimited",
         )
     )
-    addresses = [str(a) for a in facts.get("hostname_addresses") or []]
+    addresses = list(facts.hostname_addresses)
     loopback = [a for a in addresses if _is_loopback(a)]
     status = "fail" if loopback and multi_node else "pass"
     checks.append(
@@ -103,13 +108,13 @@ def host_checks(
             "host.hostname",
             node,
             status,
-            f"{facts.get('hostname')} -> {', '.join(addresses) or 'nothing'}",
+            f"{facts.hostname} -> {', '.join(addresses) or 'nothing'}",
             "not a loopback address",
             "the host name resolves to loopback (often a 127.0.1.1 line in /etc/hosts): "
             "map it to the node's cluster address, or NCCL and Ray peers connect to themselves",
         )
     )
-    free = facts.get("disk_free_bytes")
+    free = facts.disk_free_bytes
     if free is not None:
         status = _at_least(free, t.disk_fail_bytes, t.disk_warn_bytes)
         checks.append(
@@ -117,7 +122,7 @@ def host_checks(
                 "host.disk_free",
                 node,
                 status,
-                f"{_size(free)} free at {facts.get('disk_path')}",
+                f"{_size(free)} free at {facts.disk_path}",
                 f">= {_size(t.disk_warn_bytes)}",
                 "checkpoints and traces go to the run directory: free space or choose "
                 "another --output-dir",
@@ -126,12 +131,12 @@ def host_checks(
     return checks
 
 
-def port_range_check(node: str, facts: Mapping[str, Any], pinned: Mapping[str, int]) -> Check:
+def port_range_check(node: str, facts: HostFacts, pinned: Mapping[str, int]) -> Check:
     """Pinned Ray ports must stay out of the kernel's ephemeral range."""
-    span = facts.get("ephemeral_ports")
+    span = facts.ephemeral_ports
     if not span:
         return Check("host.ephemeral_ports", node, "warn", "unknown", "pinned ports outside")
-    low, high = int(span[0]), int(span[1])
+    low, high = span
     inside = sorted(f"{name} {port}" for name, port in pinned.items() if low <= port <= high)
     return Check(
         "host.ephemeral_ports",
@@ -144,12 +149,12 @@ def port_range_check(node: str, facts: Mapping[str, Any], pinned: Mapping[str, i
     )
 
 
-def version_checks(facts: Mapping[str, Mapping[str, Any]]) -> list[Check]:
+def version_checks(software: Mapping[str, SoftwareFacts]) -> list[Check]:
     """The same Python (major.minor), ray, torch and NCCL everywhere: odd nodes fail."""
     checks = []
     names = ("python", "ray", "torch", "nvidia-nccl-cu12", "nvidia-nccl-cu13")
     for name in names:
-        seen = {node: _version(name, f.get("versions", {}).get(name)) for node, f in facts.items()}
+        seen = {node: _version(name, s.version(name)) for node, s in software.items()}
         if all(v is None for v in seen.values()):
             continue
         common, _ = Counter(seen.values()).most_common(1)[0]
@@ -195,18 +200,18 @@ def clock_checks(
     return checks
 
 
-def reach_checks(src: str, results: Mapping[str, Mapping[str, Any]]) -> list[Check]:
+def reach_checks(src: str, results: Mapping[str, PortReach]) -> list[Check]:
     """One check per target ``dst:port-name`` that ``src`` tried to connect to."""
     checks = []
     for target, result in sorted(results.items()):
         dst, _, port_name = target.partition(":")
-        ok = bool(result.get("ok"))
+        ok = result.ok
         checks.append(
             Check(
                 f"net.port.{port_name}",
                 f"{src}->{dst}",
                 "pass" if ok else "fail",
-                f"{result.get('ms', 0):.1f} ms" if ok else str(result.get("error")),
+                f"{result.ms or 0:.1f} ms" if ok else str(result.error),
                 "reachable",
                 "" if ok else f"open {port_name} on {dst} to the cluster (firewall rules)",
             )
@@ -239,24 +244,24 @@ def clocks_event_names(mask: int) -> list[str]:
     return names
 
 
-def gpu_checks(node: str, gpus: Mapping[str, Any], expected_count: int | None) -> list[Check]:
-    """One node's GPUs (``facts["gpus"]`` from ``gpu_facts``) against the inventory's count.
+def gpu_checks(node: str, gpus: GpuFacts, expected_count: int | None) -> list[Check]:
+    """One node's GPUs (``gpus`` of its facts) against the inventory's count.
 
     Each check covers every GPU of the node and names the offending ones by index and
     UUID. No GPU expected and none found: no checks at all.
     """
-    devices: Mapping[str, Mapping[str, Any]] = gpus.get("devices") or {}
-    available = bool(gpus.get("available"))
-    count = int(gpus.get("count") or len(devices)) if available else 0
+    devices = gpus.by_index()
+    available = gpus.available
+    count = (gpus.count or len(devices)) if available else 0
     expected = expected_count or 0
     if not expected and not count:
         return []
     checks: list[Check] = []
     if available:
-        listed = ", ".join(f"{d.get('index', '?')}:{u}" for u, d in _by_index(devices))
+        listed = ", ".join(f"{_index(d)}:{d.uuid}" for d in devices)
         measured = f"{count} GPU(s)" + (f": {listed}" if listed else "")
     else:
-        measured = f"no GPU visible ({gpus.get('reason', 'unknown')})"
+        measured = f"no GPU visible ({gpus.reason or 'unknown'})"
     checks.append(
         Check(
             "gpu.count",
@@ -272,12 +277,8 @@ def gpu_checks(node: str, gpus: Mapping[str, Any], expected_count: int | None) -
     if not available:
         return checks
     checks.append(_driver_recorded(node, gpus))
-    errors = [f"{k}: {v}" for k, v in (gpus.get("errors") or {}).items()]
-    errors += [
-        f"GPU {d.get('index', '?')} {k}: {v}"
-        for _, d in _by_index(devices)
-        for k, v in (d.get("errors") or {}).items()
-    ]
+    errors = [f"{k}: {v}" for k, v in gpus.errors.items()]
+    errors += [f"GPU {_index(d)} {k}: {v}" for d in devices for k, v in d.errors.items()]
     if errors:
         checks.append(
             Check(
@@ -305,13 +306,12 @@ def gpu_checks(node: str, gpus: Mapping[str, Any], expected_count: int | None) -
     return checks
 
 
-def driver_checks(facts: Mapping[str, Mapping[str, Any]]) -> list[Check]:
+def driver_checks(gpus: Mapping[str, GpuFacts]) -> list[Check]:
     """The same NVIDIA driver on every node with GPUs: odd nodes fail (like versions)."""
     seen: dict[str, str] = {}
-    for node, f in facts.items():
-        gpus = f.get("gpus") or {}
-        if gpus.get("available") and gpus.get("driver_version"):
-            seen[node] = str(gpus["driver_version"])
+    for node, g in gpus.items():
+        if g.available and g.driver_version:
+            seen[node] = g.driver_version
     if not seen:
         return []
     common, _ = Counter(seen.values()).most_common(1)[0]
@@ -329,16 +329,12 @@ def driver_checks(facts: Mapping[str, Mapping[str, Any]]) -> list[Check]:
     ]
 
 
-def _by_index(devices: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, Mapping[str, Any]]]:
-    return sorted(devices.items(), key=lambda item: (int(item[1].get("index", 1 << 30)), item[0]))
+def _index(gpu: GpuDeviceFacts) -> str:
+    return "?" if gpu.index is None else str(gpu.index)
 
 
-def _name(uuid: str, gpu: Mapping[str, Any]) -> str:
-    return f"GPU {gpu.get('index', '?')} ({uuid})"
-
-
-def _driver_recorded(node: str, gpus: Mapping[str, Any]) -> Check:
-    driver, cuda = gpus.get("driver_version"), gpus.get("cuda_driver_version")
+def _driver_recorded(node: str, gpus: GpuFacts) -> Check:
+    driver, cuda = gpus.driver_version, gpus.cuda_driver_version
     return Check(
         "gpu.driver",
         node,
@@ -349,11 +345,11 @@ def _driver_recorded(node: str, gpus: Mapping[str, Any]) -> Check:
     )
 
 
-def _ecc_check(node: str, devices: Mapping[str, Mapping[str, Any]]) -> Check | None:
+def _ecc_check(node: str, devices: Sequence[GpuDeviceFacts]) -> Check | None:
     counts = {
-        _name(u, d): int(d["ecc_volatile_uncorrected"])
-        for u, d in _by_index(devices)
-        if "ecc_volatile_uncorrected" in d
+        d.label: d.ecc_volatile_uncorrected
+        for d in devices
+        if d.ecc_volatile_uncorrected is not None
     }
     if not counts:
         return None
@@ -370,18 +366,18 @@ def _ecc_check(node: str, devices: Mapping[str, Mapping[str, Any]]) -> Check | N
     )
 
 
-def _remap_check(node: str, devices: Mapping[str, Mapping[str, Any]]) -> Check | None:
-    rows = {_name(u, d): d["remapped_rows"] for u, d in _by_index(devices) if "remapped_rows" in d}
+def _remap_check(node: str, devices: Sequence[GpuDeviceFacts]) -> Check | None:
+    rows = {d.label: d.remapped_rows for d in devices if d.remapped_rows is not None}
     if not rows:
         return None
     failing, warning = [], []
     for name, r in rows.items():
-        if r.get("failure"):
+        if r.failure:
             failing.append(f"{name}: remapping failed")
-        elif r.get("pending"):
+        elif r.pending:
             failing.append(f"{name}: remap pending")
-        elif int(r.get("uncorrected", 0)) > 0:
-            warning.append(f"{name}: {r['uncorrected']} row(s) remapped for uncorrected errors")
+        elif r.uncorrected > 0:
+            warning.append(f"{name}: {r.uncorrected} row(s) remapped for uncorrected errors")
     status: Status = "fail" if failing else "warn" if warning else "pass"
     return Check(
         "gpu.row_remap",
@@ -394,10 +390,8 @@ def _remap_check(node: str, devices: Mapping[str, Mapping[str, Any]]) -> Check |
     )
 
 
-def _persistence_check(node: str, devices: Mapping[str, Mapping[str, Any]]) -> Check | None:
-    modes = {
-        _name(u, d): d["persistence_mode"] for u, d in _by_index(devices) if "persistence_mode" in d
-    }
+def _persistence_check(node: str, devices: Sequence[GpuDeviceFacts]) -> Check | None:
+    modes = {d.label: d.persistence_mode for d in devices if d.persistence_mode is not None}
     if not modes:
         return None
     off = [n for n, on in modes.items() if not on]
@@ -412,12 +406,8 @@ def _persistence_check(node: str, devices: Mapping[str, Mapping[str, Any]]) -> C
     )
 
 
-def _clocks_check(node: str, devices: Mapping[str, Mapping[str, Any]]) -> Check | None:
-    masks = {
-        _name(u, d): int(d["clocks_event_reasons"])
-        for u, d in _by_index(devices)
-        if "clocks_event_reasons" in d
-    }
+def _clocks_check(node: str, devices: Sequence[GpuDeviceFacts]) -> Check | None:
+    masks = {d.label: d.clocks_event_reasons for d in devices if d.clocks_event_reasons is not None}
     if not masks:
         return None
     bad = [
@@ -436,19 +426,21 @@ def _clocks_check(node: str, devices: Mapping[str, Mapping[str, Any]]) -> Check 
     )
 
 
-def _pcie_check(node: str, devices: Mapping[str, Mapping[str, Any]]) -> Check | None:
+def _pcie_check(node: str, devices: Sequence[GpuDeviceFacts]) -> Check | None:
     slow, seen = [], 0
-    for uuid, d in _by_index(devices):
+    for d in devices:
         parts = []
-        for what, prefix in (("gen", "Gen"), ("width", "x")):
-            now, top = d.get(f"pcie_{what}"), d.get(f"pcie_{what}_max")
+        for prefix, now, top in (
+            ("Gen", d.pcie_gen, d.pcie_gen_max),
+            ("x", d.pcie_width, d.pcie_width_max),
+        ):
             if now is None or top is None:
                 continue
             seen += 1
-            if int(now) < int(top):
+            if now < top:
                 parts.append(f"{prefix}{now} of {prefix}{top}")
         if parts:
-            slow.append(f"{_name(uuid, d)}: {', '.join(parts)}")
+            slow.append(f"{d.label}: {', '.join(parts)}")
     if not seen:
         return None
     return Check(
@@ -463,12 +455,8 @@ def _pcie_check(node: str, devices: Mapping[str, Mapping[str, Any]]) -> Check | 
     )
 
 
-def _nvlink_check(node: str, devices: Mapping[str, Mapping[str, Any]]) -> Check | None:
-    links = {
-        _name(u, d): list(d["nvlink_active"])
-        for u, d in _by_index(devices)
-        if d.get("nvlink_active")
-    }
+def _nvlink_check(node: str, devices: Sequence[GpuDeviceFacts]) -> Check | None:
+    links = {d.label: list(d.nvlink_active) for d in devices if d.nvlink_active}
     if not links:
         return None
     down = {n: [i for i, active in enumerate(states) if not active] for n, states in links.items()}
