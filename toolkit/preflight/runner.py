@@ -21,7 +21,7 @@ from toolkit.cluster.status import cluster_status
 from toolkit.errors import ClusterError
 from toolkit.node import FACTS
 from toolkit.node.host_facts import NodeFacts
-from toolkit.preflight import checks
+from toolkit.preflight import checks, gpu_checks
 from toolkit.preflight.bandwidth import DEFAULT_SIZES_BYTES, PROGRESS_PREFIX, RESULT_PREFIX
 from toolkit.preflight.result import Check, PreflightReport
 from toolkit.shell import join
@@ -176,12 +176,12 @@ def run_preflight(
         report.checks.append(Check("connect.node", name, "pass", facts.host.hostname))
         report.checks += checks.host_checks(name, facts.host, multi_node, thresholds)
         report.checks.append(checks.port_range_check(name, facts.host, pinned))
-        report.checks += checks.gpu_checks(name, facts.gpus, node_plan.node.gpus)
+        report.checks += gpu_checks.gpu_checks(name, facts.gpus, node_plan.node.gpus)
         report.checks += checks.reach_checks(name, facts.reach)
     report.checks += checks.version_checks(
         {n: a.facts.software for n, a in answers.results.items()}
     )
-    report.checks += checks.driver_checks({n: a.facts.gpus for n, a in answers.results.items()})
+    report.checks += gpu_checks.driver_checks({n: a.facts.gpus for n, a in answers.results.items()})
     # Clock offsets from one round trip each: coarse (the transport's latency is the
     # error bar), enough to catch a node whose clock is seconds off.
     offsets = {n: a.offset_s for n, a in answers.results.items()}
