@@ -98,8 +98,10 @@ class Fields:
         return float(value)
 
     def flag(self, key: str, required: bool = False) -> bool:
-        """A boolean; absent (unless ``required``) is false."""
+        """A boolean; absent or null (unless ``required``) is false."""
         value = self.flag_or_none(key, required)
+        if value is None and required:
+            raise self.error(self._path(key), "true or false", None)
         return bool(value)
 
     def flag_or_none(self, key: str, required: bool = False) -> bool | None:

@@ -77,6 +77,7 @@ def test_a_route_error_reads_and_writes_back_alone(roce_answer: dict[str, Any]) 
         ({"route": None}, "field 'route' should be an object, got None"),
         ({"network": "eth0"}, "field 'network' should be an object, got 'eth0'"),
         ({"raylet_running": "yes"}, "field 'raylet_running' should be true or false, got 'yes'"),
+        ({"raylet_running": None}, "field 'raylet_running' should be true or false, got None"),
         ({"rtk_pids": [1, "2"]}, "field 'rtk_pids[1]' should be an integer, got '2'"),
         ({"busy_ports": 6379}, "field 'busy_ports' should be a list of integers, got 6379"),
         (
