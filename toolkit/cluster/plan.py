@@ -256,7 +256,8 @@ def fill_env(
 
     Args:
         plan: The node's plan.
-        facts: Probe facts by name (``node_ip``, ``interface``).
+        facts: The probe's values by ``Detect.fact`` name (``node_ip``, ``interface``):
+            ``toolkit.node.probe.ProbeFacts.detected()``.
         network: The network profile's variables for this node (``NetEnv.variables``);
             they go after ``NETWORK_AFTER``, except those the plan already sets (the
             inventory's own values, which win).

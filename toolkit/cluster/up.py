@@ -22,6 +22,7 @@ from toolkit.cluster.status import ClusterStatus, cluster_status
 from toolkit.errors import ClusterError, WaitTimeoutError
 from toolkit.netenv import env_for_node
 from toolkit.node import call_agent
+from toolkit.node.probe import ProbeFacts
 from toolkit.transport.base import Transport
 from toolkit.transport.group import DEFAULT_PARALLEL, run_each
 
@@ -145,33 +146,29 @@ def _prepare(
     """
     node = node_plan.node
     reporter.node(node.name, "probing")
-    facts = call_agent(transport, node, node_plan.probe_command, PROBE_TIMEOUT_S)
-    route = facts.get("route", {})
-    if route.get("error"):
-        raise ClusterError(f"{node.name}: {route['error']}")
-    outcome.node_ip = route.get("source_ip")
-    if facts.get("raylet_running"):
+    answer = call_agent(transport, node, node_plan.probe_command, PROBE_TIMEOUT_S)
+    facts = ProbeFacts.from_json(node.name, answer)
+    if facts.route.error:
+        raise ClusterError(f"{node.name}: {facts.route.error}")
+    outcome.node_ip = facts.route.source_ip
+    if facts.raylet_running:
         outcome.action = "already running"
         reporter.node(node.name, "this cluster's Ray already runs here; leaving it")
         return False
-    if facts.get("rtk_pids"):
+    if facts.rtk_pids:
         reporter.node(node.name, "stopping leftovers of an earlier run of this cluster")
         call_agent(transport, node, node_plan.stop_command, PROBE_TIMEOUT_S)
-    busy = facts.get("busy_ports") or []
+    busy = facts.busy_ports
     if busy:
         raise ClusterError(
             f"{node.name}: port(s) {', '.join(map(str, busy))} already in use by another "
             "program; stop it or choose other ports in the inventory's ports: section"
         )
-    network = env_for_node(plan.inventory, node, facts.get("network") or {})
+    network = env_for_node(plan.inventory, node, facts.network)
     outcome.network_profile = network.profile
     reporter.node(node.name, f"network profile {network.profile}: {network.profile_reason}")
     try:
-        env = fill_env(
-            node_plan,
-            {"node_ip": route.get("source_ip"), "interface": route.get("interface")},
-            network.variables,
-        )
+        env = fill_env(node_plan, facts.detected(), network.variables)
     except KeyError as e:
         raise ClusterError(
             f"{node.name}: the probe could not find the {e.args[0]} on the "

@@ -20,6 +20,7 @@ from toolkit.inventory import Inventory, Node
 from toolkit.netenv.facts import NetworkFacts
 from toolkit.netenv.profiles import NetEnv, env_for_node
 from toolkit.node import call_agent
+from toolkit.node.probe import ProbeFacts, RouteFacts
 from toolkit.transport.base import Transport
 from toolkit.transport.group import run_each
 
@@ -72,7 +73,7 @@ class NodeNetwork:
         name: The node's inventory name.
         role: ``head`` or ``worker``.
         address: The address rtk reaches it at.
-        route: The probe's route to the head (``head_ip``, ``source_ip``, ``interface``).
+        route: The probe's route to the head; None when the probe failed.
         detected: The probe's raw ``network`` answer (what ``--json`` prints).
         facts: The same, parsed; None when the probe failed.
         env: The chosen variables; None when the probe failed or the profile does not fit.
@@ -82,7 +83,7 @@ class NodeNetwork:
     name: str
     role: str
     address: str
-    route: dict[str, Any]
+    route: RouteFacts | None
     detected: dict[str, Any]
     facts: NetworkFacts | None
     env: NetEnv | None
@@ -94,7 +95,7 @@ class NodeNetwork:
             "name": self.name,
             "role": self.role,
             "address": self.address,
-            "route": self.route,
+            "route": self.route.to_json() if self.route else {},
             "detected": self.detected,
             "env": self.env.to_json() if self.env else None,
             "error": self.error,
@@ -135,15 +136,16 @@ def detect_network(
     """
     began = time.monotonic()
 
-    def probe(node_plan: ProbeTarget) -> dict[str, Any]:
-        return call_agent(transport, node_plan.node, node_plan.probe_command, timeout_s)
+    def probe(node_plan: ProbeTarget) -> ProbeFacts:
+        answer = call_agent(transport, node_plan.node, node_plan.probe_command, timeout_s)
+        return ProbeFacts.from_json(node_plan.name, answer)
 
     answers = run_each(plan.nodes, probe)
     nodes = []
     for node_plan in plan.nodes:
         error = answers.failed.get(node_plan.name)
-        answer = answers.succeeded.get(node_plan.name, {})
-        nodes.append(_node_network(plan, node_plan, answer, str(error) if error else None))
+        found = answers.succeeded.get(node_plan.name)
+        nodes.append(_node_network(plan, node_plan, found, str(error) if error else None))
     return NetworkReport(
         cluster=plan.inventory.name,
         profile=plan.inventory.network.profile,
@@ -153,15 +155,13 @@ def detect_network(
 
 
 def _node_network(
-    plan: ProbePlan, node_plan: ProbeTarget, answer: dict[str, Any], error: str | None
+    plan: ProbePlan, node_plan: ProbeTarget, probe: ProbeFacts | None, error: str | None
 ) -> NodeNetwork:
     node = node_plan.node
-    route = answer.get("route") if isinstance(answer.get("route"), dict) else {}
-    detected = answer.get("network") if isinstance(answer.get("network"), dict) else {}
-    facts = NetworkFacts.from_json(detected or {}) if error is None else None
+    facts = probe.network if probe is not None and error is None else None
     env = None
-    if error is None and route and route.get("error"):
-        error = f"{node.name}: {route['error']}"
+    if error is None and probe is not None and probe.route.error:
+        error = f"{node.name}: {probe.route.error}"
     if error is None and facts is not None:
         try:
             env = env_for_node(plan.inventory, node, facts)
@@ -171,8 +171,8 @@ def _node_network(
         name=node.name,
         role=node_plan.role,
         address=node.address,
-        route=route or {},
-        detected=detected or {},
+        route=probe.route if probe is not None else None,
+        detected=dict(probe.network_json) if probe is not None else {},
         facts=facts,
         env=env,
         error=error,

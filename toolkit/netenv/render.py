@@ -5,6 +5,7 @@ from __future__ import annotations
 from toolkit.netenv.detect import NetworkReport, NodeNetwork
 from toolkit.netenv.facts import HcaPort, Link, NetworkFacts
 from toolkit.netenv.profiles import found_text
+from toolkit.node.probe import RouteFacts
 
 _SOURCES = {
     "inventory": "network.interface in the inventory",
@@ -49,8 +50,9 @@ def render_node(node: NodeNetwork) -> list[str]:
 
 def _detected(node: NodeNetwork, facts: NetworkFacts) -> list[str]:
     source = _SOURCES.get(facts.interface_source, facts.interface_source)
-    ip = node.route.get("source_ip") or "?"
-    head = node.route.get("head_ip") or "?"
+    route = node.route or RouteFacts()
+    ip = route.source_ip or "?"
+    head = route.head_ip or "?"
     lines = [f"  route      {facts.interface or '?'} ({source}), source {ip}, head {head}"]
     if facts.link is not None:
         lines.append(f"  interface  {_link(facts.link)}")

@@ -1,7 +1,8 @@
 """Pure evaluation of node facts into checks: thresholds and hints live here.
 
-Facts come from ``toolkit/node/facts.py`` run on each node; nothing here touches a
-node, so every rule is tested on plain dicts.
+Facts come from ``toolkit/node/facts.py`` run on each node, read into the typed
+records of ``toolkit.node.host_facts``; nothing here touches a node, so every rule is
+tested on records built in the test. The GPU checks are in ``gpu_checks``.
 """
 
 from __future__ import annotations
@@ -11,9 +12,12 @@ import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolkit.preflight.result import Check, Status
+
+if TYPE_CHECKING:  # only for types: the bandwidth job (a Ray job driver) imports this module
+    from toolkit.node.host_facts import HostFacts, PortReach, SoftwareFacts
 
 GiB = 1024**3
 MiB = 1024**2
@@ -51,12 +55,12 @@ def _size(n: float | None) -> str:
 
 
 def host_checks(
-    node: str, facts: Mapping[str, Any], multi_node: bool, t: Thresholds = Thresholds()
+    node: str, facts: HostFacts, multi_node: bool, t: Thresholds = Thresholds()
 ) -> list[Check]:
     """/dev/shm, open files, locked memory, host name resolution and free disk."""
     checks = []
     status: Status
-    shm = facts.get("dev_shm_bytes")
+    shm = facts.dev_shm_bytes
     if shm is None:
         checks.append(Check("host.dev_shm", node, "fail", "no /dev/shm", ">= 2 GiB"))
     else:
@@ -72,7 +76,7 @@ def host_checks(
                 "(mount -o remount,size=16G /dev/shm; in Docker: --shm-size)",
             )
         )
-    nofile = facts.get("nofile")
+    nofile = facts.nofile
     status = "pass" if nofile is None else _at_least(nofile, t.nofile_fail, t.nofile_warn)
     checks.append(
         Check(
@@ -84,7 +88,7 @@ def host_checks(
             "raise the open-files limit (ulimit -n, limits.conf nofile) before starting Ray",
         )
     )
-    memlock = facts.get("memlock_bytes")
+    memlock = facts.memlock_bytes
     checks.append(
         Check(
             "host.ulimit_memlock",
@@ -95,7 +99,7 @@ def host_checks(
             "RDMA (InfiniBand/RoCE) needs unlimited locked memory: ulimit -l unlimited",
         )
     )
-    addresses = [str(a) for a in facts.get("hostname_addresses") or []]
+    addresses = list(facts.hostname_addresses)
     loopback = [a for a in addresses if _is_loopback(a)]
     status = "fail" if loopback and multi_node else "pass"
     checks.append(
@@ -103,13 +107,13 @@ def host_checks(
             "host.hostname",
             node,
             status,
-            f"{facts.get('hostname')} -> {', '.join(addresses) or 'nothing'}",
+            f"{facts.hostname} -> {', '.join(addresses) or 'nothing'}",
             "not a loopback address",
             "the host name resolves to loopback (often a 127.0.1.1 line in /etc/hosts): "
             "map it to the node's cluster address, or NCCL and Ray peers connect to themselves",
         )
     )
-    free = facts.get("disk_free_bytes")
+    free = facts.disk_free_bytes
     if free is not None:
         status = _at_least(free, t.disk_fail_bytes, t.disk_warn_bytes)
         checks.append(
@@ -117,7 +121,7 @@ def host_checks(
                 "host.disk_free",
                 node,
                 status,
-                f"{_size(free)} free at {facts.get('disk_path')}",
+                f"{_size(free)} free at {facts.disk_path}",
                 f">= {_size(t.disk_warn_bytes)}",
                 "checkpoints and traces go to the run directory: free space or choose "
                 "another --output-dir",
@@ -126,12 +130,12 @@ def host_checks(
     return checks
 
 
-def port_range_check(node: str, facts: Mapping[str, Any], pinned: Mapping[str, int]) -> Check:
+def port_range_check(node: str, facts: HostFacts, pinned: Mapping[str, int]) -> Check:
     """Pinned Ray ports must stay out of the kernel's ephemeral range."""
-    span = facts.get("ephemeral_ports")
+    span = facts.ephemeral_ports
     if not span:
         return Check("host.ephemeral_ports", node, "warn", "unknown", "pinned ports outside")
-    low, high = int(span[0]), int(span[1])
+    low, high = span
     inside = sorted(f"{name} {port}" for name, port in pinned.items() if low <= port <= high)
     return Check(
         "host.ephemeral_ports",
@@ -144,12 +148,12 @@ def port_range_check(node: str, facts: Mapping[str, Any], pinned: Mapping[str, i
     )
 
 
-def version_checks(facts: Mapping[str, Mapping[str, Any]]) -> list[Check]:
+def version_checks(software: Mapping[str, SoftwareFacts]) -> list[Check]:
     """The same Python (major.minor), ray, torch and NCCL everywhere: odd nodes fail."""
     checks = []
     names = ("python", "ray", "torch", "nvidia-nccl-cu12", "nvidia-nccl-cu13")
     for name in names:
-        seen = {node: _version(name, f.get("versions", {}).get(name)) for node, f in facts.items()}
+        seen = {node: _version(name, s.version(name)) for node, s in software.items()}
         if all(v is None for v in seen.values()):
             continue
         common, _ = Counter(seen.values()).most_common(1)[0]
@@ -195,296 +199,23 @@ def clock_checks(
     return checks
 
 
-def reach_checks(src: str, results: Mapping[str, Mapping[str, Any]]) -> list[Check]:
+def reach_checks(src: str, results: Mapping[str, PortReach]) -> list[Check]:
     """One check per target ``dst:port-name`` that ``src`` tried to connect to."""
     checks = []
     for target, result in sorted(results.items()):
         dst, _, port_name = target.partition(":")
-        ok = bool(result.get("ok"))
+        ok = result.ok
         checks.append(
             Check(
                 f"net.port.{port_name}",
                 f"{src}->{dst}",
                 "pass" if ok else "fail",
-                f"{result.get('ms', 0):.1f} ms" if ok else str(result.get("error")),
+                f"{result.ms or 0:.1f} ms" if ok else str(result.error),
                 "reachable",
                 "" if ok else f"open {port_name} on {dst} to the cluster (firewall rules)",
             )
         )
     return checks
-
-
-# NVML's clocks-event reason bits (``nvmlClocksEventReason*``); the values are NVML's.
-CLOCKS_EVENT_REASONS: dict[int, str] = {
-    0x1: "gpu_idle",
-    0x2: "applications_clocks",
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x10: "sync_boost",
-    0x20: "sw_thermal_slowdown",
-    0x40: "hw_thermal_slowdown",
-    0x80: "hw_power_brake_slowdown",
-    0x100: "display_clocks",
-}
-# Reasons that are normal on an idle GPU: not worth a warning.
-IDLE_CLOCKS_EVENTS = 0x1 | 0x2 | 0x10 | 0x100
-
-
-def clocks_event_names(mask: int) -> list[str]:
-    """The names of the bits set in a clocks-event reasons mask (unknown bits in hex)."""
-    names = [name for bit, name in CLOCKS_EVENT_REASONS.items() if mask & bit]
-    unknown = mask & ~sum(CLOCKS_EVENT_REASONS)
-    if unknown:
-        names.append(hex(unknown))
-    return names
-
-
-def gpu_checks(node: str, gpus: Mapping[str, Any], expected_count: int | None) -> list[Check]:
-    """One node's GPUs (``facts["gpus"]`` from ``gpu_facts``) against the inventory's count.
-
-    Each check covers every GPU of the node and names the offending ones by index and
-    UUID. No GPU expected and none found: no checks at all.
-    """
-    devices: Mapping[str, Mapping[str, Any]] = gpus.get("devices") or {}
-    available = bool(gpus.get("available"))
-    count = int(gpus.get("count") or len(devices)) if available else 0
-    expected = expected_count or 0
-    if not expected and not count:
-        return []
-    checks: list[Check] = []
-    if available:
-        listed = ", ".join(f"{d.get('index', '?')}:{u}" for u, d in _by_index(devices))
-        measured = f"{count} GPU(s)" + (f": {listed}" if listed else "")
-    else:
-        measured = f"no GPU visible ({gpus.get('reason', 'unknown')})"
-    checks.append(
-        Check(
-            "gpu.count",
-            node,
-            "pass" if count == expected else "fail",
-            measured,
-            f"{expected} (the inventory's gpus)",
-            "a GPU is missing or the inventory is wrong: check nvidia-smi -L on the node, "
-            "the driver (dmesg for XIDs), and pynvml (nvidia-ml-py) in the node's Python; "
-            "or set the node's gpus: in the inventory",
-        )
-    )
-    if not available:
-        return checks
-    checks.append(_driver_recorded(node, gpus))
-    errors = [f"{k}: {v}" for k, v in (gpus.get("errors") or {}).items()]
-    errors += [
-        f"GPU {d.get('index', '?')} {k}: {v}"
-        for _, d in _by_index(devices)
-        for k, v in (d.get("errors") or {}).items()
-    ]
-    if errors:
-        checks.append(
-            Check(
-                "gpu.nvml",
-                node,
-                "fail",
-                "; ".join(errors),
-                "no NVML errors",
-                "NVML could not read a GPU: look for XIDs in dmesg (GPU fallen off the bus?); "
-                "a reset (nvidia-smi -r) or a reboot may bring it back",
-            )
-        )
-    checks += [
-        c
-        for c in (
-            _ecc_check(node, devices),
-            _remap_check(node, devices),
-            _persistence_check(node, devices),
-            _clocks_check(node, devices),
-            _pcie_check(node, devices),
-            _nvlink_check(node, devices),
-        )
-        if c is not None
-    ]
-    return checks
-
-
-def driver_checks(facts: Mapping[str, Mapping[str, Any]]) -> list[Check]:
-    """The same NVIDIA driver on every node with GPUs: odd nodes fail (like versions)."""
-    seen: dict[str, str] = {}
-    for node, f in facts.items():
-        gpus = f.get("gpus") or {}
-        if gpus.get("available") and gpus.get("driver_version"):
-            seen[node] = str(gpus["driver_version"])
-    if not seen:
-        return []
-    common, _ = Counter(seen.values()).most_common(1)[0]
-    return [
-        Check(
-            "gpu.driver_match",
-            node,
-            "pass" if version == common else "fail",
-            version,
-            f"{common} (as on the other nodes)",
-            "install the same NVIDIA driver on every node: NCCL and CUDA behave differently "
-            "across driver versions",
-        )
-        for node, version in seen.items()
-    ]
-
-
-def _by_index(devices: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, Mapping[str, Any]]]:
-    return sorted(devices.items(), key=lambda item: (int(item[1].get("index", 1 << 30)), item[0]))
-
-
-def _name(uuid: str, gpu: Mapping[str, Any]) -> str:
-    return f"GPU {gpu.get('index', '?')} ({uuid})"
-
-
-def _driver_recorded(node: str, gpus: Mapping[str, Any]) -> Check:
-    driver, cuda = gpus.get("driver_version"), gpus.get("cuda_driver_version")
-    return Check(
-        "gpu.driver",
-        node,
-        "pass" if driver else "warn",
-        f"driver {driver or 'unknown'}, CUDA {cuda or 'unknown'}",
-        "recorded",
-        "" if driver else "NVML did not report the driver version: check nvidia-smi on the node",
-    )
-
-
-def _ecc_check(node: str, devices: Mapping[str, Mapping[str, Any]]) -> Check | None:
-    counts = {
-        _name(u, d): int(d["ecc_volatile_uncorrected"])
-        for u, d in _by_index(devices)
-        if "ecc_volatile_uncorrected" in d
-    }
-    if not counts:
-        return None
-    bad = [f"{n}: {c}" for n, c in counts.items() if c > 0]
-    return Check(
-        "gpu.ecc",
-        node,
-        "fail" if bad else "pass",
-        "; ".join(bad) if bad else f"0 volatile uncorrected ECC errors on {len(counts)} GPU(s)",
-        "0 volatile uncorrected ECC errors",
-        "uncorrected memory errors since the driver loaded: drain the node, read "
-        "nvidia-smi -q -d ECC,ROW_REMAPPER and the XIDs in dmesg; reset the GPU, and "
-        "replace it if they come back",
-    )
-
-
-def _remap_check(node: str, devices: Mapping[str, Mapping[str, Any]]) -> Check | None:
-    rows = {_name(u, d): d["remapped_rows"] for u, d in _by_index(devices) if "remapped_rows" in d}
-    if not rows:
-        return None
-    failing, warning = [], []
-    for name, r in rows.items():
-        if r.get("failure"):
-            failing.append(f"{name}: remapping failed")
-        elif r.get("pending"):
-            failing.append(f"{name}: remap pending")
-        elif int(r.get("uncorrected", 0)) > 0:
-            warning.append(f"{name}: {r['uncorrected']} row(s) remapped for uncorrected errors")
-    status: Status = "fail" if failing else "warn" if warning else "pass"
-    return Check(
-        "gpu.row_remap",
-        node,
-        status,
-        "; ".join(failing + warning) or f"no pending or failed remaps on {len(rows)} GPU(s)",
-        "no pending or failed remaps, no uncorrected remaps",
-        "a pending remap takes effect at the next GPU reset (nvidia-smi -r, or reboot); a "
-        "failed remap means the GPU ran out of spare rows: replace it",
-    )
-
-
-def _persistence_check(node: str, devices: Mapping[str, Mapping[str, Any]]) -> Check | None:
-    modes = {
-        _name(u, d): d["persistence_mode"] for u, d in _by_index(devices) if "persistence_mode" in d
-    }
-    if not modes:
-        return None
-    off = [n for n, on in modes.items() if not on]
-    return Check(
-        "gpu.persistence_mode",
-        node,
-        "warn" if off else "pass",
-        f"off on {', '.join(off)}" if off else f"on for {len(modes)} GPU(s)",
-        "on",
-        "without persistence the driver unloads between jobs and every start pays for it: "
-        "run nvidia-persistenced (or nvidia-smi -pm 1)",
-    )
-
-
-def _clocks_check(node: str, devices: Mapping[str, Mapping[str, Any]]) -> Check | None:
-    masks = {
-        _name(u, d): int(d["clocks_event_reasons"])
-        for u, d in _by_index(devices)
-        if "clocks_event_reasons" in d
-    }
-    if not masks:
-        return None
-    bad = [
-        f"{n}: {', '.join(clocks_event_names(m & ~IDLE_CLOCKS_EVENTS))}"
-        for n, m in masks.items()
-        if m & ~IDLE_CLOCKS_EVENTS
-    ]
-    return Check(
-        "gpu.clocks_events",
-        node,
-        "warn" if bad else "pass",
-        "; ".join(bad) if bad else f"none beyond idle on {len(masks)} GPU(s)",
-        "only gpu_idle, applications_clocks, sync_boost or display_clocks at idle",
-        "the GPU slows its clocks while idle for power, heat or a hardware signal: read "
-        "nvidia-smi -q -d PERFORMANCE, check cooling, power cables and power limits",
-    )
-
-
-def _pcie_check(node: str, devices: Mapping[str, Mapping[str, Any]]) -> Check | None:
-    slow, seen = [], 0
-    for uuid, d in _by_index(devices):
-        parts = []
-        for what, prefix in (("gen", "Gen"), ("width", "x")):
-            now, top = d.get(f"pcie_{what}"), d.get(f"pcie_{what}_max")
-            if now is None or top is None:
-                continue
-            seen += 1
-            if int(now) < int(top):
-                parts.append(f"{prefix}{now} of {prefix}{top}")
-        if parts:
-            slow.append(f"{_name(uuid, d)}: {', '.join(parts)}")
-    if not seen:
-        return None
-    return Check(
-        "gpu.pcie_link",
-        node,
-        "warn" if slow else "pass",
-        "; ".join(slow) if slow else "every link at its max generation and width",
-        "current generation and width = max",
-        "many GPUs downtrain the PCIe link at idle to save power (the generation comes back "
-        "under load): recheck under load (nvidia-smi -q -d PCI) before suspecting a bad "
-        "slot, riser or BIOS setting; a narrower width than max does not recover at load",
-    )
-
-
-def _nvlink_check(node: str, devices: Mapping[str, Mapping[str, Any]]) -> Check | None:
-    links = {
-        _name(u, d): list(d["nvlink_active"])
-        for u, d in _by_index(devices)
-        if d.get("nvlink_active")
-    }
-    if not links:
-        return None
-    down = {n: [i for i, active in enumerate(states) if not active] for n, states in links.items()}
-    down = {n: idx for n, idx in down.items() if idx}
-    total = sum(len(s) for s in links.values())
-    return Check(
-        "gpu.nvlink",
-        node,
-        "fail" if down else "pass",
-        "; ".join(f"{n}: link(s) {', '.join(map(str, idx))} inactive" for n, idx in down.items())
-        or f"{total} link(s) active on {len(links)} GPU(s)",
-        "every NVLink link active",
-        "an inactive NVLink sends GPU traffic over PCIe: check nvidia-smi nvlink -s, that "
-        "nvidia-fabricmanager runs (HGX/NVSwitch systems), and XIDs in dmesg; a PCIe card "
-        "without an NVLink bridge reports its links inactive",
-    )
 
 
 def _is_loopback(address: str) -> bool:

@@ -20,7 +20,8 @@ from toolkit.cluster.state import StateStore
 from toolkit.cluster.status import cluster_status
 from toolkit.errors import ClusterError
 from toolkit.node import FACTS
-from toolkit.preflight import checks
+from toolkit.node.host_facts import NodeFacts
+from toolkit.preflight import checks, gpu_checks
 from toolkit.preflight.bandwidth import DEFAULT_SIZES_BYTES, PROGRESS_PREFIX, RESULT_PREFIX
 from toolkit.preflight.result import Check, PreflightReport
 from toolkit.rundir import RunDir
@@ -35,9 +36,15 @@ NODE_PORTS = ("node_manager", "object_manager")
 
 @dataclass
 class _Answer:
-    facts: dict[str, Any]
+    facts: NodeFacts
     sent_s: float
     received_s: float
+
+    @property
+    def offset_s(self) -> tuple[float, float]:
+        """The node's clock minus ours at the midpoint of the round trip, and its error."""
+        midpoint_s = (self.sent_s + self.received_s) / 2
+        return self.facts.wall_s - midpoint_s, (self.received_s - self.sent_s) / 2
 
 
 def targets(plan: ClusterPlan, src: str, up: set[str]) -> dict[str, str]:
@@ -143,7 +150,7 @@ def run_preflight(
         sent = time.time()
         result = transport.run(node, command, stdin=source, timeout_s=FACTS_TIMEOUT_S)
         received = time.time()
-        return _Answer(FACTS.answer(node, result), sent, received)
+        return _Answer(NodeFacts.from_json(node.name, FACTS.answer(node, result)), sent, received)
 
     answers = run_each(plan.nodes, gather)
     multi_node = len(plan.nodes) > 1
@@ -167,21 +174,18 @@ def run_preflight(
             )
             continue
         facts = answers.results[name].facts
-        report.checks.append(Check("connect.node", name, "pass", str(facts.get("hostname"))))
-        report.checks += checks.host_checks(name, facts, multi_node, thresholds)
-        report.checks.append(checks.port_range_check(name, facts, pinned))
-        report.checks += checks.gpu_checks(name, facts.get("gpus") or {}, node_plan.node.gpus)
-        reach = facts.get("reach")
-        if isinstance(reach, dict):
-            report.checks += checks.reach_checks(name, reach)
-    report.checks += checks.version_checks({n: a.facts for n, a in answers.results.items()})
-    report.checks += checks.driver_checks({n: a.facts for n, a in answers.results.items()})
+        report.checks.append(Check("connect.node", name, "pass", facts.host.hostname))
+        report.checks += checks.host_checks(name, facts.host, multi_node, thresholds)
+        report.checks.append(checks.port_range_check(name, facts.host, pinned))
+        report.checks += gpu_checks.gpu_checks(name, facts.gpus, node_plan.node.gpus)
+        report.checks += checks.reach_checks(name, facts.reach)
+    report.checks += checks.version_checks(
+        {n: a.facts.software for n, a in answers.results.items()}
+    )
+    report.checks += gpu_checks.driver_checks({n: a.facts.gpus for n, a in answers.results.items()})
     # Clock offsets from one round trip each: coarse (the transport's latency is the
     # error bar), enough to catch a node whose clock is seconds off.
-    offsets = {
-        n: (float(a.facts["wall_s"]) - (a.sent_s + a.received_s) / 2, (a.received_s - a.sent_s) / 2)
-        for n, a in answers.results.items()
-    }
+    offsets = {n: a.offset_s for n, a in answers.results.items()}
     report.checks += checks.clock_checks(offsets, plan.head.node.name, thresholds)
     if len(up) < len(plan.nodes):
         report.checks.append(

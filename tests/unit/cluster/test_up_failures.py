@@ -9,6 +9,7 @@ that a bring-up that is not enough stops what it started, and only that.
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,15 @@ def cluster(never_join: tuple[str, ...] = ()) -> ScriptedTransport:
     def probe(call: Call) -> Reply:
         route = {"head_ip": ADDRESSES["n1"], "source_ip": ADDRESSES[call.node], "interface": "eth0"}
         facts = {**network_facts("eth0", ETHERNET), "interface_source": "route"}
-        return answer({"route": route, "network": facts, "rtk_pids": [], "busy_ports": []})
+        return answer(
+            {
+                "route": route,
+                "network": facts,
+                "rtk_pids": [],
+                "raylet_running": False,
+                "busy_ports": [],
+            }
+        )
 
     def start(call: Call) -> Reply:
         alive.add(call.node)
@@ -163,6 +172,20 @@ def test_ray_start_failing_on_one_worker(tmp_path: Path, min_nodes: int) -> None
             bring_up(plan, transport, tmp_path)
         assert "  n2: ray start exited 1:\nValueError: port 6380 is in use" in str(caught.value)
         assert stopped_on(transport) == ["n1", "n3"]
+
+
+def test_a_malformed_probe_answer_fails_its_node_by_field(tmp_path: Path) -> None:
+    plan = build_plan(inventory(tmp_path, min_nodes=2))
+    transport = cluster()
+    good = json.loads(cluster().run(plan.nodes[2].node, plan.nodes[2].probe_command).stdout)
+    transport.on("n3", r" - probe ", answer(good | {"busy_ports": "6379"}))
+    result = bring_up(plan, transport, tmp_path)
+    assert result.started == ["n1", "n2"]
+    assert outcome(result, "n3").error == (
+        "n3: malformed probe answer from the node: "
+        "field 'busy_ports' should be a list of integers, got '6379'"
+    )
+    assert not [path for node, path in transport.files if node == "n3"]
 
 
 def test_a_ray_start_that_times_out(tmp_path: Path) -> None:

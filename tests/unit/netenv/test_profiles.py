@@ -424,7 +424,13 @@ class Collect:
 def probe_answer(fixture: str, ip: str, **network: Any) -> dict[str, Any]:
     facts = facts_of(fixture, **network)
     route = {"head_ip": "10.10.0.11", "source_ip": ip, "interface": facts["interface"]}
-    return {"route": route, "network": facts, "rtk_pids": [], "busy_ports": []}
+    return {
+        "route": route,
+        "network": facts,
+        "rtk_pids": [],
+        "raylet_running": False,
+        "busy_ports": [],
+    }
 
 
 def test_up_writes_the_chosen_variables_into_the_env_file(tmp_path: Path) -> None:

@@ -4,25 +4,29 @@ from __future__ import annotations
 
 from typing import Any
 
+from toolkit.node.host_facts import HostFacts, PortReach, SoftwareFacts
 from toolkit.preflight import checks
 from toolkit.preflight.result import Check, PreflightReport
 
 GiB = 1024**3
 
 
-def facts(**changes: Any) -> dict[str, Any]:
+def facts(**changes: Any) -> HostFacts:
     base: dict[str, Any] = {
         "hostname": "n1",
-        "hostname_addresses": ["10.0.0.1"],
+        "hostname_addresses": ("10.0.0.1",),
         "dev_shm_bytes": 16 * GiB,
         "memlock_bytes": None,
         "nofile": 1048576,
         "disk_path": "/data",
         "disk_free_bytes": 500 * GiB,
-        "ephemeral_ports": [32768, 60999],
-        "versions": {"python": "3.11.7", "ray": "2.60.0", "torch": "2.13.0"},
+        "ephemeral_ports": (32768, 60999),
     }
-    return base | changes
+    return HostFacts(**(base | changes))
+
+
+def software(**versions: str) -> SoftwareFacts:
+    return SoftwareFacts({"python": "3.11.7", "ray": "2.60.0", "torch": "2.13.0"} | versions)
 
 
 def by_name(found: list[Check]) -> dict[str, Check]:
@@ -52,7 +56,7 @@ def test_tiny_shm_low_limits_and_full_disk_fail_with_hints() -> None:
 
 
 def test_a_loopback_host_name_fails_only_when_there_are_other_nodes() -> None:
-    looped = facts(hostname_addresses=["127.0.1.1"])
+    looped = facts(hostname_addresses=("127.0.1.1",))
     multi = by_name(checks.host_checks("n1", looped, multi_node=True))
     assert multi["host.hostname"].status == "fail"
     assert "127.0.1.1" in multi["host.hostname"].measured
@@ -69,9 +73,9 @@ def test_pinned_ports_inside_the_ephemeral_range_fail_by_name() -> None:
 def test_the_odd_version_out_fails_on_its_node_only() -> None:
     found = checks.version_checks(
         {
-            "n1": facts(),
-            "n2": facts(),
-            "n3": facts(versions={"python": "3.11.9", "ray": "2.59.0", "torch": "2.13.0"}),
+            "n1": software(),
+            "n2": software(),
+            "n3": software(python="3.11.9", ray="2.59.0", torch="2.13.0"),
         }
     )
     failed = {(c.name, c.scope) for c in found if c.status == "fail"}
@@ -89,8 +93,8 @@ def test_unreachable_ports_fail_per_pair() -> None:
     found = checks.reach_checks(
         "n1",
         {
-            "n2:node_manager": {"ok": True, "ms": 0.4},
-            "n2:object_manager": {"ok": False, "error": "timed out after 2 s (filtered?)"},
+            "n2:node_manager": PortReach(ok=True, ms=0.4),
+            "n2:object_manager": PortReach(ok=False, error="timed out after 2 s (filtered?)"),
         },
     )
     assert [(c.name, c.scope, c.status) for c in found] == [

@@ -12,7 +12,8 @@ from fake_nvml import FakeGpu, FakeNvml
 
 from toolkit.node import facts as facts_module
 from toolkit.node.facts import gpu_facts
-from toolkit.preflight.checks import (
+from toolkit.node.gpu_facts import GpuFacts
+from toolkit.preflight.gpu_checks import (
     CLOCKS_EVENT_REASONS,
     clocks_event_names,
     driver_checks,
@@ -29,8 +30,13 @@ def by_name(checks: list[Check]) -> dict[str, Check]:
     return {c.name: c for c in checks}
 
 
+def typed(facts: dict[str, Any]) -> GpuFacts:
+    """What the host reads from a node's ``gpus`` answer (checks take only this)."""
+    return GpuFacts.from_json("n1", facts)
+
+
 def grade(gpus: list[FakeGpu], expected: int | None = None) -> dict[str, Check]:
-    facts = gpu_facts(FakeNvml(gpus))
+    facts = typed(gpu_facts(FakeNvml(gpus)))
     return by_name(gpu_checks("n1", facts, len(gpus) if expected is None else expected))
 
 
@@ -94,7 +100,7 @@ def test_facts_leave_out_unsupported_and_forbidden_fields() -> None:
     ):
         assert key not in device, key
     assert device["pcie_width"] == 16 and "errors" not in device
-    checks = by_name(gpu_checks("n1", facts, 1))
+    checks = by_name(gpu_checks("n1", typed(facts), 1))
     assert {"gpu.row_remap", "gpu.nvlink", "gpu.persistence_mode", "gpu.ecc"}.isdisjoint(checks)
     assert checks["gpu.pcie_link"].status == "pass"  # the width alone is still graded
 
@@ -104,7 +110,7 @@ def test_facts_record_other_nvml_errors() -> None:
     device = gpu_facts(fake)["devices"][gpu(0).uuid]
     assert "ecc_volatile_uncorrected" not in device
     assert "ecc_volatile_uncorrected" in device["errors"]
-    check = by_name(gpu_checks("n1", gpu_facts(fake), 1))["gpu.nvml"]
+    check = by_name(gpu_checks("n1", typed(gpu_facts(fake)), 1))["gpu.nvml"]
     assert check.status == "fail" and "GPU 0" in check.measured
 
 
@@ -169,14 +175,14 @@ def test_count_mismatch_fails() -> None:
 
 
 def test_no_gpu_expected_and_none_found_means_no_checks() -> None:
-    off = {"available": False, "reason": "no pynvml"}
+    off = GpuFacts(available=False, reason="no pynvml")
     assert gpu_checks("n1", off, 0) == []
     assert gpu_checks("n1", off, None) == []
-    assert gpu_checks("n1", gpu_facts(FakeNvml([])), None) == []
+    assert gpu_checks("n1", typed(gpu_facts(FakeNvml([]))), None) == []
 
 
 def test_gpus_expected_but_nvml_unavailable_fails() -> None:
-    checks = gpu_checks("n1", {"available": False, "reason": "no pynvml"}, 8)
+    checks = gpu_checks("n1", GpuFacts(available=False, reason="no pynvml"), 8)
     assert [(c.name, c.status) for c in checks] == [("gpu.count", "fail")]
     assert "no pynvml" in checks[0].measured
 
@@ -256,13 +262,13 @@ def test_gpu_without_nvlink_has_no_nvlink_check() -> None:
 
 
 def test_driver_mismatch_fails_the_odd_node() -> None:
-    def node(driver: str | None) -> dict[str, Any]:
+    def node(driver: str | None) -> GpuFacts:
         fake = FakeNvml([gpu(0)] if driver else [])
         if driver:
             fake.fake_driver_version = driver
         else:
             fake.fake_init_error = pynvml.NVML_ERROR_LIBRARY_NOT_FOUND
-        return {"gpus": gpu_facts(fake)}
+        return typed(gpu_facts(fake))
 
     facts = {
         "a": node("550.54.15"),
@@ -274,7 +280,7 @@ def test_driver_mismatch_fails_the_odd_node() -> None:
     assert set(checks) == {"a", "b", "c"}  # a node without GPUs is not compared
     assert checks["a"].status == checks["b"].status == "pass"
     assert checks["c"].status == "fail" and "550.54.15" in checks["c"].threshold
-    assert driver_checks({"cpu": node(None), "x": {}}) == []
+    assert driver_checks({"cpu": node(None), "x": GpuFacts()}) == []
 
 
 # -- the real NVML ------------------------------------------------------------------------
@@ -299,5 +305,5 @@ def test_gpu_facts_with_the_real_library() -> None:
         if "pcie_width" in device and "pcie_width_max" in device:
             assert 1 <= device["pcie_width"] <= device["pcie_width_max"] <= 32
         assert len(device.get("nvlink_active", [])) <= pynvml.NVML_NVLINK_MAX_LINKS
-    checks = gpu_checks("here", facts, facts["count"])
+    checks = gpu_checks("here", GpuFacts.from_json("here", facts), facts["count"])
     assert by_name(checks)["gpu.count"].status == "pass"

@@ -1,0 +1,67 @@
+"""``run_preflight`` over a scripted transport: facts read once per node, then graded.
+
+The answers are this machine's real facts (``facts.py``'s functions run here); a node
+whose answer is malformed fails ``connect.node`` with the field named, and the other
+nodes are graded as usual (no Ray: the caller says which nodes are alive).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+import yaml
+from scripted_transport import ScriptedTransport, answer
+
+from toolkit.cluster import build_plan
+from toolkit.inventory import load_inventory
+from toolkit.node.facts import host_facts
+from toolkit.preflight.runner import run_preflight
+
+
+def two_nodes(tmp_path: Path) -> Any:
+    data = {
+        "cluster": "scripted",
+        "nodes": [{"host": "n1", "address": "10.0.0.1"}, {"host": "n2", "address": "10.0.0.2"}],
+        "ray": {"auth": "none"},
+    }
+    path = tmp_path / "inv.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return build_plan(load_inventory(path))
+
+
+def facts_here(tmp_path: Path) -> dict[str, Any]:
+    data = host_facts(str(tmp_path / "run"))
+    data["reach"] = {"n2:node_manager": {"ok": True, "ms": 0.5}}
+    data["gpus"] = {"available": False, "reason": "no pynvml"}
+    parsed: dict[str, Any] = json.loads(json.dumps(data))
+    return parsed
+
+
+def test_a_malformed_answer_fails_its_node_by_field_and_the_others_are_graded(
+    tmp_path: Path,
+) -> None:
+    plan = two_nodes(tmp_path)
+    good = facts_here(tmp_path)
+    bad = {k: v for k, v in good.items() if k != "wall_s"}
+    transport = ScriptedTransport().on("n1", r" - ", answer(good)).on("n2", r" - ", answer(bad))
+    report = run_preflight(plan, transport, str(tmp_path / "run"), alive={"n1", "n2"})
+    found = {(c.name, c.scope): c for c in report.checks}
+    assert found[("connect.node", "n1")].status == "pass"
+    assert found[("connect.node", "n1")].measured == socket.gethostname()
+    failed = found[("connect.node", "n2")]
+    assert failed.status == "fail"
+    assert failed.measured == (
+        "n2: malformed preflight facts from the node: field 'wall_s' should be a number, missing"
+    )
+    assert {name for name, scope in found if scope == "n2"} == {"connect.node"}
+    assert {"host.dev_shm", "host.disk_free", "software.python"} <= {
+        name for name, scope in found if scope == "n1"
+    }
+    reached = found[("net.port.node_manager", "n1->n2")]
+    assert (reached.status, reached.measured) == ("pass", "0.5 ms")
+    assert report.exit_code == 1
+    # The report's format is the checks'; the facts' types do not leak into it.
+    assert json.loads(json.dumps(report.to_json()))["checks"][0]["name"] == "connect.node"

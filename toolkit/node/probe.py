@@ -1,0 +1,114 @@
+"""What the node agent's ``probe`` reports, as typed records (read on the host).
+
+``agent.py probe`` prints JSON (see ``agent.probe``); ``ProbeFacts.from_json`` reads
+it once, right after the agent answers, and rejects a malformed answer with an error
+that names the node and the field. Bring-up and ``rtk env`` use the record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from toolkit.netenv.facts import NetworkFacts
+from toolkit.node.fields import Fields
+
+WHAT = "probe answer"
+
+
+@dataclass(frozen=True)
+class RouteFacts:
+    """How the node reaches the head.
+
+    Attributes:
+        head_ip: The head's address, resolved on the node.
+        source_ip: This node's address on the route to the head (``RTK_NODE_IP``).
+        interface: The route's interface, or the inventory's ``network.interface``.
+        error: Why the route could not be found (the head's name did not resolve).
+    """
+
+    head_ip: str | None = None
+    source_ip: str | None = None
+    interface: str | None = None
+    error: str | None = None
+
+    @classmethod
+    def read(cls, fields: Fields) -> RouteFacts:
+        """Read the ``route`` object of a probe answer."""
+        return cls(
+            head_ip=fields.text_or_none("head_ip"),
+            source_ip=fields.text_or_none("source_ip"),
+            interface=fields.text_or_none("interface"),
+            error=fields.text_or_none("error"),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``route`` object as the agent sends it (``error`` alone on failure)."""
+        if self.error is not None:
+            return {"error": self.error}
+        return {"head_ip": self.head_ip, "source_ip": self.source_ip, "interface": self.interface}
+
+
+@dataclass(frozen=True)
+class ProbeFacts:
+    """One node's answer to ``agent.py probe``: what bring-up decides on.
+
+    Attributes:
+        node: The node's name in the inventory.
+        route: The route to the head.
+        network: The node's network facts, for the NCCL/Gloo profile (``toolkit.netenv``).
+        network_json: The agent's ``network`` object as sent (``rtk env --json`` shows it).
+        rtk_pids: This cluster's processes already on the node.
+        raylet_running: This cluster's raylet runs there (``rtk up`` leaves it).
+        busy_ports: Ports of the plan that another program listens on.
+        hostname: The node's host name, when reported.
+        python_version: The node's Python version, when reported.
+    """
+
+    node: str
+    route: RouteFacts
+    network: NetworkFacts
+    network_json: Mapping[str, Any] = field(default_factory=dict)
+    rtk_pids: tuple[int, ...] = ()
+    raylet_running: bool = False
+    busy_ports: tuple[int, ...] = ()
+    hostname: str | None = None
+    python_version: str | None = None
+
+    def detected(self) -> dict[str, str | None]:
+        """The facts the plan's ``Detect`` placeholders name (``node_ip``, ``interface``)."""
+        return {"node_ip": self.route.source_ip, "interface": self.route.interface}
+
+    @classmethod
+    def from_json(cls, node: str, data: Any) -> ProbeFacts:
+        """Read the agent's probe answer for ``node``.
+
+        Raises:
+            ClusterError: A field is missing or of the wrong type (named with the node).
+        """
+        fields = Fields(node, WHAT, data)
+        network = dict(fields.required("network").data)
+        return cls(
+            node=node,
+            route=RouteFacts.read(fields.required("route")),
+            network=NetworkFacts.from_json(network),
+            network_json=network,
+            rtk_pids=fields.integers("rtk_pids", required=True),
+            raylet_running=fields.flag("raylet_running", required=True),
+            busy_ports=fields.integers("busy_ports", required=True),
+            hostname=fields.text_or_none("hostname"),
+            python_version=fields.text_or_none("python"),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The answer as the agent sends it (``from_json`` reads it back)."""
+        return {
+            "hostname": self.hostname,
+            "python": self.python_version,
+            "route": self.route.to_json(),
+            "network": dict(self.network_json),
+            "rtk_pids": list(self.rtk_pids),
+            "raylet_running": self.raylet_running,
+            "busy_ports": list(self.busy_ports),
+        }
