@@ -122,6 +122,17 @@ def test_refuses_when_not_root_or_not_linux_or_tools_missing() -> None:
     assert "\n" not in str(e.value)
 
 
+def test_up_dry_run_prints_the_layout_and_creates_nothing() -> None:
+    done = rtk(
+        "sandbox", "up", "--nodes", "2", "--name", "sbdry", "--subnet", "10.77.9", "--dry-run"
+    )
+    assert done.returncode == 0, done.stderr
+    assert "[node2] 10.77.9.12: netns rtk-sbdry-2, veth rtv-sbdry-2 into rtkb-sbdry" in done.stdout
+    assert not Path("/tmp/rtk-sb-sbdry").exists()
+    bad = rtk("sandbox", "up", "--nodes", "2", "--name", "BAD NAME", "--dry-run")
+    assert bad.returncode != 0 and "sandbox name 'BAD NAME' is not allowed" in bad.stderr
+
+
 def test_cli_errors_are_one_line() -> None:
     done = rtk("sandbox", "up", "--nodes", "2", "--name", "Not_Allowed!")
     assert done.returncode == 7
@@ -311,6 +322,11 @@ def test_cli_up_status_down_leaves_nothing_behind() -> None:
         status = rtk("sandbox", "status", "--name", "sbcli")
         assert status.returncode == 0 and "healthy" in status.stdout
         assert live_processes_mentioning("/tmp/rtk-sb-sbcli/") != []
+        planned = rtk("sandbox", "down", "--name", "sbcli", "--dry-run")
+        assert planned.returncode == 0, planned.stderr
+        assert "remove netns rtk-sbcli-2" in planned.stdout
+        assert "remove bridge rtkb-sbcli" in planned.stdout
+        assert rtk("sandbox", "status", "--name", "sbcli").returncode == 0  # still up
         down = rtk("sandbox", "down", "--name", "sbcli")
         assert (down.returncode, down.stdout) == (0, "sandbox sbcli removed\n"), down.stderr
         assert "removed netns rtk-sbcli-2" in down.stderr

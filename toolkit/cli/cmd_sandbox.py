@@ -8,7 +8,9 @@ import click
 
 from toolkit.cli.common import ConsoleReporter, print_json
 from toolkit.sandbox import SlurmStatus, create, destroy, sandbox_status
-from toolkit.sandbox.layout import MAX_NODES
+from toolkit.sandbox.errors import SandboxError
+from toolkit.sandbox.layout import MAX_NODES, Layout
+from toolkit.sandbox.render import describe_up
 
 NAME_HELP = "Sandbox name: 1-8 characters a-z 0-9 _ -."
 
@@ -123,8 +125,12 @@ def sandbox_group() -> None:
     is_flag=True,
     help="Also run SLURM: slurmctld and munged on this host, slurmd in each node.",
 )
-def up_cmd(nodes: int, name: str, subnet: str, slurm: bool) -> None:
+@click.option("--dry-run", is_flag=True, help="Print what would be created; create nothing.")
+def up_cmd(nodes: int, name: str, subnet: str, slurm: bool, dry_run: bool) -> None:
     """Create a sandbox."""
+    if dry_run:
+        click.echo(describe_up(Layout.build(name, subnet, nodes), slurm), nl=False)
+        return
     reporter = ConsoleReporter()
     sandbox = create(
         nodes,
@@ -146,8 +152,12 @@ def up_cmd(nodes: int, name: str, subnet: str, slurm: bool) -> None:
 
 @sandbox_group.command("down", help=DOWN_HELP)
 @click.option("--name", default="sandbox", show_default=True, help=NAME_HELP)
-def down_cmd(name: str) -> None:
+@click.option("--dry-run", is_flag=True, help="Print what would be removed; remove nothing.")
+def down_cmd(name: str, dry_run: bool) -> None:
     """Remove a sandbox."""
+    if dry_run:
+        click.echo(_describe_down(name), nl=False)
+        return
     removed = destroy(name)
     for line in removed:
         click.echo(f"removed {line}", err=True)
@@ -155,6 +165,32 @@ def down_cmd(name: str) -> None:
         click.echo(f"sandbox {name} removed")
     else:
         click.echo(f"sandbox {name}: nothing to remove")
+
+
+def _describe_down(name: str) -> str:
+    """What ``rtk sandbox down`` would remove, from the sandbox's record and the system."""
+    try:
+        status = sandbox_status(name)
+    except SandboxError:
+        layout = Layout.build(name, "10.77.0", 1)
+        return (
+            f"plan: rtk sandbox down, sandbox {name!r}: no record here; whatever carries its "
+            f"names would go (netns rtk-{name}-*, veths rtv-{name}-*, bridge {layout.bridge}, "
+            f"{layout.directory})\n"
+        )
+    lines = [f"plan: rtk sandbox down, sandbox {status.name!r}"]
+    for node in status.nodes:
+        lines.append(
+            f"  [{node.name}] stop its processes (init PID {node.init_pid or '-'}), "
+            f"remove netns {node.netns or '-'} and its veth"
+        )
+    if status.slurm is not None:
+        lines.append("  stop slurmctld and munged")
+    lines += [f"  remove leftover {item}" for item in status.leftovers]
+    if status.bridge:
+        lines.append(f"  remove bridge {status.bridge}")
+    lines.append(f"  remove {status.directory}")
+    return "\n".join(lines) + "\n"
 
 
 @sandbox_group.command("status", help=STATUS_HELP)

@@ -161,3 +161,26 @@ def inventory(layout: Layout, python: str, slurm_conf: Path | None = None) -> st
         lines.append(f"  - host: {node.name}")
         lines.append(f"    address: {node.address}")
     return "\n".join(lines) + "\n"
+
+
+def describe_up(layout: Layout, slurm: bool) -> str:
+    """What ``rtk sandbox up`` would create (``--dry-run``), in the order it creates it."""
+    lines = [
+        f"plan: rtk sandbox up, sandbox {layout.name!r}: {len(layout.nodes)} node(s) "
+        f"on {layout.subnet}.0/24",
+        f"  directory  {layout.directory} (keys, known_hosts, sshd configs, logs, "
+        f"{layout.inventory_path.name})",
+        f"  bridge     {layout.bridge} holding {layout.gateway}/24",
+    ]
+    for node in layout.nodes:
+        lines.append(
+            f"  [{node.name}] {node.address}: netns {node.netns}, veth {node.veth} into "
+            f"{layout.bridge}, its own PID, mount and UTS namespaces, sshd on port 22"
+        )
+    if slurm:
+        lines.append(
+            f"  SLURM      munged and slurmctld on this host (files in {layout.directory}/munge "
+            f"and {layout.directory}/slurm), a slurmd in each node"
+        )
+    lines.append(f"  inventory  {layout.inventory_path} (printed on stdout once up)")
+    return "\n".join(lines) + "\n"

@@ -39,7 +39,7 @@ from toolkit.train.config import TrainConfig
 # Commands that start, stop or run something on the nodes.
 NODE_CHANGING = {
     *("up", "down", "demo", "exec", "launch", "train", "telemetry record", "profile"),
-    "sbatch submit",
+    *("sbatch submit", "sandbox up", "sandbox down"),
 }
 
 UNFIT_INVENTORY = """\
