@@ -106,6 +106,9 @@ class Fields:
         data: The object (anything else raises ``errors``' error at ``path``).
         errors: Makes the errors, in its own words.
         path: Where ``data`` sits in the JSON value first read (empty: it is that value).
+
+    Raises:
+        RtkError: ``data`` is not an object (the error ``errors`` makes).
     """
 
     def __init__(self, data: Any, errors: Errors, path: FieldPath = ()) -> None:
