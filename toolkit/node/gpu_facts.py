@@ -88,8 +88,8 @@ class GpuDeviceFacts:
             else RemappedRows(
                 corrected=rows.integer("corrected"),
                 uncorrected=rows.integer("uncorrected"),
-                pending=bool(rows.flag_or_none("pending")),
-                failure=bool(rows.flag_or_none("failure")),
+                pending=rows.flag("pending"),
+                failure=rows.flag("failure"),
             ),
             clocks_event_reasons=f.integer_or_none("clocks_event_reasons"),
             pcie_gen=f.integer_or_none("pcie_gen"),
