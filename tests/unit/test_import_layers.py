@@ -32,6 +32,7 @@ LAYERS: dict[str, int] = {
     # 0: no rtk imports but each other
     "": 0,  # the package itself (toolkit/__init__.py)
     "errors": 0,
+    "fields": 0,  # the typed reader of JSON objects, for records and node answers
     "shell": 0,
     "resources": 0,
     "ray_resources": 0,

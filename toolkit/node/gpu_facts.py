@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolkit.node.fields import Fields
+from toolkit.fields import Fields
+from toolkit.node.fields import answer_fields
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ class GpuDeviceFacts:
     @classmethod
     def read(cls, uuid: str, f: Fields) -> GpuDeviceFacts:
         """Read one entry of ``gpus.devices``."""
-        rows = f.nested("remapped_rows")
+        rows = f.nested_or_none("remapped_rows")
         return cls(
             uuid=uuid,
             index=f.integer_or_none("index"),
@@ -87,8 +88,8 @@ class GpuDeviceFacts:
             else RemappedRows(
                 corrected=rows.integer("corrected"),
                 uncorrected=rows.integer("uncorrected"),
-                pending=rows.flag("pending", required=True),
-                failure=rows.flag("failure", required=True),
+                pending=rows.flag("pending"),
+                failure=rows.flag("failure"),
             ),
             clocks_event_reasons=f.integer_or_none("clocks_event_reasons"),
             pcie_gen=f.integer_or_none("pcie_gen"),
@@ -161,7 +162,7 @@ class GpuFacts:
     def read(cls, f: Fields) -> GpuFacts:
         """Read the ``gpus`` object of a facts answer."""
         return cls(
-            available=f.flag("available", required=True),
+            available=f.flag("available"),
             reason=f.text_or_none("reason"),
             driver_version=f.text_or_none("driver_version"),
             cuda_driver_version=f.text_or_none("cuda_driver_version"),
@@ -177,7 +178,7 @@ class GpuFacts:
         Raises:
             ClusterError: A field is missing or of the wrong type (named with the node).
         """
-        return cls.read(Fields(node, "GPU facts", data, "gpus"))
+        return cls.read(answer_fields(node, "GPU facts", data, ("gpus",)))
 
     def to_json(self) -> dict[str, Any]:
         """The object as ``facts.py`` prints it (``from_json`` reads it back)."""

@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolkit.node.fields import Fields
+from toolkit.fields import Fields
+from toolkit.node.fields import answer_fields
 from toolkit.node.gpu_facts import GpuFacts
 
 WHAT = "preflight facts"
@@ -46,7 +47,7 @@ class HostFacts:
         """Read the host fields of a facts answer."""
         span = f.integers("ephemeral_ports")
         if span and len(span) != 2:
-            raise f.error("ephemeral_ports", "[low, high]", list(span))
+            raise f.fail("ephemeral_ports", "[low, high]")
         return cls(
             hostname=f.text("hostname"),
             hostname_addresses=f.texts("hostname_addresses"),
@@ -91,7 +92,7 @@ class SoftwareFacts:
     @classmethod
     def read(cls, f: Fields) -> SoftwareFacts:
         """Read the software fields of a facts answer."""
-        versions = f.nested("versions")
+        versions = f.nested_or_none("versions")
         return cls(
             versions={}
             if versions is None
@@ -111,7 +112,7 @@ class PortReach:
     @classmethod
     def read(cls, f: Fields) -> PortReach:
         """Read one entry of ``reach``."""
-        return cls(f.flag("ok", required=True), f.number_or_none("ms"), f.text_or_none("error"))
+        return cls(f.flag("ok"), f.number_or_none("ms"), f.text_or_none("error"))
 
     def to_json(self) -> dict[str, Any]:
         """The entry as ``facts.py`` prints it."""
@@ -147,8 +148,8 @@ class NodeFacts:
         Raises:
             ClusterError: A field is missing or of the wrong type (named with the node).
         """
-        f = Fields(node, WHAT, data)
-        gpus = f.nested("gpus")
+        f = answer_fields(node, WHAT, data)
+        gpus = f.nested_or_none("gpus")
         return cls(
             node=node,
             host=HostFacts.read(f),

@@ -11,8 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from toolkit.fields import Fields
 from toolkit.netenv.facts import NetworkFacts
-from toolkit.node.fields import Fields
+from toolkit.node.fields import answer_fields
 
 WHAT = "probe answer"
 
@@ -87,15 +88,15 @@ class ProbeFacts:
         Raises:
             ClusterError: A field is missing or of the wrong type (named with the node).
         """
-        fields = Fields(node, WHAT, data)
-        network = dict(fields.required("network").data)
+        fields = answer_fields(node, WHAT, data)
+        network = dict(fields.nested("network").data)
         return cls(
             node=node,
-            route=RouteFacts.read(fields.required("route")),
+            route=RouteFacts.read(fields.nested("route")),
             network=NetworkFacts.from_json(network),
             network_json=network,
             rtk_pids=fields.integers("rtk_pids", required=True),
-            raylet_running=fields.flag("raylet_running", required=True),
+            raylet_running=fields.flag("raylet_running"),
             busy_ports=fields.integers("busy_ports", required=True),
             hostname=fields.text_or_none("hostname"),
             python_version=fields.text_or_none("python"),

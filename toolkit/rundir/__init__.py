@@ -3,7 +3,7 @@
 The one owner of what a run directory holds, shared by whoever writes a file and
 whoever reads it: the trainer, the telemetry session, the report, the sweep runner,
 preflight and (through ``pack.PACK_PATTERNS``) the node agent. A low layer: it imports
-only the standard library and ``toolkit.errors``.
+only the standard library, ``toolkit.errors`` and ``toolkit.fields``.
 """
 
 from __future__ import annotations

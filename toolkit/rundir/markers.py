@@ -21,9 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from toolkit.rundir.fields import Fields
 from toolkit.rundir.layout import RunDir
-from toolkit.rundir.record import Record
+from toolkit.rundir.record import Record, check_version, record_fields
 
 SCHEMA_VERSION = 1
 # Who wrote a record; every other key beside these and the clocks is the event's own.
@@ -87,11 +86,11 @@ class Marker(Record):
         Raises:
             toolkit.errors.RunDirError: A field is missing or of the wrong type.
         """
-        f = Fields(data, where)
-        f.version(SCHEMA_VERSION)
+        f = record_fields(data, where)
+        check_version(f, SCHEMA_VERSION)
         return cls(
             event=f.text("event"),
-            step=f.optional_integer("step"),
+            step=f.integer_or_none("step"),
             wall_s=f.number("wall_s"),
             mono_s=f.number("mono_s"),
             node=f.text("node"),
@@ -99,7 +98,7 @@ class Marker(Record):
             rank=f.integer("rank"),
             local_rank=f.integer("local_rank"),
             world_size=f.integer("world_size"),
-            gpu_uuid=f.optional_text("gpu_uuid"),
+            gpu_uuid=f.text_or_none("gpu_uuid"),
             pid=f.integer("pid"),
             fields={k: v for k, v in f.data.items() if k not in _BASE},
         )

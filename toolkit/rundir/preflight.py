@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from toolkit.rundir.fields import Fields
-from toolkit.rundir.record import Record
+from toolkit.fields import Fields
+from toolkit.rundir.record import Record, record_fields
 
 Status = Literal["pass", "warn", "fail"]
 STATUSES: tuple[Status, ...] = ("pass", "warn", "fail")
@@ -53,14 +53,14 @@ class Check(Record):
     @classmethod
     def from_json(cls, data: object, where: str = "check") -> Check:
         """The inverse of ``to_json``."""
-        f = Fields(data, where)
+        f = record_fields(data, where)
         return cls(
             name=f.text("name"),
             scope=f.text("scope"),
             status=_status(f, "status"),
             measured=f.text("measured"),
-            threshold=f.optional_text("threshold") or "",
-            hint=f.optional_text("hint") or "",
+            threshold=f.text_or_none("threshold") or "",
+            hint=f.text_or_none("hint") or "",
         )
 
 
@@ -92,7 +92,7 @@ class PreflightRecord(Record):
     @classmethod
     def from_json(cls, data: object, where: str = "preflight.json") -> PreflightRecord:
         """The inverse of ``to_json``."""
-        f = Fields(data, where)
+        f = record_fields(data, where)
         checks = f.data.get("checks")
         if not isinstance(checks, list):
             raise f.fail("checks", "a list")

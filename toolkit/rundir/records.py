@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolkit.rundir.fields import Fields, is_number
-from toolkit.rundir.record import Record
+from toolkit.fields import Fields, is_number
+from toolkit.rundir.record import Record, check_version, record_fields
 
 SCHEMA_VERSION = 1
 
@@ -40,8 +40,10 @@ class CommandRecord(Record):
     @classmethod
     def from_json(cls, data: object, where: str = "command.json") -> CommandRecord:
         """The inverse of ``to_json``."""
-        f = Fields(data, where)
-        return cls(tuple(f.text_list("command")), f.integer("exit_code"), f.number("duration_s"))
+        f = record_fields(data, where)
+        return cls(
+            f.texts("command", required=True), f.integer("exit_code"), f.number("duration_s")
+        )
 
 
 @dataclass(frozen=True)
@@ -72,12 +74,12 @@ class IdleBaseline(Record):
     @classmethod
     def from_json(cls, data: object, where: str = "baseline") -> IdleBaseline:
         """The inverse of ``to_json``; per-node values that are not numbers read as None."""
-        f = Fields(data, where)
-        per_node = f.optional_obj("per_node_power_w") or {}
+        f = record_fields(data, where)
+        per_node = f.obj_or_none("per_node_power_w") or {}
         return cls(
-            duration_s=f.optional_number("duration_s"),
-            power_w=f.optional_number("power_w"),
-            temperature_c=f.optional_number("temperature_c"),
+            duration_s=f.number_or_none("duration_s"),
+            power_w=f.number_or_none("power_w"),
+            temperature_c=f.number_or_none("temperature_c"),
             per_node_power_w={
                 str(node): float(power_w) if is_number(power_w) else None
                 for node, power_w in per_node.items()
@@ -119,25 +121,25 @@ class IdleCooldown(Record):
     @classmethod
     def from_json(cls, data: object, where: str = "cooldown") -> IdleCooldown:
         """The inverse of ``to_json``."""
-        f = Fields(data, where)
+        f = record_fields(data, where)
         return cls(
-            duration_s=f.optional_number("duration_s"),
-            settled=f.optional_bool("settled"),
-            power_w=f.optional_number("power_w"),
-            temperature_c=f.optional_number("temperature_c"),
-            baseline_power_w=f.optional_number("baseline_power_w"),
-            max_s=f.optional_number("max_s"),
+            duration_s=f.number_or_none("duration_s"),
+            settled=f.flag_or_none("settled"),
+            power_w=f.number_or_none("power_w"),
+            temperature_c=f.number_or_none("temperature_c"),
+            baseline_power_w=f.number_or_none("baseline_power_w"),
+            max_s=f.number_or_none("max_s"),
         )
 
 
-def _baseline(f: Fields) -> IdleBaseline | None:
-    inner = f.inner("baseline")
-    return None if inner is None else IdleBaseline.from_json(inner.data, inner.where)
+def _baseline(f: Fields, where: str) -> IdleBaseline | None:
+    value = f.obj_or_none("baseline")
+    return None if value is None else IdleBaseline.from_json(value, f"{where}: baseline")
 
 
-def _cooldown(f: Fields) -> IdleCooldown | None:
-    inner = f.inner("cooldown")
-    return None if inner is None else IdleCooldown.from_json(inner.data, inner.where)
+def _cooldown(f: Fields, where: str) -> IdleCooldown | None:
+    value = f.obj_or_none("cooldown")
+    return None if value is None else IdleCooldown.from_json(value, f"{where}: cooldown")
 
 
 @dataclass(frozen=True)
@@ -159,8 +161,8 @@ class IdleRecord(Record):
     @classmethod
     def from_json(cls, data: object, where: str = "idle.json") -> IdleRecord:
         """The inverse of ``to_json``."""
-        f = Fields(data, where)
-        return cls(_baseline(f), _cooldown(f))
+        f = record_fields(data, where)
+        return cls(_baseline(f, where), _cooldown(f, where))
 
 
 @dataclass(frozen=True)
@@ -218,8 +220,8 @@ class ProfileRunRecord(Record):
     @classmethod
     def from_json(cls, data: object, where: str = "profile_run.json") -> ProfileRunRecord:
         """The inverse of ``to_json``; a repeat that is not an integer reads as 0."""
-        f = Fields(data, where)
-        f.version(SCHEMA_VERSION)
+        f = record_fields(data, where)
+        check_version(f, SCHEMA_VERSION)
         repeat = f.data.get("repeat", 0)
         return cls(
             run_id=f.text("run_id"),
@@ -228,10 +230,10 @@ class ProfileRunRecord(Record):
             repeat=repeat if isinstance(repeat, int) and not isinstance(repeat, bool) else 0,
             status=f.text("status"),
             error=None if f.data.get("error") is None else str(f.data["error"]),
-            run_dir=f.optional_text("run_dir"),
-            started_wall_s=f.optional_number("started_wall_s"),
-            ended_wall_s=f.optional_number("ended_wall_s"),
-            baseline=_baseline(f),
-            cooldown=_cooldown(f),
-            gpu_settings=f.optional_obj("gpu_settings"),
+            run_dir=f.text_or_none("run_dir"),
+            started_wall_s=f.number_or_none("started_wall_s"),
+            ended_wall_s=f.number_or_none("ended_wall_s"),
+            baseline=_baseline(f, where),
+            cooldown=_cooldown(f, where),
+            gpu_settings=f.obj_or_none("gpu_settings"),
         )

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit.errors import RunDirError
-from toolkit.rundir.fields import Fields, is_number
-from toolkit.rundir.record import Record
+from toolkit.fields import is_number
+from toolkit.rundir.record import Record, record_fields
 
 MANIFEST_VERSION = 1
 
@@ -185,7 +185,7 @@ class Manifest(Record):
         """
         if not isinstance(data, dict) or not isinstance(data.get("nodes"), dict):
             raise RunDirError(f"{where}: not a telemetry manifest (no `nodes` object)")
-        f = Fields(data, where)
+        f = record_fields(data, where)
         notes: list[str] = []
         rate_hz = _positive(data.get("rate_hz"))
         if rate_hz is None:

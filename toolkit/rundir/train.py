@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.errors import RunDirError
-from toolkit.rundir.fields import Fields
-from toolkit.rundir.record import Record
+from toolkit.rundir.record import Record, record_fields
 
 
 @dataclass(frozen=True)
@@ -59,7 +58,7 @@ class MetricsLine(Record):
     @classmethod
     def from_json(cls, data: object, where: str = "metrics.jsonl") -> MetricsLine:
         """The inverse of ``to_json``."""
-        f = Fields(data, where)
+        f = record_fields(data, where)
         return cls(
             step=f.integer("step"),
             loss=f.number("loss"),
@@ -68,7 +67,7 @@ class MetricsLine(Record):
             tokens_per_s=f.number("tokens_per_s"),
             lr=f.number("lr"),
             wall_s=f.number("wall_s"),
-            mfu=f.optional_number("mfu"),
+            mfu=f.number_or_none("mfu"),
         )
 
 
@@ -120,6 +119,6 @@ class TrainConfigRecord(Record):
     @classmethod
     def from_json(cls, data: object, where: str = "train_config.json") -> TrainConfigRecord:
         """The inverse of ``to_json``."""
-        f = Fields(data, where)
+        f = record_fields(data, where)
         layout = f.obj("layout")
         return cls({k: v for k, v in f.data.items() if k != "layout"}, layout)

@@ -128,6 +128,16 @@ def test_a_node_without_gpus_reads_as_unavailable(answer: dict[str, Any]) -> Non
             {"gpus": {"available": True, "devices": {UUID: {"remapped_rows": {"pending": 0}}}}},
             f"field 'gpus.devices.{UUID}.remapped_rows.corrected' should be an integer",
         ),
+        (
+            {
+                "gpus": {
+                    "available": True,
+                    "devices": {UUID: {"remapped_rows": {"corrected": 0, "uncorrected": 0}}},
+                }
+            },
+            f"field 'gpus.devices.{UUID}.remapped_rows.pending' should be true or false, missing",
+        ),
+        ({"wall_s": float("nan")}, "field 'wall_s' should be a number, got nan"),
     ],
 )
 def test_a_malformed_field_is_named_with_the_node(
