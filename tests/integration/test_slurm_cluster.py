@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -140,19 +141,22 @@ def test_each_preflight_policy_through_sbatch_on_a_node_failing_a_check(
     # The workload leaves a file in its run directory: proof that it ran.
     workload = ("python", "-c", "import os; open(os.environ['RTK_RUN_DIR'] + '/ran', 'w')")
     cluster.run_in(node, ["mount", "-o", "remount,size=16m", "/dev/shm"])  # fails host.dev_shm
-    try:
-        done = {
-            policy: rtk_in(
-                cluster,
-                workdir,
-                *("sbatch", "submit", str(cluster.inventory_path), "--wait"),
-                *("--job-name", policy, "--run-id", policy, "--preflight", policy),
-                *("--nodes", "1", f"--sbatch-arg=--nodelist={node}"),
-                *("--job-output", str(workdir / f"{policy}-%j.out")),
-                *("--output-dir", str(workdir / "runs"), "--", *workload),
-            )
-            for policy in ("enforce", "record", "skip")
-        }
+
+    def submit(policy: str) -> subprocess.CompletedProcess[str]:
+        return rtk_in(
+            cluster,
+            workdir,
+            *("sbatch", "submit", str(cluster.inventory_path), "--wait"),
+            *("--job-name", policy, "--run-id", policy, "--preflight", policy),
+            *("--nodes", "1", f"--sbatch-arg=--nodelist={node}"),
+            *("--job-output", str(workdir / f"{policy}-%j.out")),
+            *("--output-dir", str(workdir / "runs"), "--", *workload),
+        )
+
+    try:  # the three jobs share the node at once, each on ports of its own
+        with ThreadPoolExecutor(3) as pool:
+            policies = ("enforce", "record", "skip")
+            done = dict(zip(policies, pool.map(submit, policies), strict=True))
     finally:
         cluster.run_in(node, ["mount", "-o", "remount,size=50%", "/dev/shm"])
 
