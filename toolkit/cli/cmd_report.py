@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from toolkit.cli.common import print_json
+from toolkit.rundir import RunDir
 
 REPORT_HELP = """Report a run's power telemetry: energy per node, device, step and token.
 
@@ -27,10 +28,6 @@ aligned timeline), plots/*.png and report.html; prints the summary.
 
 JSON_HELP = "Print summary.json's content instead of the text summary."
 
-# The run directory's entries that tell a run from its report folder.
-MANIFEST = Path("telemetry", "manifest.json")
-REPORT_DIR = "report"
-
 
 @click.command("report", help=REPORT_HELP)
 @click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
@@ -40,26 +37,10 @@ def report_cmd(run_dir: Path, as_json: bool) -> None:
     # Imported here: numpy and matplotlib would slow every other rtk command's start.
     from toolkit.telemetry.report import build_report, format_summary, summary_dict, write_report
 
-    report = build_report(run_of(run_dir))
+    report = build_report(RunDir.find(run_dir).root)
     files = write_report(report)
     if as_json:
         print_json(summary_dict(report))
         return
     click.echo(format_summary(report))
     click.echo(f"\nreport: {files.html}")
-
-
-def run_of(path: Path) -> Path:
-    """The run directory ``path`` names: itself, or the run whose report folder it is.
-
-    ``RUN_DIR/report`` (also given as ``.`` from inside it) is read as ``RUN_DIR`` when
-    it holds no telemetry manifest of its own and its parent does.
-    """
-    named = path if path.name not in ("", "..") else path.resolve()
-    if (
-        named.name == REPORT_DIR
-        and not (named / MANIFEST).is_file()
-        and (named.parent / MANIFEST).is_file()
-    ):
-        return named.parent
-    return path

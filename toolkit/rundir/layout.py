@@ -60,7 +60,9 @@ class RunDir:
         A path inside ``report/`` whose parent has a run's files is taken as that
         parent; any other path is taken as given.
         """
-        given = cls(path)
+        path = Path(path)
+        # "." or ".." from inside report/ has no name to go by: resolve it first.
+        given = cls(path.resolve() if path.name in ("", "..") else path)
         for candidate in (given.root, *given.root.parents):
             if candidate.name == REPORT_DIR:
                 parent = cls(candidate.parent)

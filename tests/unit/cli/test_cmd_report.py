@@ -10,7 +10,8 @@ import pytest
 from click.testing import CliRunner
 from telemetry_fixtures import BuiltRun, NodeSpec, RunSpec, build_run
 
-from toolkit.cli.cmd_report import report_cmd, run_of
+from toolkit.cli.cmd_report import report_cmd
+from toolkit.rundir import RunDir
 from toolkit.telemetry.report import ReportError
 
 
@@ -46,19 +47,19 @@ def test_the_report_folder_works_before_any_report_was_written(run: BuiltRun) ->
 def test_dot_inside_the_report_folder(run: BuiltRun, monkeypatch: pytest.MonkeyPatch) -> None:
     _report(str(run.run_dir))
     monkeypatch.chdir(run.run_dir / "report")
-    assert run_of(Path(".")) == (run.run_dir).resolve()
+    assert RunDir.find(Path(".")).root == (run.run_dir).resolve()
     assert "node1" in _report(".")
 
 
 def test_a_run_directory_named_report_is_its_own_run(tmp_path: Path) -> None:
     fixture = build_run(tmp_path, RunSpec(nodes=[NodeSpec("node1", gpus=1)]), name="report")
     assert fixture.run_dir.name == "report"
-    assert run_of(fixture.run_dir) == fixture.run_dir
+    assert RunDir.find(fixture.run_dir).root == fixture.run_dir
 
 
 def test_a_report_folder_outside_any_run_is_still_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "report").mkdir()
-    assert run_of(tmp_path / "report") == tmp_path / "report"
+    assert RunDir.find(tmp_path / "report").root == tmp_path / "report"
     result = CliRunner().invoke(report_cmd, [str(tmp_path / "report")])
     assert isinstance(result.exception, ReportError)
     assert "no telemetry/manifest.json" in str(result.exception)
