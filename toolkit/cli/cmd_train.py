@@ -353,7 +353,7 @@ def _preflight(session: Session, run_dir: str) -> None:
         if e.preflight.report is not None:
             click.echo(e.preflight.report.render(only_problems=True), nl=False, err=True)
         raise PreflightError(
-            f"not training: preflight failed (saved in {run_dir}/preflight.json); "
+            f"not training: preflight failed (saved in {e.preflight.saved_to}); "
             "fix it, or --no-preflight to train anyway"
         ) from e
     report = checked.report
@@ -362,7 +362,7 @@ def _preflight(session: Session, run_dir: str) -> None:
         click.echo(report.render(only_problems=True), nl=False, err=True)
     click.echo(
         f"rtk: preflight {report.status} in {report.duration_s:.1f} s "
-        f"({len(report.checks)} checks, {run_dir}/preflight.json)",
+        f"({len(report.checks)} checks, {checked.saved_to})",
         err=True,
     )
 

@@ -14,6 +14,7 @@ from toolkit.flows.outcome import (
     PreflightPolicy,
 )
 from toolkit.preflight.runner import run_preflight, save_in_run_dir
+from toolkit.rundir import RunDir
 from toolkit.transport.base import Transport
 
 
@@ -72,7 +73,7 @@ def preflight(
     saved_to = None
     if save:
         save_in_run_dir(plan, transport, run_dir, report)
-        saved_to = f"{run_dir}/preflight.json"
+        saved_to = f"{run_dir}/{RunDir(run_dir).preflight.name}"  # as the head names it
     outcome = PreflightOutcome(policy, report, saved_to)
     if outcome.failed and policy is PreflightPolicy.ENFORCE:
         raise PreflightFailedError("preflight failed", outcome)
