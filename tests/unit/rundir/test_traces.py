@@ -1,0 +1,178 @@
+"""The trace format: live writes, a cut stream, compaction, legacy JSON lines, extras."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from toolkit.rundir.traces import (
+    COMPACT_ROWS,
+    SCHEMA,
+    ReadStats,
+    TraceWriter,
+    compact,
+    live_files,
+    next_segment,
+    node_trace_files,
+    read_table,
+    row_dicts,
+)
+
+
+def _gpu_row(i: int) -> dict[str, object]:
+    return {
+        "wall_s": 1000.0 + i / 10,
+        "mono_s": 50.0 + i / 10,
+        "device": "GPU-abc",
+        "kind": "gpu",
+        "power_source": "nvml_instant",
+        "power_w": 300.125 + i,
+        "energy_j": 1e6 + 30.5 * i,
+        "sm_clock_mhz": 1980,
+        "clocks_event_reasons": 0x4,
+    }
+
+
+def test_written_rows_read_back_exactly_with_extras_kept(tmp_path: Path) -> None:
+    writer = TraceWriter(tmp_path / "n1.arrows")
+    rows = [_gpu_row(i) for i in range(25)]
+    rows.append({"wall_s": 2000.0, "mono_s": 1.0, "device": "host", "kind": "host", "zone": "x"})
+    rows.append({"wall_s": 2001.0, "mono_s": 2.0, "device": "host", "power_w": "n/a"})
+    for i, row in enumerate(rows):
+        writer.write(row)
+        if i % 10 == 9:
+            writer.flush()
+    writer.write({"device": "GPU-abc"})  # no time: rejected, not written
+    writer.close()
+    assert writer.rows_written == len(rows)
+    assert writer.rows_rejected == 1
+    stats = ReadStats()
+    table = read_table([writer.path], stats)
+    assert table.num_rows == len(rows) and stats.truncated == []
+    back = [r for b in table.to_batches() for r in row_dicts(b)]
+    for wrote, read in zip(rows, back, strict=True):
+        assert set(read) == set(wrote)
+        for key, value in wrote.items():
+            assert read[key] == value, key
+
+
+def test_a_stream_cut_mid_batch_reads_up_to_its_last_whole_batch(tmp_path: Path) -> None:
+    writer = TraceWriter(tmp_path / "n1.arrows")
+    for second in range(5):
+        for i in range(10):
+            writer.write(_gpu_row(second * 10 + i))
+        writer.flush()
+    size_after_5 = writer.path.stat().st_size
+    for i in range(10):
+        writer.write(_gpu_row(50 + i))
+    writer.flush()
+    data = writer.path.read_bytes()
+    cut = tmp_path / "cut.arrows"
+    cut.write_bytes(data[: size_after_5 + (len(data) - size_after_5) // 2])
+    stats = ReadStats()
+    table = read_table([cut], stats)
+    assert table.num_rows == 50
+    assert len(stats.truncated) == 1 and "ends inside a batch" in stats.truncated[0]
+
+
+def test_a_killed_writer_loses_at_most_about_a_second(tmp_path: Path) -> None:
+    """A real process writing 20 rows/s, flushing each second, killed with SIGKILL."""
+    path = tmp_path / "killed.arrows"
+    code = f"""
+import time
+from pathlib import Path
+from toolkit.rundir.traces import TraceWriter
+w = TraceWriter(Path({str(path)!r}))
+last = time.monotonic()
+i = 0
+while True:
+    w.write({{"wall_s": time.time(), "mono_s": time.monotonic(), "device": "host", "power_w": i}})
+    i += 1
+    if time.monotonic() - last >= 1.0:
+        w.flush(); last = time.monotonic()
+    time.sleep(0.05)
+"""
+    proc = subprocess.Popen([sys.executable, "-c", code], env={**os.environ})
+    time.sleep(4.5)
+    killed_at = time.time()
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    table = read_table([path])
+    last_wall_s = max(table.column("wall_s").to_pylist())
+    assert table.num_rows >= 40
+    assert killed_at - last_wall_s <= 1.3
+
+
+def test_a_second_writer_on_the_same_path_goes_beside_it(tmp_path: Path) -> None:
+    path = tmp_path / "n1.arrows"
+    for start in (0, 100):
+        writer = TraceWriter(path)
+        writer.write(_gpu_row(start))
+        writer.close()
+    files = live_files(path)
+    assert [p.name for p in files] == ["n1.arrows", "n1.1.arrows"]
+    assert read_table(files).column("power_w").to_pylist() == [300.125, 400.125]
+
+
+def test_compaction_keeps_every_row_in_large_batches(tmp_path: Path) -> None:
+    writer = TraceWriter(tmp_path / "live.arrows")
+    total = COMPACT_ROWS + 5_000
+    for i in range(total):
+        writer.write(_gpu_row(i))
+        if i % 700 == 0:
+            writer.flush()
+    writer.close()
+    target = tmp_path / "out" / "trace-001.arrows"
+    assert compact([writer.path], target) == total
+    assert not target.with_name(target.name + ".part").exists()
+    batches = list(pa.ipc.open_stream(pa.memory_map(str(target))))
+    assert [b.num_rows for b in batches][0] >= COMPACT_ROWS
+    assert sum(b.num_rows for b in batches) == total
+    assert read_table([target]).equals(read_table([writer.path]))
+    assert target.stat().st_size < writer.path.stat().st_size
+
+
+def test_legacy_json_lines_read_into_the_same_schema(tmp_path: Path) -> None:
+    node_dir = tmp_path / "nodes" / "n1"
+    node_dir.mkdir(parents=True)
+    lines = [json.dumps(_gpu_row(i)) for i in range(3)] + ["{not json", "[]", '{"device": 3}']
+    (node_dir / "samples.jsonl").write_text("\n".join(lines) + "\n")
+    assert node_trace_files(node_dir) == [node_dir / "samples.jsonl"]
+    segment = next_segment(node_dir)
+    assert segment.name == "trace-001.arrows"
+    writer = TraceWriter(segment)
+    writer.write(_gpu_row(9))
+    writer.close()
+    assert next_segment(node_dir).name == "trace-002.arrows"
+    stats = ReadStats()
+    table = read_table(node_trace_files(node_dir), stats)
+    assert table.schema.equals(SCHEMA, check_metadata=False)
+    assert table.num_rows == 4 and stats.bad_lines == 3
+    assert table.column("energy_j").to_pylist()[-1] == 1e6 + 30.5 * 9
+
+
+def test_selected_columns_only(tmp_path: Path) -> None:
+    writer = TraceWriter(tmp_path / "a.arrows")
+    writer.write(_gpu_row(1))
+    writer.close()
+    table = read_table([writer.path], columns=["wall_s", "power_w"])
+    assert table.column_names == ["wall_s", "power_w"]
+    assert math.isclose(table.column("power_w")[0].as_py(), 301.125)
+
+
+@pytest.mark.parametrize("garbage", [b"", b"\x00" * 7, b"not an arrow stream at all"])
+def test_garbage_is_reported_not_raised(tmp_path: Path, garbage: bytes) -> None:
+    path = tmp_path / "bad.arrows"
+    path.write_bytes(garbage)
+    stats = ReadStats()
+    assert read_table([path], stats).num_rows == 0
+    assert stats.truncated
