@@ -136,9 +136,10 @@ def _sweep(sandbox: Sandbox, workdir: Path) -> None:
         assert float(row["tokens_per_s_mean"]) > 0 and float(row["energy_per_token_j_mean"]) > 0
         assert row["repeats_ok"] == "1"
     assert any(r["pareto"] == "true" for r in rows)
+    assert {r["pareto_basis"] for r in rows} == {"(tokens/s, J/token)"}
     import matplotlib.image
 
-    for name in ("energy_per_token_vs_batch_size.png", "time_vs_energy.png"):
+    for name in ("energy_per_token_vs_batch_size.png", "pareto_front.png"):
         image = matplotlib.image.imread(sweep / "plots" / name)
         assert image.shape[0] > 100 and image.shape[1] > 100
     table = [line for line in again.stdout.splitlines() if " ± " in line and "   1  " in line]

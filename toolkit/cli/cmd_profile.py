@@ -41,8 +41,8 @@ Each run gets its own run directory (telemetry, report) under the sweep director
 the runs that succeeded: an interrupted sweep resumes where it stopped. A failed
 run is recorded as failed and the sweep goes on. At the end: a table per
 configuration (mean ± spread over repeats), results.csv, runs.csv, results.json,
-and plots (energy per token against the power limit; time against energy with the
-Pareto front).
+and plots (energy per token against the power limit; the Pareto front of tokens/s
+against J/token, or of time against energy when not every configuration counts tokens).
 
 \b
 Examples:

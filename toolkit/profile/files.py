@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from toolkit.profile.pareto import ParetoBasis, pareto_basis, pareto_front
 from toolkit.profile.results import (
     METRICS,
     SCHEMA_VERSION,
@@ -18,7 +19,6 @@ from toolkit.profile.results import (
     axis_names,
     axis_text,
     best_rows,
-    pareto_front,
 )
 
 
@@ -31,11 +31,13 @@ class ResultFiles:
         results_csv: One row per configuration.
         runs_csv: One row per run.
         results_json: Configurations, Pareto front, best rows and runs, as JSON.
-        plots: ``energy_per_token`` and ``time_vs_energy`` -> PNG.
+        plots: ``energy_per_token`` and ``pareto_front`` -> PNG.
         energy_plot_axis: The x axis of the energy-per-token plot: ``power_limit_w``, or
             the first axis when the sweep has no power limit axis; None without axes
             (then one point per configuration).
         notes: What the reader should know about the files (e.g. that x axis).
+        pareto_basis: The figures the Pareto front is drawn on (named in results.csv's
+            ``pareto_basis`` column, results.json's ``pareto_basis`` and the plot).
     """
 
     directory: Path
@@ -45,12 +47,18 @@ class ResultFiles:
     plots: dict[str, Path]
     energy_plot_axis: str | None
     notes: list[str]
+    pareto_basis: ParetoBasis
 
 
 def results_columns(axes: Sequence[str]) -> list[str]:
-    """results.csv's header: the axes, each figure's mean and std, counts, Pareto, id."""
+    """results.csv's header: the axes, each figure's mean and std, counts, Pareto, id.
+
+    ``pareto_basis`` holds the label of the figures the front is drawn on, e.g.
+    ``(tokens/s, J/token)``, on every line.
+    """
     figures = [f"{m}_{s}" for m in METRICS for s in ("mean", "std")]
-    return [*axes, *figures, "repeats_ok", "repeats_failed", "pareto", "config_id"]
+    counts = ["repeats_ok", "repeats_failed", "pareto", "pareto_basis", "config_id"]
+    return [*axes, *figures, *counts]
 
 
 RUN_FIGURES = ("time_s", "energy_j", "tokens_per_s", "energy_per_token_j", "avg_power_w")
@@ -74,8 +82,10 @@ def write_results(
     directory = Path(sweep_dir)
     directory.mkdir(parents=True, exist_ok=True)
     axes = axis_names([*(r.axes for r in rows), *(r.axes for r in runs)])
+    basis = pareto_basis(rows)
     results_csv, runs_csv = directory / "results.csv", directory / "runs.csv"
-    _write_csv(results_csv, results_columns(axes), [_row_cells(r, axes) for r in rows])
+    body = [_row_cells(r, axes, basis) for r in rows]
+    _write_csv(results_csv, results_columns(axes), body)
     _write_csv(runs_csv, runs_columns(axes), [_run_cells(directory, r, axes) for r in runs])
     # matplotlib is imported here, not with the module: the CLI stays quick to start.
     from toolkit.profile.plots import energy_plot_axis, write_plots
@@ -87,9 +97,9 @@ def write_results(
         notes.append(f"no power_limit_w axis: energy per token is plotted against {against}")
     plots = write_plots(rows, axes, directory / "plots")
     results_json = directory / "results.json"
-    document = _finite(_results_dict(directory, runs, rows, axes, x_axis))
+    document = _finite(_results_dict(directory, runs, rows, axes, x_axis, basis))
     results_json.write_text(json.dumps(document, indent=2, allow_nan=False) + "\n", "utf-8")
-    return ResultFiles(directory, results_csv, runs_csv, results_json, plots, x_axis, notes)
+    return ResultFiles(directory, results_csv, runs_csv, results_json, plots, x_axis, notes, basis)
 
 
 def _write_csv(path: Path, header: list[str], body: list[list[object]]) -> None:
@@ -109,9 +119,9 @@ def _cell(value: object) -> str:
     return axis_text(value)
 
 
-def _row_cells(row: ConfigRow, axes: Sequence[str]) -> list[object]:
+def _row_cells(row: ConfigRow, axes: Sequence[str], basis: ParetoBasis) -> list[object]:
     figures = [x for m in METRICS for x in (row.metric(m).mean, row.metric(m).std)]
-    counts = [row.repeats_ok, row.repeats_failed, row.pareto, row.config_id]
+    counts = [row.repeats_ok, row.repeats_failed, row.pareto, basis.label, row.config_id]
     return [*(row.axes.get(a) for a in axes), *figures, *counts]
 
 
@@ -144,6 +154,7 @@ def _results_dict(
     rows: Sequence[ConfigRow],
     axes: list[str],
     x_axis: str | None,
+    basis: ParetoBasis,
 ) -> dict[str, Any]:
     energy, throughput = best_rows(rows)
     return {
@@ -161,7 +172,8 @@ def _results_dict(
             }
             for r in rows
         ],
-        "pareto": [r.config_id for r in pareto_front(rows)],
+        "pareto_basis": basis.to_json(),
+        "pareto": [r.config_id for r in pareto_front(rows, basis)],
         "best": {
             "energy_per_token_j": energy.config_id if energy else None,
             "tokens_per_s": throughput.config_id if throughput else None,

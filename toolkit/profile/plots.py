@@ -2,14 +2,16 @@
 
 ``energy_per_token_vs_<axis>.png``: energy per token against the power limit (or, in a
 sweep without one, the first axis), one line per combination of the other axes.
-``time_vs_energy.png``: every configuration in (time, energy) with its spread, and the
-Pareto front.
+``pareto_front.png``: every configuration with its spread, and the Pareto front, on
+the figures the front is drawn on (``pareto.ParetoBasis``): tokens/s against J/token
+(or output tokens for vLLM), else time against energy per run; the title says which.
 """
 
 from __future__ import annotations
 
 import math
 import re
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,18 +19,18 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from toolkit.profile.pareto import pareto_basis, pareto_front
 from toolkit.profile.results import (
     ConfigRow,
     axis_text,
     config_label,
-    pareto_front,
     value_key,
     varying_axes,
 )
 
 POWER_LIMIT_AXIS = "power_limit_w"
 ENERGY_PER_TOKEN = "energy_per_token"
-TIME_VS_ENERGY = "time_vs_energy"
+PARETO_FRONT = "pareto_front"
 _DPI = 100
 # More lines than this in the energy plot: the legend is left out (it would hide the plot).
 _MAX_LEGEND = 30
@@ -63,16 +65,16 @@ def write_plots(rows: Sequence[ConfigRow], axes: Sequence[str], plots_dir: Path)
     plots_dir.mkdir(parents=True, exist_ok=True)
     paths = {
         ENERGY_PER_TOKEN: plots_dir / energy_plot_name(axes),
-        TIME_VS_ENERGY: plots_dir / f"{TIME_VS_ENERGY}.png",
+        PARETO_FRONT: plots_dir / f"{PARETO_FRONT}.png",
     }
-    for name, size in ((ENERGY_PER_TOKEN, (11, 5)), (TIME_VS_ENERGY, (11, 6))):
+    for name, size in ((ENERGY_PER_TOKEN, (11, 5)), (PARETO_FRONT, (11, 6))):
         figure = Figure(figsize=size, dpi=_DPI, layout="constrained")
         FigureCanvasAgg(figure)
         ax = figure.add_subplot()
         if name == ENERGY_PER_TOKEN:
             _energy_per_token(ax, rows, axes)
         else:
-            _time_vs_energy(ax, rows)
+            draw_pareto_front(ax, rows)
         figure.savefig(paths[name], format="png")
     return paths
 
@@ -118,46 +120,58 @@ def _energy_per_token(ax: Axes, rows: Sequence[ConfigRow], axes: Sequence[str]) 
     ax.grid(alpha=0.3)
 
 
-def _time_vs_energy(ax: Axes, rows: Sequence[ConfigRow]) -> None:
-    points = [r for r in rows if math.isfinite(r.time_s.mean) and math.isfinite(r.energy_j.mean)]
+def draw_pareto_front(ax: Axes, rows: Sequence[ConfigRow]) -> None:
+    """Every configuration and the Pareto front, on the figures ``pareto_basis`` picks."""
+    basis = pareto_basis(rows)
+    points = [r for r in rows if basis.point(r) is not None]
     if not points:
         _empty(ax, "no configuration has a succeeded repeat")
         return
+    x_name, y_name = basis.figures
     ax.errorbar(
-        [r.time_s.mean for r in points],
-        [r.energy_j.mean for r in points],
-        xerr=[r.time_s.std for r in points],
-        yerr=[r.energy_j.std for r in points],
+        [r.metric(x_name).mean for r in points],
+        [r.metric(y_name).mean for r in points],
+        xerr=[r.metric(x_name).std for r in points],
+        yerr=[r.metric(y_name).std for r in points],
         fmt="o",
         color="tab:blue",
         ecolor="0.55",
         capsize=3,
         label="configuration (mean ± std)",
     )
-    front = pareto_front(points)
+    front = pareto_front(points, basis)
     ax.plot(
-        [r.time_s.mean for r in front],
-        [r.energy_j.mean for r in front],
+        [r.metric(x_name).mean for r in front],
+        [r.metric(y_name).mean for r in front],
         color="tab:red",
         lw=1.2,
         marker="o",
         markersize=11,
         markerfacecolor="none",
-        label="Pareto front",
+        label=f"Pareto front of {basis.label}",
     )
     labelled = varying_axes(rows)
     for row in points:
         ax.annotate(
             config_label(row, labelled),
-            (row.time_s.mean, row.energy_j.mean),
+            (row.metric(x_name).mean, row.metric(y_name).mean),
             textcoords="offset points",
             xytext=(5, 5),
             fontsize="x-small",
         )
     ax.margins(x=0.12, y=0.08)  # room for the labels right of the points
-    ax.set_xlabel("time per run (s)")
-    ax.set_ylabel("energy per run, all nodes (J)")
-    ax.set_title("Time against energy per configuration (lower left is better)")
+    if basis.unit is None:
+        ax.set_xlabel("time per run (s)")
+        ax.set_ylabel("energy per run, all nodes (J)")
+        corner = "lower left"
+    else:
+        ax.set_xlabel(f"throughput ({basis.unit}s/s)")
+        ax.set_ylabel(f"energy per {basis.unit}, all nodes (J)")
+        corner = "lower right"
+    title = f"Pareto front of {basis.label} per configuration ({corner} is better)"
+    if basis.note:
+        title += "\n" + textwrap.fill(f"note: {basis.note}", 110)
+    ax.set_title(title)
     ax.legend(loc="best", fontsize="small")
     ax.grid(alpha=0.3)
 

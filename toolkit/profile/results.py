@@ -3,9 +3,10 @@
 ``load_runs(sweep_dir)`` reads each run's ``profile_run.json`` (written by the runner)
 joined with its ``report/summary.json`` (written by ``rtk report``); ``aggregate(runs)``
 gives one ``ConfigRow`` per configuration (mean and sample standard deviation over the
-succeeded repeats); ``pareto_front(rows)`` the configurations that no other beats in both
-time and energy. ``files.write_results`` writes results.csv, runs.csv, results.json and
-plots/*.png into the sweep directory; ``table.format_table(rows)`` is the terminal text.
+succeeded repeats), flagged when on the Pareto front (``pareto.py``: throughput against
+energy per unit of work when every configuration counts tokens). ``files.write_results``
+writes results.csv, runs.csv, results.json and plots/*.png into the sweep directory;
+``table.format_table(rows)`` is the terminal text.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from toolkit.errors import RtkError, RunDirError
+from toolkit.profile.pareto import OUTPUT_TOKEN, TOKEN, pareto_front
+from toolkit.profile.vllm_bench import SUMMARY_FILE as VLLM_SUMMARY
 from toolkit.rundir import IdleBaseline, IdleCooldown, ProfileRunRecord, RunDir
 
 logger = logging.getLogger(__name__)
@@ -76,6 +79,8 @@ class RunResult:
         baseline: Idle power measured before it; None if not measured.
         cooldown: The cooldown after it; None if there was none.
         summary: Its report's figures; None without a readable report.
+        output_tokens: Whether its tokens are tokens generated (a vLLM run, which
+            leaves ``vllm.json``) rather than tokens trained on.
     """
 
     run_id: str
@@ -90,6 +95,7 @@ class RunResult:
     baseline: IdleBaseline | None
     cooldown: IdleCooldown | None
     summary: RunSummary | None
+    output_tokens: bool = False
 
     @property
     def ok(self) -> bool:
@@ -128,6 +134,13 @@ class RunResult:
         """Idle power measured before the run."""
         return self.baseline.power_w if self.baseline else None
 
+    @property
+    def work_unit(self) -> str | None:
+        """What its report counts as work: ``token``, ``output token``, or None (no tokens)."""
+        if self.summary is None or not self.summary.tokens:
+            return None
+        return OUTPUT_TOKEN if self.output_tokens else TOKEN
+
 
 @dataclass(frozen=True)
 class Spread:
@@ -164,8 +177,10 @@ class ConfigRow:
         time_s: Duration of a run.
         energy_j: Energy of a run, all nodes.
         baseline_power_w: Idle power measured before each run.
-        pareto: Whether no other configuration is at most as slow and as costly, and
-            better in one of the two (mean time and mean energy).
+        pareto: Whether no other configuration is as good in both figures of the
+            sweep's ``ParetoBasis`` and better in one (means over the repeats).
+        work_unit: The unit of work every averaged repeat counts (``RunResult.work_unit``);
+            None when one counts none, or they differ.
     """
 
     config_id: str
@@ -179,6 +194,7 @@ class ConfigRow:
     energy_j: Spread
     baseline_power_w: Spread
     pareto: bool = False
+    work_unit: str | None = None
 
     def metric(self, name: str) -> Spread:
         """The figure called ``name`` (one of ``METRICS``)."""
@@ -228,6 +244,7 @@ def _load_run(path: Path) -> RunResult:
         baseline=record.baseline,
         cooldown=record.cooldown,
         summary=summary,
+        output_tokens=(layout.root / VLLM_SUMMARY).is_file(),
     )
 
 
@@ -321,6 +338,7 @@ def aggregate(runs: Sequence[RunResult]) -> list[ConfigRow]:
     rows = []
     for config_id, members in groups.items():
         ok = [r for r in members if r.ok]
+        units = {r.work_unit for r in ok}
         rows.append(
             ConfigRow(
                 config_id=config_id,
@@ -333,29 +351,13 @@ def aggregate(runs: Sequence[RunResult]) -> list[ConfigRow]:
                 time_s=Spread.of(r.time_s for r in ok),
                 energy_j=Spread.of(r.energy_j for r in ok),
                 baseline_power_w=Spread.of(r.baseline_power_w for r in ok),
+                work_unit=units.pop() if len(units) == 1 else None,
             )
         )
     order = axis_names(r.axes for r in rows)
     rows.sort(key=lambda r: (_axes_key(r.axes, order), r.config_id))
     front = {r.config_id for r in pareto_front(rows)}
     return [replace(r, pareto=r.config_id in front) for r in rows]
-
-
-def pareto_front(rows: Sequence[ConfigRow]) -> list[ConfigRow]:
-    """The rows not dominated in (mean time, mean energy), fastest first.
-
-    A row dominates another when it is no worse in both and better in one; rows with
-    equal time and energy do not dominate each other, so ties are all on the front.
-    Rows without both figures are left out.
-    """
-    points = [r for r in rows if math.isfinite(r.time_s.mean) and math.isfinite(r.energy_j.mean)]
-    front = [r for r in points if not any(_dominates(other, r) for other in points)]
-    return sorted(front, key=lambda r: (r.time_s.mean, r.energy_j.mean, r.config_id))
-
-
-def _dominates(a: ConfigRow, b: ConfigRow) -> bool:
-    at, ae, bt, be = a.time_s.mean, a.energy_j.mean, b.time_s.mean, b.energy_j.mean
-    return at <= bt and ae <= be and (at < bt or ae < be)
 
 
 def best_rows(rows: Sequence[ConfigRow]) -> tuple[ConfigRow | None, ConfigRow | None]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from toolkit.profile.pareto import pareto_basis
 from toolkit.profile.results import (
     METRICS,
     ConfigRow,
@@ -16,7 +17,11 @@ from toolkit.profile.results import (
 
 
 def format_table(rows: Sequence[ConfigRow]) -> str:
-    """The terminal table: one line per configuration, then the best configurations."""
+    """The terminal table: one line per configuration, then the best configurations.
+
+    The footer names the figures the Pareto front (``*``) is drawn on, and why when it
+    falls back to time and energy per run.
+    """
     if not rows:
         return "no runs found in the sweep"
     axes = axis_names(r.axes for r in rows)
@@ -37,10 +42,12 @@ def format_table(rows: Sequence[ConfigRow]) -> str:
 
     lines = [line(header), *(line(cells) for cells in zip(*columns, strict=True))]
     runs_ok, runs_failed = sum(r.repeats_ok for r in rows), sum(r.repeats_failed for r in rows)
+    basis = pareto_basis(rows)
     lines += [
         "",
         f"{len(rows)} configurations, {runs_ok} repeats ok, {runs_failed} failed (not averaged);"
-        " figures: mean ± sample std; * on the Pareto front of (time, energy)",
+        f" figures: mean ± sample std; * on the Pareto front of {basis.label}",
+        *([f"note: {basis.note}"] if basis.note else []),
         _best_line(rows),
     ]
     return "\n".join(lines)

@@ -22,6 +22,7 @@ import pytest
 from telemetry_fixtures import NodeSpec, RunSpec, build_run
 
 from toolkit.profile.files import write_results
+from toolkit.profile.pareto import pareto_front
 from toolkit.profile.results import (
     ConfigRow,
     RunResult,
@@ -29,7 +30,6 @@ from toolkit.profile.results import (
     SweepResultsError,
     aggregate,
     load_runs,
-    pareto_front,
 )
 from toolkit.profile.table import format_table
 from toolkit.telemetry.report import build_report, write_report
@@ -261,7 +261,7 @@ def test_results_files(tmp_path: Path) -> None:
         *("time_s_mean", "time_s_std"),
         *("energy_j_mean", "energy_j_std"),
         *("baseline_power_w_mean", "baseline_power_w_std"),
-        *("repeats_ok", "repeats_failed", "pareto", "config_id"),
+        *("repeats_ok", "repeats_failed", "pareto", "pareto_basis", "config_id"),
     ]
     assert len(lines) == len(OK_REPEATS) + 1
     for line in lines:
@@ -274,6 +274,7 @@ def test_results_files(tmp_path: Path) -> None:
             assert float(line[f"{name}_mean"]) == pytest.approx(mean, rel=1e-12)
             assert float(line[f"{name}_std"]) == pytest.approx(std, rel=1e-12, abs=1e-12)
         assert line["pareto"] == ("true" if key in {(300, 16), (200, 16)} else "false")
+    assert {line["pareto_basis"] for line in lines} == {"(tokens/s, J/token)"}
 
     header, lines = read_csv(files.runs_csv)
     assert header[:2] == ["power_limit_w", "batch_size"]
@@ -287,11 +288,19 @@ def test_results_files(tmp_path: Path) -> None:
     assert len(document["configurations"]) == len(rows) and len(document["runs"]) == len(runs)
     assert document["configurations"][0]["time_s"]["mean"] is None  # all failed: no figures
     assert set(document["pareto"]) == {r.config_id for r in rows if r.pareto}
+    assert document["pareto_basis"] == {
+        "label": "(tokens/s, J/token)",
+        "unit": "token",
+        "figures": ["tokens_per_s", "energy_per_token_j"],
+        "better": ["higher", "lower"],
+        "note": None,
+    }
     assert document["best"]["tokens_per_s"] == "power_limit_w=300,batch_size=16"
 
     assert files.energy_plot_axis == "power_limit_w" and files.notes == []
+    assert files.pareto_basis.unit == "token"
     assert files.plots["energy_per_token"].name == "energy_per_token_vs_power_limit.png"
-    assert files.plots["time_vs_energy"] == tmp_path / "plots" / "time_vs_energy.png"
+    assert files.plots["pareto_front"] == tmp_path / "plots" / "pareto_front.png"
     for path, size in zip(files.plots.values(), [(500, 1100), (600, 1100)], strict=True):
         assert path.read_bytes()[:8] == PNG_SIGNATURE
         image = matplotlib.image.imread(path)
@@ -339,6 +348,7 @@ def test_table_has_one_line_per_configuration(tmp_path: Path) -> None:
             assert line.count("±") == 6
     # Fixed-width columns: the first spread's ± is at the same place on every line.
     assert len({line.index("±") for line in body if "±" in line}) == 1
+    assert lines[-2].endswith("* on the Pareto front of (tokens/s, J/token)")
     best = lines[-1]
     assert best.startswith("best: ")
     assert "lowest energy per token power_limit_w=200,batch_size=16" in best
