@@ -97,7 +97,7 @@ def main() -> None:
         print(f"sampler CPU use ({args.sensors} sensors, {args.duration_s:g} s each):")
         shares = {}
         for rate_hz in (10.0, 50.0):
-            argv = sampler_argv(work / f"cpu-{rate_hz:g}.jsonl", rate_hz, args.sensors)
+            argv = sampler_argv(work / f"cpu-{rate_hz:g}.arrows", rate_hz, args.sensors)
             shares[rate_hz] = cpu_share(argv, args.duration_s)
             print(f"  {rate_hz:4g} Hz: {shares[rate_hz] * 100:.2f}% of one core")
         if shutil.which("nvidia-smi"):
@@ -112,7 +112,7 @@ def main() -> None:
         without, with_ = [], []
         for i in range(args.repeats):
             without.append(train_once(work, f"off-{i}", args.steps, None))
-            sampler = sampler_argv(work / f"train-{i}.jsonl", 10.0, args.sensors)
+            sampler = sampler_argv(work / f"train-{i}.arrows", 10.0, args.sensors)
             with_.append(train_once(work, f"on-{i}", args.steps, sampler))
         off, on = statistics.median(without), statistics.median(with_)
         print(f"tiny GPT, 2 gloo ranks, median step time over {args.repeats} runs each:")

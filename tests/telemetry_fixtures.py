@@ -1,7 +1,8 @@
 """Synthetic, format-exact run directories for the telemetry report (docs/telemetry.md).
 
 ``build_run(tmp_path, RunSpec(...))`` writes a run directory as rtk would leave it:
-``telemetry/manifest.json``, ``telemetry/nodes/<node>/samples.jsonl``,
+``telemetry/manifest.json``, ``telemetry/nodes/<node>/trace-001.arrows`` (or the
+legacy ``samples.jsonl`` with ``trace_format="jsonl"``),
 ``markers/rank-NNNNN.jsonl`` and ``metrics.jsonl``, and returns the truth it was made
 from (sample arrays on the head's timeline, step and barrier times) so tests compute
 their expected figures from the same data.
@@ -20,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from toolkit.rundir.traces import TraceWriter
 
 T0_WALL_S = 1_795_250_000.0  # the head's wall clock at the first run_start
 
@@ -66,6 +69,7 @@ class RunSpec:
     restart_pause_s: float = 1.0
     markers: bool = True
     metrics: bool = True
+    trace_format: str = "arrow"  # or "jsonl": the format of runs recorded before Arrow
 
 
 @dataclass
@@ -142,7 +146,11 @@ def build_run(root: Path, spec: RunSpec, name: str = "run") -> BuiltRun:
             spec, node, index, ticks, run_s, busy, tick_hz, full_every
         )
         truths.update({(node.name, dev): truth for dev, truth in node_truth.items()})
-        _write_jsonl(run_dir / "telemetry" / "nodes" / node.name / "samples.jsonl", records)
+        node_dir = run_dir / "telemetry" / "nodes" / node.name
+        if spec.trace_format == "jsonl":
+            _write_jsonl(node_dir / "samples.jsonl", records)
+        else:
+            _write_trace(node_dir / "trace-001.arrows", records)
         manifest_nodes[node.name] = _manifest_node(node, devices, records)
         if spec.markers:
             for local in range(_ranks(node)):
@@ -412,6 +420,16 @@ def _metrics(spec: RunSpec, schedule: _Schedule, tick_hz: float) -> list[dict[st
             }
         )
     return lines
+
+
+def _write_trace(path: Path, records: list[dict[str, Any]]) -> None:
+    """As the sampler writes: a batch every 16 samples or so (a second's worth)."""
+    writer = TraceWriter(path)
+    for i, record in enumerate(records):
+        writer.write(record)
+        if i % 16 == 15:
+            writer.flush()
+    writer.close()
 
 
 def _write_jsonl(path: Path, records: list[dict[str, Any]]) -> None:

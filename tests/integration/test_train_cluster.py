@@ -25,7 +25,8 @@ from typing import Any
 import pytest
 from conftest import require, rtk
 
-from toolkit.rundir import read_markers
+from toolkit.rundir import RunDir, read_markers
+from toolkit.rundir.traces import read_table, row_dicts
 from toolkit.sandbox import Sandbox
 
 pytestmark = pytest.mark.ray
@@ -123,11 +124,9 @@ def check_run(run_dir: Path, sandbox: Sandbox, steps: int) -> None:
 
 
 def samples(run_dir: Path, node: str) -> list[dict[str, Any]]:
-    rows = []
-    for line in (run_dir / "telemetry" / "nodes" / node / "samples.jsonl").read_text().splitlines():
-        with contextlib.suppress(ValueError):  # the last line of a killed sampler
-            rows.append(json.loads(line))
-    return rows
+    """A node's collected samples (a killed sampler's trace is read up to its last batch)."""
+    table = read_table(RunDir(run_dir).node_traces(node))
+    return [row for batch in table.to_batches() for row in row_dicts(batch)]
 
 
 def check_telemetry(

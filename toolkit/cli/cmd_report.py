@@ -20,25 +20,32 @@ counter where there is one, else from integrated power. Gaps in the samples (a l
 node, a stalled sampler) are shown, never filled in.
 
 \b
-Writes RUN_DIR/report/: summary.json (every figure), traces.csv (all samples on the
-aligned timeline), plots/*.png and report.html; prints the summary.
+Writes RUN_DIR/report/: summary.json (every figure), plots/*.png and report.html;
+prints the summary. Nodes are read one at a time, so memory follows the largest
+node's trace, not the cluster's size.
   rtk report ~/rtk-runs/mycluster-20260101-120000
   rtk report RUN_DIR --json          the summary as JSON on stdout
+  rtk report RUN_DIR --csv           also traces.csv: every sample on the aligned timeline
 """
 
 JSON_HELP = "Print summary.json's content instead of the text summary."
+CSV_HELP = (
+    "Also write report/traces.csv, every sample on the head's timeline (about 10x the "
+    "size of the traces, which hold the same samples)."
+)
 
 
 @click.command("report", help=REPORT_HELP)
 @click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
-def report_cmd(run_dir: Path, as_json: bool) -> None:
+@click.option("--csv", "csv", is_flag=True, help=CSV_HELP)
+def report_cmd(run_dir: Path, as_json: bool, csv: bool) -> None:
     """Build and write a run's report (help: REPORT_HELP)."""
     # Imported here: numpy and matplotlib would slow every other rtk command's start.
     from toolkit.telemetry.report import build_report, format_summary, summary_dict, write_report
 
     report = build_report(RunDir.find(run_dir).root)
-    files = write_report(report)
+    files = write_report(report, csv=csv)
     if as_json:
         print_json(summary_dict(report))
         return

@@ -13,7 +13,7 @@ all find a run's files through this class, so the layout is spelled once::
       metrics.superseded.jsonl   steps of a failed attempt, trained again
       markers/rank-NNNNN.jsonl   every rank's step and barrier markers
       telemetry/manifest.json    nodes, sensors, clock offsets
-      telemetry/nodes/NODE/samples.jsonl
+      telemetry/nodes/NODE/trace-NNN.arrows   (samples.jsonl before traces were Arrow)
       report/                    summary.json, traces.csv, plots/, report.html
       train/                     Ray Train's checkpoints
 """
@@ -24,6 +24,7 @@ import os
 from pathlib import Path
 
 from toolkit.rundir.pack import PACK_PATTERNS
+from toolkit.rundir.traces import node_trace_files
 
 MARKERS_DIR = "markers"
 TELEMETRY_DIR = "telemetry"
@@ -152,9 +153,13 @@ class RunDir:
         """One directory per node, named as in the manifest."""
         return self.telemetry_dir / "nodes"
 
-    def node_samples(self, node: str) -> Path:
-        """A node's collected samples."""
-        return self.nodes_dir / node / "samples.jsonl"
+    def node_dir(self, node: str) -> Path:
+        """Where a node's collected traces are."""
+        return self.nodes_dir / node
+
+    def node_traces(self, node: str) -> list[Path]:
+        """A node's collected traces, in order (``toolkit/rundir/traces.py``)."""
+        return node_trace_files(self.node_dir(node))
 
     @property
     def has_telemetry(self) -> bool:

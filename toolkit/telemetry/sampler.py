@@ -1,10 +1,10 @@
-"""The per-node sampler: reads its sensors on a fixed schedule and appends JSON lines.
+"""The per-node sampler: reads its sensors on a fixed schedule and writes a live trace.
 
 One sampler per node, in a thread, at ``rate_hz`` for full readings and optionally a
-faster ``power_rate_hz`` for GPU instant power. Lines are written as they come and
-flushed to the operating system at least every ``flush_s``, so killing the process
-loses at most that much (the kernel keeps what was flushed). Every line carries
-``wall_s`` and ``mono_s``; the format is in docs/telemetry.md.
+faster ``power_rate_hz`` for GPU instant power. Samples are buffered and written as one
+batch of the trace (``toolkit/rundir/traces.py``) at least every ``flush_s``, so killing
+the process loses at most that much (the kernel keeps what was flushed). Every sample
+carries ``wall_s`` and ``mono_s``; the format is in docs/telemetry.md.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
+from toolkit.rundir.traces import TraceWriter
 from toolkit.telemetry.sensors.base import Sensor
 
 logger = logging.getLogger(__name__)
@@ -61,11 +62,12 @@ class Sampler:
 
         Args:
             sensors: What to read.
-            path: The JSON-lines file to append to.
+            path: The live trace to write (a file already there is kept; the new
+                stream goes beside it, see ``TraceWriter``).
             rate_hz: Full readings per second.
             power_rate_hz: Instant-power readings per second (GPUs); None or at most
                 ``rate_hz`` means power comes with the full readings only.
-            flush_s: Longest time a written line may stay in this process's buffer.
+            flush_s: Longest time a sample may stay in this process's buffer.
         """
         if rate_hz <= 0:
             raise ValueError(f"rate_hz must be above 0, got {rate_hz}")
@@ -108,18 +110,18 @@ class Sampler:
         return {"seconds": seconds, "power_w": total, "temperature_c": temperature_c}
 
     def start(self) -> None:
-        """Open the file and start sampling in a daemon thread."""
+        """Open the trace and start sampling in a daemon thread."""
         if self._thread is not None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        out = self.path.open("a", encoding="utf-8")
+        out = TraceWriter(self.path)
+        self.path = out.path
         self._thread = threading.Thread(
             target=self._run, args=(out,), name="rtk-sampler", daemon=True
         )
         self._thread.start()
 
     def stop(self, timeout_s: float = 5.0) -> SamplerStats:
-        """Stop sampling, flush and close the file; return what was written."""
+        """Stop sampling, flush and close the trace; return what was written."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
@@ -130,7 +132,7 @@ class Sampler:
         """True while the sampling thread runs."""
         return self._thread is not None and self._thread.is_alive()
 
-    def _run(self, out: IO[str]) -> None:
+    def _run(self, out: TraceWriter) -> None:
         # Ticks at the power rate; every k-th tick is a full reading.
         period_s = 1.0 / self.power_rate_hz
         full_every = max(1, round(self.power_rate_hz / self.rate_hz))
@@ -155,7 +157,7 @@ class Sampler:
             out.flush()
             out.close()
 
-    def _sample(self, out: IO[str], full: bool) -> None:
+    def _sample(self, out: TraceWriter, full: bool) -> None:
         self.stats.ticks += 1
         for sensor in self.sensors:
             try:
@@ -168,7 +170,7 @@ class Sampler:
             wall_s, mono_s = time.time(), time.monotonic()
             for reading in readings:
                 row = {"wall_s": wall_s, "mono_s": mono_s, **reading}
-                out.write(json.dumps(row) + "\n")
+                out.write(row)
                 self.stats.samples += 1
                 device = str(reading.get("device"))
                 self.latest[device] = {**self.latest.get(device, {}), **row}
@@ -184,7 +186,7 @@ class Sampler:
 def main(argv: list[str] | None = None) -> int:
     """Sample this machine into a file until SIGTERM or SIGINT (benchmarks, debugging).
 
-    ``python -m toolkit.telemetry.sampler OUT.jsonl [--sensors auto] [--rate-hz 10]
+    ``python -m toolkit.telemetry.sampler OUT.arrows [--sensors auto] [--rate-hz 10]
     [--power-rate-hz 0]``
     """
     import argparse

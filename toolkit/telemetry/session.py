@@ -1,23 +1,28 @@
 """Telemetry for a run on a Ray cluster: samplers, clock offsets, collected traces.
 
 The session runs in the driver (the Ray job on the head). It starts one ``NodeSampler``
-actor pinned to each alive node; each writes its samples to a file on its own node
-(no shared filesystem assumed). At the end the driver measures clock offsets again,
-stops the samplers and fetches every node's file with a task pinned to that node, so
-a node whose sampler died still gives up what it wrote before dying.
+actor pinned to each alive node; each writes a live trace on its own node (no shared
+filesystem assumed), in the cluster's temp directory under a name that carries the
+node's, so nodes that share a ``/tmp`` never write the same file. At the end the
+driver measures clock offsets again, stops the samplers and collects every node's
+trace with tasks pinned to that node, so a node whose sampler died still gives up what
+it wrote before dying. Collection is streamed: the node compacts its trace, the driver
+copies it in chunks into the run directory (resuming a partial copy), a bounded
+number of nodes at a time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import json
 import logging
 import os
-import shutil
+import re
 import signal
 import socket
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +31,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from toolkit.rundir import Manifest, NodeManifest, RunDir
+from toolkit.rundir.traces import ReadStats, compact, live_files, next_segment, read_table
 from toolkit.telemetry.clock import ClockOffset, combine, estimate_offset
 from toolkit.telemetry.options import TelemetryOptions
 from toolkit.telemetry.sampler import DEFAULT_RATE_HZ, Sampler
@@ -35,6 +41,9 @@ logger = logging.getLogger(__name__)
 
 HOST_RESOURCE_PREFIX = "rtk_host:"
 CALL_TIMEOUT_S = 60.0
+# Nodes collected at once, and the size of each piece of a trace copied to the driver.
+COLLECT_PARALLEL = 8
+CHUNK_BYTES = 8 * 1024 * 1024
 
 
 def exit_on_sigterm() -> None:
@@ -53,8 +62,24 @@ def exit_on_sigterm() -> None:
 
 
 def node_local_dir(key: str) -> Path:
-    """The directory on a node where its sampler writes during the run."""
-    return Path(tempfile.gettempdir()) / f"rtk-telemetry-{key}"
+    """The directory on a node where its sampler writes during the run.
+
+    Under the cluster's temp directory (``RTK_CLUSTER_DIR``, which rtk sets for every
+    Ray process it starts), else Ray's, else the system's.
+    """
+    base = os.environ.get("RTK_CLUSTER_DIR")
+    if not base:
+        try:
+            base = ray.get_runtime_context().get_temp_dir()
+        except Exception:  # noqa: BLE001 - outside a Ray worker
+            base = tempfile.gettempdir()
+    return Path(base) / f"rtk-telemetry-{key}"
+
+
+def live_trace_path(key: str, node: str) -> Path:
+    """A node's live trace: its name carries the node's, so a shared /tmp is safe."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", node) or "node"
+    return node_local_dir(key) / f"{safe}.arrows"
 
 
 @ray.remote(num_cpus=0, max_restarts=0)
@@ -64,13 +89,14 @@ class NodeSampler:
     def __init__(
         self,
         key: str,
+        node: str,
         sensors: str,
         rate_hz: float,
         power_rate_hz: float | None,
         prometheus_port: int = 0,
     ) -> None:
         """Open the node's sensors; nothing is sampled before ``start``."""
-        self.path = node_local_dir(key) / "samples.jsonl"
+        self.path = live_trace_path(key, node)
         self.sensors = make_sensors(sensors)
         self.sampler = Sampler(self.sensors, self.path, rate_hz, power_rate_hz)
         self.prometheus_port = prometheus_port
@@ -119,12 +145,38 @@ class NodeSampler:
 
 
 @ray.remote(num_cpus=0)
-def _read_node_file(path: str) -> bytes | None:
-    """Return a file on the node this task runs on (None if there is none)."""
-    try:
-        return Path(path).read_bytes()
-    except FileNotFoundError:
+def _compact_node_trace(live: str) -> dict[str, Any] | None:
+    """Compact this node's live trace beside it; its path, size and first/last times.
+
+    None when the node has no trace. A compacted file already there (an interrupted
+    collection) is kept as it is, so a retry resumes the same bytes.
+    """
+    sources = live_files(Path(live))
+    if not sources:
         return None
+    target = Path(live).with_suffix(".compact.arrows")
+    stats = ReadStats()
+    if not target.exists():
+        compact(sources, target, stats)
+    times = read_table([target], columns=["wall_s"]).column("wall_s")
+    first = times[0].as_py() if len(times) else None
+    last = times[-1].as_py() if len(times) else None
+    return {
+        "path": str(target),
+        "size_bytes": target.stat().st_size,
+        "samples": len(times),
+        "first_wall_s": first,
+        "last_wall_s": last,
+        "truncated": stats.truncated,
+    }
+
+
+@ray.remote(num_cpus=0)
+def _read_chunk(path: str, offset: int, size: int) -> bytes:
+    """``size`` bytes of a file on the node this task runs on, from ``offset``."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read(size)
 
 
 @ray.remote(num_cpus=0)
@@ -138,8 +190,12 @@ def _read_node_markers(run_dir: str) -> dict[str, bytes]:
 
 
 @ray.remote(num_cpus=0)
-def _remove_node_dir(path: str) -> None:
-    shutil.rmtree(path, ignore_errors=True)
+def _remove_node_files(live: str, compacted: str) -> None:
+    """Remove this node's traces; the directory too once no other node's are in it."""
+    for path in [*live_files(Path(live)), Path(compacted)]:
+        path.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # another node sharing this /tmp still writes here
+        Path(live).parent.rmdir()
 
 
 @dataclass
@@ -213,7 +269,14 @@ class TelemetrySession:
             node.actor = NodeSampler.options(  # type: ignore[attr-defined]
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False),
                 name=f"rtk-sampler-{self.key}-{node.name}",
-            ).remote(self.key, self.sensors, self.rate_hz, self.power_rate_hz, self.prometheus_port)
+            ).remote(
+                self.key,
+                node.name,
+                self.sensors,
+                self.rate_hz,
+                self.power_rate_hz,
+                self.prometheus_port,
+            )
         infos = {n.name: n.actor.info.remote() for n in self.nodes}
         for node in self.nodes:
             try:
@@ -258,8 +321,8 @@ class TelemetrySession:
             except Exception as e:  # noqa: BLE001 - a dead sampler still has its file
                 node.status, node.error = "lost", f"sampler died during the run: {e}"
                 logger.warning("telemetry: %s: %s", node.name, node.error)
-        for node in self.nodes:
-            self._collect(node)
+        with ThreadPoolExecutor(COLLECT_PARALLEL, thread_name_prefix="rtk-collect") as pool:
+            list(pool.map(self._collect, self.nodes))
         self._write_manifest()
         for node in self.nodes:
             if node.actor is not None:
@@ -286,33 +349,52 @@ class TelemetrySession:
             else {"scheduling_strategy": NodeAffinitySchedulingStrategy(node.node_id, soft=False)}
         )
         try:
-            data = ray.get(
-                _read_node_file.options(**where).remote(path),
-                timeout=CALL_TIMEOUT_S,
-            )
+            found = ray.get(_compact_node_trace.options(**where).remote(path), timeout=300.0)
         except Exception as e:  # noqa: BLE001 - the node itself is gone
             node.status, node.error = "missing", f"could not collect samples: {e}"
             return
-        if data is None:
-            node.status, node.error = "missing", f"no samples file on the node ({path})"
+        if found is None:
+            node.status, node.error = "missing", f"no trace on the node ({path})"
             return
-        target = RunDir(self.run_dir).node_samples(node.name)
-        if Path(path).resolve() != target.resolve():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            # A resumed run appends: the trace covers every invocation, and the time
-            # between them shows as a gap.
-            with target.open("ab") as out:
-                if out.tell() and not data.startswith(b"\n"):
-                    out.write(b"\n")
-                out.write(data)
-            _remove_node_dir.options(**where).remote(str(Path(path).parent))
+        try:
+            self._copy(found, node.name, where)
+        except Exception as e:  # noqa: BLE001 - what was copied stays in the .part file
+            node.status, node.error = "missing", f"could not copy its trace: {e}"
+            return
+        _remove_node_files.options(**where).remote(path, found["path"])
         self._collect_markers(node, where)
-        lines = [x for x in target.read_bytes().splitlines() if x.strip()]
         node.stats = node.stats or {}
-        node.stats["samples"] = len(lines)
-        if lines:
-            node.stats["first_wall_s"] = _wall(lines[0])
-            node.stats["last_wall_s"] = _wall(lines[-1])
+        for key in ("samples", "first_wall_s", "last_wall_s"):
+            node.stats[key] = found[key]
+        if found["truncated"]:
+            node.stats["truncated"] = found["truncated"]
+
+    def _copy(self, found: dict[str, Any], name: str, where: dict[str, Any]) -> None:
+        """Copy a compacted trace from its node in chunks, resuming a partial copy.
+
+        The copy becomes the node's next ``trace-NNN.arrows`` once complete (a resumed
+        run adds a segment: the trace covers every invocation).
+        """
+        node_dir = RunDir(self.run_dir).node_dir(name)
+        node_dir.mkdir(parents=True, exist_ok=True)
+        partial = node_dir / "trace.arrows.part"
+        size = int(found["size_bytes"])
+        offset = partial.stat().st_size if partial.exists() else 0
+        if offset > size:
+            offset = 0  # a different trace's leftovers
+        with partial.open("r+b" if offset else "wb") as out:
+            out.seek(offset)
+            out.truncate()
+            while offset < size:
+                data: bytes = ray.get(
+                    _read_chunk.options(**where).remote(found["path"], offset, CHUNK_BYTES),
+                    timeout=CALL_TIMEOUT_S,
+                )
+                if not data:
+                    raise OSError(f"the trace ended at {offset} of {size} bytes")
+                out.write(data)
+                offset += len(data)
+        os.replace(partial, next_segment(node_dir))
 
     def _collect_markers(self, node: _Node, where: dict[str, Any]) -> None:
         """Copy marker files only that node has (or has longer) into the run directory."""
@@ -381,11 +463,3 @@ def _node_name(node: dict[str, Any]) -> tuple[str, bool]:
         if key.startswith(HOST_RESOURCE_PREFIX):
             return str(key[len(HOST_RESOURCE_PREFIX) :]), True
     return str(node.get("NodeManagerHostname") or node["NodeID"][:12]), False
-
-
-def _wall(line: bytes) -> float | None:
-    try:
-        value = json.loads(line).get("wall_s")
-    except ValueError:
-        return None
-    return float(value) if value is not None else None

@@ -168,7 +168,8 @@ def test_the_layout_names_every_file_of_a_run(tmp_path: Path) -> None:
     for name, path in relative.items():
         assert getattr(run, name) == tmp_path / path, name
     assert run.marker(3) == tmp_path / "markers" / "rank-00003.jsonl"
-    assert run.node_samples("n1") == tmp_path / "telemetry" / "nodes" / "n1" / "samples.jsonl"
+    assert run.node_dir("n1") == tmp_path / "telemetry" / "nodes" / "n1"
+    assert run.node_traces("n1") == []
     assert RunDir("~/runs/x").root == Path.home() / "runs" / "x"
 
 
@@ -189,7 +190,7 @@ def test_marker_files_pack_patterns_and_checkpoints(tmp_path: Path) -> None:
     run = RunDir(tmp_path)
     for path in (
         run.manifest,
-        run.node_samples("n1"),
+        run.node_dir("n1") / "trace-001.arrows",
         run.marker(1),
         run.marker(0),
         run.metrics,
@@ -204,7 +205,7 @@ def test_marker_files_pack_patterns_and_checkpoints(tmp_path: Path) -> None:
     packed = {p for pattern in run.pack_patterns for p in tmp_path.glob(pattern) if p.is_file()}
     assert packed == {
         run.manifest,
-        run.node_samples("n1"),
+        run.node_dir("n1") / "trace-001.arrows",
         run.marker(0),
         run.marker(1),
         run.metrics,

@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from telemetry_fixtures import T0_WALL_S, BuiltRun, NodeSpec, RunSpec, build_run, gpu_uuid
 
 from toolkit.cli.cmd_report import report_cmd
+from toolkit.rundir.traces import read_table
 from toolkit.telemetry.report import (
     Report,
     ReportError,
@@ -24,6 +25,7 @@ from toolkit.telemetry.report import (
     summary_dict,
     write_report,
 )
+from toolkit.telemetry.report.series import read_series
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -95,7 +97,10 @@ def test_clock_offsets_line_nodes_up(tmp_path: Path) -> None:
     assert report.window.end_s == pytest.approx(fixture.window_s[1])
     # node2's power rises exactly when step 1 begins on the head's clock.
     step1_begin = fixture.steps[1][0]
-    series = report.timeline.series["node2"][gpu_uuid(1, 0)]
+    node2_manifest = report.data.manifest.nodes["node2"]
+    series = read_series(
+        "node2", report.data.traces["node2"], node2_manifest.offset_s, node2_manifest.devices, []
+    )[gpu_uuid(1, 0)]
     t, power = series.values("power_w")
     first_busy = t[np.argmax(power >= fixture.spec.gpu_busy_w)]
     assert first_busy == pytest.approx(step1_begin, abs=1e-6)
@@ -313,7 +318,7 @@ def test_files_plots_and_html(tmp_path: Path) -> None:
     fixture, report = built(
         tmp_path, NodeSpec("node1", gpus=2), NodeSpec("node2", gpus=1, lost_at_s=8.0)
     )
-    files = write_report(report)
+    files = write_report(report, csv=True)
     assert files.directory == fixture.run_dir / "report"
     summary = json.loads(files.summary_json.read_text())
     assert summary == json.loads(json.dumps(summary_dict(report)))
@@ -322,12 +327,12 @@ def test_files_plots_and_html(tmp_path: Path) -> None:
     assert summary["nodes"]["node2"]["devices"]["host"]["gaps"][0]["where"] == "trailing"
     assert summary["steps"]["stats"]["median_j"] == pytest.approx(report.step_stats.median_j)
 
+    assert files.traces_csv is not None
     with files.traces_csv.open() as f:
         rows = list(csv.DictReader(f))
-    written = sum(
-        len(p.read_text().splitlines())
-        for p in (fixture.run_dir / "telemetry" / "nodes").glob("*/samples.jsonl")
-    )
+    written = read_table(
+        sorted((fixture.run_dir / "telemetry" / "nodes").glob("*/trace-*.arrows"))
+    ).num_rows
     assert len(rows) == written
     assert {"node", "device", "kind", "t_s", "wall_s", "mono_s", "power_w", "energy_j"} <= set(
         rows[0]
@@ -386,7 +391,20 @@ def test_run_without_telemetry_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_run_without_samples_is_a_clear_error(tmp_path: Path) -> None:
     fixture = build_run(tmp_path, RunSpec(nodes=[NodeSpec("node1", gpus=1)]))
-    for path in (fixture.run_dir / "telemetry" / "nodes").glob("*/samples.jsonl"):
-        path.write_text("")
+    for path in (fixture.run_dir / "telemetry" / "nodes").glob("*/trace-*.arrows"):
+        path.write_bytes(b"")
     with pytest.raises(ReportError, match="no telemetry samples"):
         build_report(fixture.run_dir)
+
+
+def test_legacy_json_lines_runs_report_the_same_figures(tmp_path: Path) -> None:
+    """A run recorded before traces were Arrow reads into exactly the same figures."""
+    nodes = [NodeSpec("node1", gpus=2, throttle=[(2.0, 4.0, 0x4)]), NodeSpec("node2", offset_s=3)]
+    reports = {}
+    for trace_format in ("arrow", "jsonl"):
+        fixture = build_run(
+            tmp_path / trace_format, RunSpec(nodes=nodes, trace_format=trace_format)
+        )
+        reports[trace_format] = summary_dict(build_report(fixture.run_dir))
+        reports[trace_format].pop("run_dir")
+    assert reports["arrow"] == reports["jsonl"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import signal
 import subprocess
@@ -10,20 +9,18 @@ import sys
 import time
 from pathlib import Path
 
+from toolkit.rundir.traces import read_table, row_dicts
 from toolkit.telemetry.sampler import Sampler
 from toolkit.telemetry.sensors.host import HostSensor
 
 
 def lines(path: Path) -> list[dict[str, object]]:
-    out = []
-    for line in path.read_text().splitlines():
-        with contextlib.suppress(ValueError):  # a line cut by a kill
-            out.append(json.loads(line))
-    return out
+    """The samples of a live trace, up to its last whole batch (a kill may cut one)."""
+    return [row for batch in read_table([path]).to_batches() for row in row_dicts(batch)]
 
 
 def test_samples_at_the_rate_with_both_clocks(tmp_path: Path) -> None:
-    path = tmp_path / "samples.jsonl"
+    path = tmp_path / "samples.arrows"
     sampler = Sampler([HostSensor()], path, rate_hz=20.0)
     began = time.time()
     sampler.start()
@@ -42,7 +39,7 @@ def test_samples_at_the_rate_with_both_clocks(tmp_path: Path) -> None:
 
 
 def test_a_killed_sampler_loses_at_most_about_a_second(tmp_path: Path) -> None:
-    path = tmp_path / "samples.jsonl"
+    path = tmp_path / "samples.arrows"
     proc = subprocess.Popen(
         [sys.executable, "-m", "toolkit.telemetry.sampler", str(path), "--sensors", "host"],
         stdout=subprocess.PIPE,
@@ -61,7 +58,7 @@ def test_a_killed_sampler_loses_at_most_about_a_second(tmp_path: Path) -> None:
 
 
 def test_sigterm_stops_cleanly_with_everything_flushed(tmp_path: Path) -> None:
-    path = tmp_path / "samples.jsonl"
+    path = tmp_path / "samples.arrows"
     proc = subprocess.Popen(
         [sys.executable, "-m", "toolkit.telemetry.sampler", str(path), "--rate-hz", "20"],
         stdout=subprocess.PIPE,

@@ -61,7 +61,7 @@ class Local:
 
 @pytest.fixture
 def local(tmp_path: Path) -> Iterator[Local]:
-    sampler = Sampler(make_sensors("host"), tmp_path / "samples.jsonl", rate_hz=20)
+    sampler = Sampler(make_sensors("host"), tmp_path / "samples.arrows", rate_hz=20)
     sampler.start()
     yield Local(sampler)
     sampler.stop()

@@ -1,24 +1,35 @@
-"""``build_report``: a run directory in, every figure of the report out (no files written)."""
+"""``build_report``: a run directory in, every figure of the report out (no files written).
+
+Node by node: a node's samples are read, every figure that needs them is computed
+(its devices' energy and gaps, its share of each step and phase, its cross-checks,
+its bucketed views), and the samples are dropped before the next node is read. So
+memory holds one node's trace at a time, whatever the cluster's size.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolkit.telemetry.report.crosscheck import CrossCheck, cross_checks
-from toolkit.telemetry.report.energy import NodeReport, node_reports
+from toolkit.telemetry.report.crosscheck import CrossCheck, check_windows, cross_checks
+from toolkit.telemetry.report.curves import gap_threshold_s
+from toolkit.telemetry.report.energy import NodeReport, node_report
 from toolkit.telemetry.report.load import RunData, load_run
+from toolkit.telemetry.report.series import read_series
 from toolkit.telemetry.report.steps import (
     Phase,
     RunFigures,
     StepEnergy,
     StepStats,
+    phase_sums,
     phases,
     run_figures,
     step_energies,
     step_stats,
+    step_sums,
 )
 from toolkit.telemetry.report.timeline import Barrier, Timeline, Window, align
+from toolkit.telemetry.report.views import Buckets
 
 
 @dataclass(frozen=True)
@@ -29,7 +40,8 @@ class Report:
         run_dir: The run directory.
         data: What was read from it.
         timeline: Samples and markers on the head's timeline, and the window.
-        nodes: Node -> its figures (devices inside), in manifest order.
+        nodes: Node -> its figures (devices inside, with their bucketed views), in
+            manifest order.
         run: The run's totals and rates.
         steps: Energy of each step of the reference rank.
         step_stats: The per-step energy distribution; None without steps.
@@ -78,14 +90,32 @@ def build_report(run_dir: Path) -> Report:
     """
     data = load_run(Path(run_dir))
     timeline = align(data)
-    nodes = node_reports(timeline, data.manifest.nodes, data.manifest.rate_hz)
-    checks, check_notes = cross_checks(
-        nodes, timeline.window, timeline.barriers, data.manifest.rate_hz
-    )
-    steps = step_energies(nodes, timeline)
+    window = timeline.window
+    rate_hz = data.manifest.rate_hz
+    threshold_s = gap_threshold_s(rate_hz)
+    buckets = Buckets.over(window.start_s, window.end_s, rate_hz)
+    spans = check_windows(window, timeline.barriers, max(10.0 / rate_hz, 1.0))
+    step_energy, phase_energy = step_sums(timeline), phase_sums(timeline)
+    nodes: dict[str, NodeReport] = {}
+    checks: list[CrossCheck] = []
+    read_notes: list[str] = []
+    check_notes: list[str] = []
+    for name, files in data.traces.items():
+        node = data.manifest.nodes[name]
+        series = read_series(name, files, node.offset_s, node.devices, read_notes)
+        full = node_report(series, node, window, threshold_s, buckets)
+        del series
+        step_energy.add(full)
+        phase_energy.add(full)
+        node_checks, notes = cross_checks({name: full}, window, timeline.barriers, rate_hz, spans)
+        checks += node_checks
+        check_notes += notes
+        nodes[name] = full.light()
+    steps = step_energies(timeline, step_energy)
     run = run_figures(nodes, timeline, data.metrics)
     notes = [
         *data.notes,
+        *read_notes,
         *timeline.notes,
         *_notes(nodes, timeline, run, checks),
         *check_notes,
@@ -98,7 +128,7 @@ def build_report(run_dir: Path) -> Report:
         run=run,
         steps=steps,
         step_stats=step_stats(steps),
-        phases=phases(nodes, timeline),
+        phases=phases(timeline, phase_energy),
         cross_checks=checks,
         notes=notes,
     )

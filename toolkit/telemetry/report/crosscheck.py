@@ -110,10 +110,19 @@ def check_windows(
 
 
 def cross_checks(
-    nodes: dict[str, NodeReport], window: Window, barriers: list[Barrier], rate_hz: float
+    nodes: dict[str, NodeReport],
+    window: Window,
+    barriers: list[Barrier],
+    rate_hz: float,
+    spans: tuple[str, list[tuple[float, float]]] | None = None,
 ) -> tuple[list[CrossCheck], list[str]]:
-    """A cross-check for every GPU with both a counter and power samples; and notes."""
-    basis, spans = check_windows(window, barriers, max(10.0 / rate_hz, 1.0))
+    """A cross-check for every GPU with both a counter and power samples; and notes.
+
+    ``spans`` are the windows as ``check_windows`` gives them (computed when None).
+    """
+    basis, edges = spans or check_windows(window, barriers, max(10.0 / rate_hz, 1.0))
+    start = np.array([a for a, _ in edges], dtype=np.float64)
+    end = np.array([b for _, b in edges], dtype=np.float64)
     checks: list[CrossCheck] = []
     notes: list[str] = []
     for node in nodes.values():
@@ -127,23 +136,17 @@ def cross_checks(
                     "things; not cross-checked"
                 )
                 continue
-            compared: list[CheckWindow] = []
-            for start, end in spans:
-                length_s = end - start
-                if (
-                    device.counter.covered_s(start, end)[0] < MIN_COVERED * length_s
-                    or device.power.covered_s(start, end)[0] < MIN_COVERED * length_s
-                ):
-                    continue
-                compared.append(
-                    CheckWindow(
-                        start,
-                        end,
-                        float(device.counter.energy_j(start, end)[0]),
-                        float(device.power.energy_j(start, end)[0]),
-                    )
-                )
+            length_s = end - start
+            both = (device.counter.covered_s(start, end) >= MIN_COVERED * length_s) & (
+                device.power.covered_s(start, end) >= MIN_COVERED * length_s
+            )
+            counter_j = device.counter.energy_j(start, end)
+            power_j = device.power.energy_j(start, end)
+            compared = [
+                CheckWindow(float(start[i]), float(end[i]), float(counter_j[i]), float(power_j[i]))
+                for i in np.flatnonzero(both)
+            ]
             checks.append(
-                CrossCheck(node.name, device.device, basis, compared, len(spans) - len(compared))
+                CrossCheck(node.name, device.device, basis, compared, len(edges) - len(compared))
             )
     return checks, notes

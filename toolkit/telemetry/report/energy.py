@@ -7,8 +7,10 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from toolkit.rundir import NodeManifest
-from toolkit.telemetry.report.curves import EnergyCurve, Gap, find_gaps, gap_threshold_s
-from toolkit.telemetry.report.timeline import DeviceSeries, FloatArray, Timeline, Window
+from toolkit.telemetry.report.curves import EnergyCurve, Gap, find_gaps
+from toolkit.telemetry.report.series import DeviceSeries, FloatArray
+from toolkit.telemetry.report.timeline import Window
+from toolkit.telemetry.report.views import Buckets, DeviceView, device_view
 
 # NVML clocks-event reason bits (docs/telemetry.md).
 CLOCK_EVENT_REASONS = {
@@ -55,8 +57,11 @@ class DeviceReport:
         throttle_reasons_s: Reason -> time it was set (throttling reasons only).
         counter_resets: Counter readings that went backwards (restarted counters).
         counted: Whether the node's total includes this device.
-        counter: The energy counter curve, when the device has one.
-        power: The power-sample curve, when the device reports ``power_w``.
+        counter: The energy counter curve, when the device has one (only while the
+            report reads the node: ``light`` drops it).
+        power: The power-sample curve, when the device reports ``power_w`` (likewise).
+        peak_series: The power samples the peak comes from (likewise).
+        view: The device bucketed for drawing.
     """
 
     node: str
@@ -80,6 +85,7 @@ class DeviceReport:
     peak_series: tuple[FloatArray, FloatArray] | None = field(
         default=None, repr=False, compare=False
     )
+    view: DeviceView | None = field(default=None, repr=False, compare=False)
 
     @property
     def energy_wh(self) -> float:
@@ -95,6 +101,10 @@ class DeviceReport:
     def curve(self) -> EnergyCurve | None:
         """The curve ``energy_j`` comes from."""
         return self.counter if self.energy_source == COUNTER else self.power
+
+    def light(self) -> DeviceReport:
+        """The figures and the view without the full-resolution curves."""
+        return replace(self, counter=None, power=None, peak_series=None)
 
 
 @dataclass(frozen=True)
@@ -143,22 +153,20 @@ class NodeReport:
         """Whether any of its devices misses part of the window."""
         return bool(self.gaps) or any(d.partial for d in self.devices.values())
 
-
-def node_reports(
-    timeline: Timeline, nodes: dict[str, NodeManifest], rate_hz: float
-) -> dict[str, NodeReport]:
-    """Every node's figures, in manifest order."""
-    threshold_s = gap_threshold_s(rate_hz)
-    return {
-        name: _node_report(timeline.series[name], nodes[name], timeline.window, threshold_s)
-        for name in timeline.series
-    }
+    def light(self) -> NodeReport:
+        """The figures and views without the full-resolution curves."""
+        return replace(self, devices={k: d.light() for k, d in self.devices.items()})
 
 
-def _node_report(
-    series: dict[str, DeviceSeries], node: NodeManifest, window: Window, threshold_s: float
+def node_report(
+    series: dict[str, DeviceSeries],
+    node: NodeManifest,
+    window: Window,
+    threshold_s: float,
+    buckets: Buckets | None = None,
 ) -> NodeReport:
-    devices = {dev: device_report(s, window, threshold_s) for dev, s in series.items()}
+    """One node's figures over ``window``, with the curves (``light`` drops them)."""
+    devices = {dev: device_report(s, window, threshold_s, buckets) for dev, s in series.items()}
     host = devices.get("host")
     scope = "sum of devices"
     if host and host.energy_source == INTEGRATED and host.power_source == "ipmi":
@@ -189,8 +197,10 @@ def _node_report(
     )
 
 
-def device_report(series: DeviceSeries, window: Window, threshold_s: float) -> DeviceReport:
-    """One device's energy, power, throttling and gaps over ``window``."""
+def device_report(
+    series: DeviceSeries, window: Window, threshold_s: float, buckets: Buckets | None = None
+) -> DeviceReport:
+    """One device's energy, power, throttling and gaps over ``window`` (and its view)."""
     start, end = window.start_s, window.end_s
     counter, resets = None, 0
     t_e, energy = series.values("energy_j")
@@ -242,6 +252,7 @@ def device_report(series: DeviceSeries, window: Window, threshold_s: float) -> D
         counter=counter,
         power=power,
         peak_series=peak,
+        view=device_view(series, buckets, peak, ~NOT_THROTTLING) if buckets else None,
     )
 
 

@@ -1,9 +1,12 @@
-"""Read a run directory (docs/telemetry.md) into typed data, touching nothing."""
+"""Read a run directory (docs/telemetry.md) into typed data, touching nothing.
+
+Samples are not read here: ``RunData`` names each node's trace files and how many
+samples they hold, and the report reads one node's samples at a time
+(``series.read_series``).
+"""
 
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,6 +14,7 @@ from typing import Any
 from toolkit.errors import RunDirError
 from toolkit.rundir import Manifest, MetricsLine, NodeManifest, RunDir, read_markers, read_metrics
 from toolkit.telemetry.report.errors import ReportError
+from toolkit.telemetry.report.series import SampleSpan, sample_span
 
 __all__ = ["HOW_TO_RECORD", "Manifest", "NodeManifest", "RunData", "load_run"]
 
@@ -24,7 +28,9 @@ class RunData:
     Attributes:
         run_dir: The run directory.
         manifest: The telemetry manifest.
-        samples: Node -> its sample records in file order (unreadable lines dropped).
+        traces: Node -> its trace files in order (every manifest node, and any node
+            with traces but no manifest entry).
+        spans: Node -> how many samples it has, first and last (head timeline).
         markers: Every rank's marker records, in file order per rank.
         metrics: ``metrics.jsonl`` lines, one per step (the last line of a step wins),
             sorted by step; lines that are not a step's are skipped.
@@ -33,14 +39,15 @@ class RunData:
 
     run_dir: Path
     manifest: Manifest
-    samples: dict[str, list[dict[str, Any]]]
+    traces: dict[str, list[Path]]
+    spans: dict[str, SampleSpan]
     markers: list[dict[str, Any]]
     metrics: list[MetricsLine]
     notes: list[str]
 
 
 def load_run(run_dir: Path) -> RunData:
-    """Read the manifest, every node's samples, the markers and the metrics.
+    """Read the manifest, the markers and the metrics; find every node's traces.
 
     ``run_dir`` may also be the run's ``report`` directory.
 
@@ -54,19 +61,23 @@ def load_run(run_dir: Path) -> RunData:
         raise ReportError(f"{run_dir}: no such run directory")
     notes: list[str] = []
     manifest = _read_manifest(layout, notes)
-    samples = _read_samples(layout, manifest, notes)
-    if not any(samples.values()):
+    traces = _find_traces(layout, manifest, notes)
+    spans = {
+        name: sample_span(files, manifest.nodes[name].offset_s) for name, files in traces.items()
+    }
+    if not any(span.samples for span in spans.values()):
         where = layout.nodes_dir
         states = ", ".join(f"{n.name} {n.status}" for n in manifest.nodes.values()) or "none"
         raise ReportError(
-            f"{run_dir}: no telemetry samples in {where}/*/samples.jsonl (nodes: {states}); "
+            f"{run_dir}: no telemetry samples in {where}/*/trace-*.arrows (nodes: {states}); "
             f"the samplers recorded nothing (see `error` in telemetry/manifest.json), "
             f"{HOW_TO_RECORD}"
         )
     markers = read_markers(run_dir)
     if not markers:
         notes.append("no markers (markers/rank-*.jsonl): no step, barrier or phase figures")
-    return RunData(run_dir, manifest, samples, markers, _read_metrics(layout, notes), notes)
+    metrics = _read_metrics(layout, notes)
+    return RunData(run_dir, manifest, traces, spans, markers, metrics, notes)
 
 
 def _read_manifest(layout: RunDir, notes: list[str]) -> Manifest:
@@ -81,9 +92,7 @@ def _read_manifest(layout: RunDir, notes: list[str]) -> Manifest:
     return manifest
 
 
-def _read_samples(
-    layout: RunDir, manifest: Manifest, notes: list[str]
-) -> dict[str, list[dict[str, Any]]]:
+def _find_traces(layout: RunDir, manifest: Manifest, notes: list[str]) -> dict[str, list[Path]]:
     nodes_dir = layout.nodes_dir
     names = list(manifest.nodes)
     if nodes_dir.is_dir():
@@ -92,35 +101,7 @@ def _read_samples(
             notes.append(f"node {name}: samples without a manifest entry; clock offset 0 s assumed")
             manifest.nodes[name] = NodeManifest.unlisted(name)
         names += extra
-    samples: dict[str, list[dict[str, Any]]] = {}
-    for name in names:
-        path = layout.node_samples(name)
-        samples[name] = _read_jsonl(path, notes) if path.is_file() else []
-    return samples
-
-
-def _read_jsonl(path: Path, notes: list[str]) -> list[dict[str, Any]]:
-    """Records with a finite ``wall_s`` and a ``device``; others are counted in a note."""
-    records: list[dict[str, Any]] = []
-    bad = 0
-    with path.open(encoding="utf-8", errors="replace") as lines:
-        for line in lines:
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                bad += 1
-                continue
-            if (
-                isinstance(record, dict)
-                and _number(record.get("wall_s")) is not None
-                and isinstance(record.get("device"), str)
-            ):
-                records.append(record)
-            else:
-                bad += 1
-    if bad:
-        notes.append(f"{path}: {bad} unreadable line(s) skipped")
-    return records
+    return {name: layout.node_traces(name) for name in names}
 
 
 def _read_metrics(layout: RunDir, notes: list[str]) -> list[MetricsLine]:
@@ -133,9 +114,3 @@ def _read_metrics(layout: RunDir, notes: list[str]) -> list[MetricsLine]:
         if not isinstance(line, RunDirError):
             by_step[line.step] = line
     return [by_step[step] for step in sorted(by_step)]
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None

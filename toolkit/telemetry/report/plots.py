@@ -4,19 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from toolkit.telemetry.report.build import Report
-from toolkit.telemetry.report.curves import gap_threshold_s
+from toolkit.telemetry.report.energy import DeviceReport
+from toolkit.telemetry.report.series import FloatArray
 from toolkit.telemetry.report.summary import short_device
-from toolkit.telemetry.report.timeline import DeviceSeries, FloatArray
+from toolkit.telemetry.report.views import DeviceView
 
 PLOTS = ("power", "step_energy", "utilization")
-# More points than this per line are thinned for drawing (figures stay exact in the data).
-_MAX_POINTS = 20_000
 _DPI = 100
 
 
@@ -39,15 +37,14 @@ def write_plots(report: Report, plots_dir: Path) -> dict[str, Path]:
 
 def _power(report: Report, figure: Figure) -> None:
     ax = figure.add_subplot()
-    threshold_s = gap_threshold_s(report.rate_hz)
     colors = _colors(report)
     for node in report.nodes.values():
         for device in node.devices.values():
             color = colors[(node.name, device.device)]
-            if device.peak_series is not None and device.peak_series[0].size:
-                t, power_w = device.peak_series
+            view = device.view
+            if view is not None and view.power_w is not None:
                 ax.plot(
-                    *_broken(report, t, power_w, threshold_s),
+                    *_relative(report, view, view.power_w),
                     color=color,
                     lw=0.9,
                     label=f"{node.name}/{short_device(device.device)}",
@@ -95,18 +92,18 @@ def _step_energy(report: Report, figure: Figure) -> None:
 
 
 def _utilization(report: Report, figure: Figure) -> None:
+    devices = [d for n in report.nodes.values() for d in n.devices.values() if d.view]
     gpus = [
-        s
-        for devices in report.timeline.series.values()
-        for s in devices.values()
-        if s.kind == "gpu" and ("gpu_util_pct" in s.fields or "sm_clock_mhz" in s.fields)
+        d
+        for d in devices
+        if d.kind == "gpu" and d.view and {"gpu_util_pct", "sm_clock_mhz"} & set(d.view.readings)
     ]
     if gpus:
         util_ax, clock_ax = figure.subplots(2, 1, sharex=True)
-        for series in gpus:
-            label = f"{series.node}/{short_device(series.device)}"
-            _line(report, util_ax, series, "gpu_util_pct", label)
-            _line(report, clock_ax, series, "sm_clock_mhz", label)
+        for device in gpus:
+            label = f"{device.node}/{short_device(device.device)}"
+            _line(report, util_ax, device, "gpu_util_pct", label)
+            _line(report, clock_ax, device, "sm_clock_mhz", label)
         util_ax.set_ylabel("GPU utilisation (%)")
         clock_ax.set_ylabel("SM clock (MHz)")
         util_ax.set_title("GPU utilisation and SM clocks")
@@ -115,16 +112,13 @@ def _utilization(report: Report, figure: Figure) -> None:
     else:
         ax = figure.add_subplot()
         hosts = [
-            s
-            for devices in report.timeline.series.values()
-            for s in devices.values()
-            if s.kind == "host" and "cpu_util_pct" in s.fields
+            d for d in devices if d.kind == "host" and d.view and "cpu_util_pct" in d.view.readings
         ]
         if not hosts:
             _empty(ax, "no utilisation readings")
             return
-        for series in hosts:
-            _line(report, ax, series, "cpu_util_pct", series.node)
+        for device in hosts:
+            _line(report, ax, device, "cpu_util_pct", device.node)
         ax.set_ylabel("host CPU utilisation (%)")
         ax.set_title("Host CPU utilisation (no GPU readings)")
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
@@ -136,26 +130,18 @@ def _utilization(report: Report, figure: Figure) -> None:
     axes[-1].set_xlabel("seconds since the run's start")
 
 
-def _line(report: Report, ax: Axes, series: DeviceSeries, name: str, label: str) -> None:
-    t, values = series.values(name)
-    if t.size:
-        ax.plot(*_broken(report, t, values, gap_threshold_s(report.rate_hz)), lw=0.9, label=label)
+def _line(report: Report, ax: Axes, device: DeviceReport, name: str, label: str) -> None:
+    view = device.view
+    if view is not None and name in view.readings:
+        ax.plot(*_relative(report, view, view.readings[name]), lw=0.9, label=label)
 
 
-def _broken(
-    report: Report, t: FloatArray, values: FloatArray, threshold_s: float
+def _relative(
+    report: Report, view: DeviceView, values: FloatArray
 ) -> tuple[FloatArray, FloatArray]:
-    """Times relative to the window, with a NaN wherever a gap must break the line."""
-    window = report.window
-    margin_s = 0.02 * window.duration_s + threshold_s
-    keep = (t >= window.start_s - margin_s) & (t <= window.end_s + margin_s)
-    t, values = t[keep], values[keep]
-    stride = max(1, t.size // _MAX_POINTS)
-    t, values = t[::stride], values[::stride]
-    breaks = np.flatnonzero(np.diff(t) > threshold_s * stride) + 1
-    x = np.insert(t - window.start_s, breaks, np.nan)
-    y = np.insert(values.astype(np.float64), breaks, np.nan)
-    return x, y
+    """Bucket middles relative to the window's start, and the values (NaN breaks the line)."""
+    x: FloatArray = view.buckets.middle_s - report.window.start_s
+    return x, values
 
 
 def _barrier_lines(report: Report, ax: Axes) -> None:

@@ -145,30 +145,59 @@ def interval_energy(
     An interval is complete when every counted device that measured anything at all
     measured all of it at its sample rate.
     """
-    complete = np.ones(start_s.shape, dtype=bool)
-    per_node: dict[str, FloatArray] = {}
+    sums = IntervalSums(start_s, end_s)
     for node in nodes.values():
+        sums.add(node)
+    return sums.per_node, sums.complete
+
+
+class IntervalSums:
+    """Energy over fixed intervals, added up node by node.
+
+    A node's curves are needed only while it is added, so the report can drop them
+    before it reads the next node.
+    """
+
+    def __init__(self, start_s: FloatArray, end_s: FloatArray) -> None:
+        """Intervals ``[start_s[i], end_s[i]]``; nothing added yet."""
+        self.start_s = start_s
+        self.end_s = end_s
+        self.complete = np.ones(start_s.shape, dtype=bool)
+        self.per_node: dict[str, FloatArray] = {}
+
+    def add(self, node: NodeReport) -> None:
+        """Add a node whose devices still have their curves."""
+        start_s, end_s = self.start_s, self.end_s
         total = np.zeros(start_s.shape)
         for device in node.devices.values():
             curve = device.curve
             if not device.counted or curve is None:
                 continue  # a device that measured nothing is left out of every figure
             total += curve.energy_j(start_s, end_s)
-            complete &= curve.covered_s(start_s, end_s) >= _COMPLETE * (end_s - start_s)
-        per_node[node.name] = total
-    return per_node, complete
+            self.complete &= curve.covered_s(start_s, end_s) >= _COMPLETE * (end_s - start_s)
+        self.per_node[node.name] = total
+
+    def total(self) -> FloatArray:
+        """All nodes' energy per interval."""
+        values = list(self.per_node.values())
+        return np.sum(values, axis=0) if values else np.zeros(self.start_s.shape)
 
 
-def step_energies(nodes: dict[str, NodeReport], timeline: Timeline) -> list[StepEnergy]:
-    """The energy of every node over each step of the reference rank."""
+def step_sums(timeline: Timeline) -> IntervalSums:
+    """Empty sums over the reference rank's steps."""
+    return IntervalSums(
+        np.array([s.begin_s for s in timeline.steps], dtype=np.float64),
+        np.array([s.end_s for s in timeline.steps], dtype=np.float64),
+    )
+
+
+def step_energies(timeline: Timeline, sums: IntervalSums) -> list[StepEnergy]:
+    """The energy of every node over each step of the reference rank (``step_sums``)."""
     if not timeline.steps:
         return []
-    start = np.array([s.begin_s for s in timeline.steps])
-    end = np.array([s.end_s for s in timeline.steps])
-    per_node, complete = interval_energy(nodes, start, end)
-    total = np.sum(list(per_node.values()), axis=0) if per_node else np.zeros(start.shape)
+    total = sums.total()
     return [
-        StepEnergy(s.step, s.begin_s, s.end_s, float(total[i]), bool(complete[i]))
+        StepEnergy(s.step, s.begin_s, s.end_s, float(total[i]), bool(sums.complete[i]))
         for i, s in enumerate(timeline.steps)
     ]
 
@@ -194,16 +223,28 @@ def step_stats(steps: list[StepEnergy]) -> StepStats | None:
     )
 
 
-def phases(nodes: dict[str, NodeReport], timeline: Timeline) -> list[Phase]:
-    """The spans between barriers (and from the start, and to the end); none without them."""
+def _phase_edges(timeline: Timeline) -> tuple[list[float], list[str]]:
     window = timeline.window
     barriers = [b for b in timeline.barriers if window.start_s < b.t_s < window.end_s]
     if not barriers:
-        return []
+        return [], []
     edges = [window.start_s, *(b.t_s for b in barriers), window.end_s]
     names = ["start", *(f"barrier {b.step}" for b in barriers), "end"]
-    start, end = np.array(edges[:-1]), np.array(edges[1:])
-    per_node, complete = interval_energy(nodes, start, end)
+    return edges, names
+
+
+def phase_sums(timeline: Timeline) -> IntervalSums:
+    """Empty sums over the spans between barriers (none without barriers)."""
+    edges, _ = _phase_edges(timeline)
+    return IntervalSums(np.array(edges[:-1], dtype=np.float64), np.array(edges[1:]))
+
+
+def phases(timeline: Timeline, sums: IntervalSums) -> list[Phase]:
+    """The spans between barriers (and from the start, and to the end); none without them."""
+    edges, names = _phase_edges(timeline)
+    if not edges:
+        return []
+    per_node, complete = sums.per_node, sums.complete
     step_ends = np.array([s.end_s for s in timeline.steps])
     return [
         Phase(

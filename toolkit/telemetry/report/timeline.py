@@ -1,4 +1,4 @@
-"""Put every sample and marker on the head's timeline, and find the run's window.
+"""Put the markers on the head's timeline, and find the run's window.
 
 A node time ``t`` maps to the head's timeline as ``t - offset_s`` (the node's offset
 in the manifest). Times here are head wall-clock seconds; reports show them relative
@@ -12,47 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from toolkit.telemetry.report.load import RunData
+from toolkit.telemetry.report.series import FloatArray
 
-FloatArray = npt.NDArray[np.float64]
-
-# Sample keys that are not readings.
-_META_KEYS = frozenset({"wall_s", "mono_s", "device", "kind", "power_source"})
-
-
-@dataclass(frozen=True)
-class DeviceSeries:
-    """One device's samples on the head's timeline, sorted by time.
-
-    Attributes:
-        node: The node the device is on.
-        device: ``host`` or the GPU/MIG UUID.
-        kind: ``host`` or ``gpu``.
-        t_s: Head-timeline time of every sample.
-        sample_kinds: Each sample's ``kind`` (``host``, ``gpu``, ``gpu_power``).
-        fields: Numeric field -> its value per sample, NaN where the sample lacks it.
-        power_source: How ``power_w`` was obtained (``nvml_instant``, ``model``, ...).
-        info: The manifest's record of the device.
-    """
-
-    node: str
-    device: str
-    kind: str
-    t_s: FloatArray
-    sample_kinds: list[str]
-    fields: dict[str, FloatArray]
-    power_source: str | None
-    info: dict[str, Any]
-
-    def values(self, name: str) -> tuple[FloatArray, FloatArray]:
-        """The times and values of the samples that have field ``name``."""
-        values = self.fields.get(name)
-        if values is None:
-            return np.empty(0), np.empty(0)
-        have = ~np.isnan(values)
-        return self.t_s[have], values[have]
+__all__ = ["Barrier", "FloatArray", "StepSpan", "Timeline", "Window", "align"]
 
 
 @dataclass(frozen=True)
@@ -100,13 +64,11 @@ class Barrier:
 
 @dataclass(frozen=True)
 class Timeline:
-    """Samples and markers on one timeline.
+    """Markers on one timeline, and the window.
 
     Attributes:
         head: The node whose clock is the timeline.
         offsets_s: Node -> the offset subtracted from its times.
-        series: Node -> device -> that device's samples (every manifest device, even
-            one without samples, is present).
         window: The span the report covers.
         steps: The reference rank's completed steps, latest attempt, by step number.
         step_rank: The reference rank (0, or the lowest rank with markers).
@@ -119,7 +81,6 @@ class Timeline:
 
     head: str
     offsets_s: dict[str, float]
-    series: dict[str, dict[str, DeviceSeries]]
     window: Window
     steps: list[StepSpan]
     step_rank: int | None
@@ -131,20 +92,18 @@ class Timeline:
 
 
 def align(data: RunData) -> Timeline:
-    """Map samples and markers onto the head's timeline and find the window."""
+    """Map the markers onto the head's timeline and find the window."""
     notes: list[str] = []
     offsets = {name: node.offset_s for name, node in data.manifest.nodes.items()}
-    series = {node: _node_series(data, node, offsets[node]) for node in data.samples}
     records = _aligned_markers(data, offsets, notes)
     per_rank = {rank: _latest_attempt(recs) for rank, recs in sorted(records.items())}
-    window = _marker_window(per_rank) or _sample_window(series)
+    window = _marker_window(per_rank) or _sample_window(data)
     step_rank = 0 if 0 in per_rank else min(per_rank, default=None)
     if step_rank not in (0, None):
         notes.append(f"no markers from rank 0; steps are rank {step_rank}'s")
     return Timeline(
         head=data.manifest.head,
         offsets_s=offsets,
-        series=series,
         window=window,
         steps=_steps(per_rank.get(step_rank, {})) if step_rank is not None else [],
         step_rank=step_rank,
@@ -154,50 +113,6 @@ def align(data: RunData) -> Timeline:
         marker_tokens=_marker_tokens(per_rank),
         notes=notes,
     )
-
-
-def _node_series(data: RunData, node: str, offset_s: float) -> dict[str, DeviceSeries]:
-    by_device: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for record in data.samples[node]:
-        by_device[record["device"]].append(record)
-    devices = data.manifest.nodes[node].devices
-    out: dict[str, DeviceSeries] = {}
-    for device in [*devices, *sorted(set(by_device) - set(devices))]:
-        records = sorted(by_device.get(device, []), key=lambda r: float(r["wall_s"]))
-        info = devices.get(device, {})
-        names = sorted({k for r in records for k, v in r.items() if _is_reading(k, v)})
-        fields = {
-            name: np.array([_float(r.get(name)) for r in records], dtype=np.float64)
-            for name in names
-        }
-        sources = [str(r["power_source"]) for r in records if "power_source" in r]
-        kind = str(info.get("kind") or ("host" if device == "host" else "gpu"))
-        out[device] = DeviceSeries(
-            node=node,
-            device=device,
-            kind="host" if kind == "host" else "gpu",
-            t_s=np.array([float(r["wall_s"]) - offset_s for r in records], dtype=np.float64),
-            sample_kinds=[str(r.get("kind", kind)) for r in records],
-            fields=fields,
-            power_source=max(set(sources), key=sources.count) if sources else _info_source(info),
-            info=info,
-        )
-    return out
-
-
-def _is_reading(key: str, value: Any) -> bool:
-    return key not in _META_KEYS and isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _float(value: Any) -> float:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    return float("nan")
-
-
-def _info_source(info: dict[str, Any]) -> str | None:
-    source = info.get("power_source")
-    return str(source) if source else None
 
 
 def _aligned_markers(
@@ -279,10 +194,10 @@ def _times(
     ]
 
 
-def _sample_window(series: dict[str, dict[str, DeviceSeries]]) -> Window:
-    times = [s.t_s for devices in series.values() for s in devices.values() if s.t_s.size]
-    start = min(float(t[0]) for t in times)
-    end = max(float(t[-1]) for t in times)
+def _sample_window(data: RunData) -> Window:
+    spans = [s for s in data.spans.values() if s.samples and s.first_s is not None]
+    start = min(float(s.first_s) for s in spans if s.first_s is not None)
+    end = max(float(s.last_s) for s in spans if s.last_s is not None)
     return Window(start, max(end, start + 1e-9), "samples")
 
 

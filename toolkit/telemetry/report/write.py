@@ -20,24 +20,25 @@ class ReportFiles:
     Attributes:
         directory: The report directory.
         summary_json: Every figure, as JSON.
-        traces_csv: Every sample on the aligned timeline.
+        traces_csv: Every sample on the aligned timeline, when asked for.
         html: The page with the tables and the plots.
         plots: Plot name (``power``, ``step_energy``, ``utilization``) -> PNG.
     """
 
     directory: Path
     summary_json: Path
-    traces_csv: Path
+    traces_csv: Path | None
     html: Path
     plots: dict[str, Path]
 
 
-def write_report(report: Report, out_dir: Path | None = None) -> ReportFiles:
-    """Write summary.json, traces.csv, plots/*.png and report.html.
+def write_report(report: Report, out_dir: Path | None = None, csv: bool = False) -> ReportFiles:
+    """Write summary.json, plots/*.png, report.html, and traces.csv when ``csv``.
 
     Args:
         report: What ``build_report`` returned.
         out_dir: Where to write; ``<run_dir>/report`` by default.
+        csv: Also write every sample as CSV (the traces hold them already).
     """
     directory = Path(out_dir) if out_dir is not None else RunDir(report.run_dir).report_dir
     directory.mkdir(parents=True, exist_ok=True)
@@ -45,8 +46,9 @@ def write_report(report: Report, out_dir: Path | None = None) -> ReportFiles:
     summary_json.write_text(
         json.dumps(summary_dict(report), indent=2, allow_nan=False) + "\n", encoding="utf-8"
     )
-    traces_csv = directory / "traces.csv"
-    write_traces(report, traces_csv)
+    traces_csv = directory / "traces.csv" if csv else None
+    if traces_csv is not None:
+        write_traces(report, traces_csv)
     # matplotlib is imported here, not with the package: the CLI stays quick to start.
     from toolkit.telemetry.report.plots import write_plots
 
