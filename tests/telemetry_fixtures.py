@@ -70,6 +70,7 @@ class RunSpec:
     markers: bool = True
     metrics: bool = True
     trace_format: str = "arrow"  # or "jsonl": the format of runs recorded before Arrow
+    straggler_rank: int | None = None  # arrives at every barrier as it lets go (waits 0 s)
 
 
 @dataclass
@@ -382,7 +383,7 @@ def _markers(
         "rank": rank,
         "local_rank": local,
         "world_size": world,
-        "gpu_uuid": None,
+        "gpu_uuid": gpu_uuid(index, local) if local < node.gpus else None,
         "pid": 4242 + rank,
     }
     records = []
@@ -390,6 +391,8 @@ def _markers(
         extra = dict(fields)
         if event == "step_end":
             extra["tokens"] = spec.tokens_per_step // world
+        if event == "barrier" and rank == spec.straggler_rank:
+            extra["wait_s"] = 0.0
         records.append(
             {
                 "v": 1,

@@ -28,6 +28,7 @@ from toolkit.telemetry.report.steps import (
     step_stats,
     step_sums,
 )
+from toolkit.telemetry.report.stragglers import Stragglers, WaitEnergy, stragglers
 from toolkit.telemetry.report.timeline import Barrier, Timeline, Window, align
 from toolkit.telemetry.report.views import Buckets
 
@@ -47,6 +48,8 @@ class Report:
         step_stats: The per-step energy distribution; None without steps.
         phases: Energy between barriers; empty without barriers.
         cross_checks: Counter against integrated power, per GPU.
+        stragglers: Who arrived last at the barriers and what the waiting cost; None
+            without barrier waits in the markers.
         notes: What the reader should know (lost nodes, gaps, restarts, disagreement).
     """
 
@@ -59,6 +62,7 @@ class Report:
     step_stats: StepStats | None
     phases: list[Phase]
     cross_checks: list[CrossCheck]
+    stragglers: Stragglers | None
     notes: list[str]
 
     @property
@@ -96,6 +100,7 @@ def build_report(run_dir: Path) -> Report:
     buckets = Buckets.over(window.start_s, window.end_s, rate_hz)
     spans = check_windows(window, timeline.barriers, max(10.0 / rate_hz, 1.0))
     step_energy, phase_energy = step_sums(timeline), phase_sums(timeline)
+    wait_energy = WaitEnergy(timeline.waits) if timeline.waits is not None else None
     nodes: dict[str, NodeReport] = {}
     checks: list[CrossCheck] = []
     read_notes: list[str] = []
@@ -107,6 +112,8 @@ def build_report(run_dir: Path) -> Report:
         del series
         step_energy.add(full)
         phase_energy.add(full)
+        if wait_energy is not None:
+            wait_energy.add(full)
         node_checks, notes = cross_checks({name: full}, window, timeline.barriers, rate_hz, spans)
         checks += node_checks
         check_notes += notes
@@ -130,6 +137,7 @@ def build_report(run_dir: Path) -> Report:
         step_stats=step_stats(steps),
         phases=phases(timeline, phase_energy),
         cross_checks=checks,
+        stragglers=stragglers(timeline.waits, wait_energy, run.energy_j),
         notes=notes,
     )
 

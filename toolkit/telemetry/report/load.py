@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from toolkit.errors import RunDirError
-from toolkit.rundir import Manifest, MetricsLine, NodeManifest, RunDir, read_markers, read_metrics
+from toolkit.rundir import Manifest, MetricsLine, NodeManifest, RunDir, read_metrics
 from toolkit.telemetry.report.errors import ReportError
 from toolkit.telemetry.report.series import SampleSpan, sample_span
 
@@ -31,7 +30,7 @@ class RunData:
         traces: Node -> its trace files in order (every manifest node, and any node
             with traces but no manifest entry).
         spans: Node -> how many samples it has, first and last (head timeline).
-        markers: Every rank's marker records, in file order per rank.
+        marker_files: Every rank's marker file (read by ``markers.reduce_markers``).
         metrics: ``metrics.jsonl`` lines, one per step (the last line of a step wins),
             sorted by step; lines that are not a step's are skipped.
         notes: What was odd about the input (skipped lines, missing files).
@@ -41,7 +40,7 @@ class RunData:
     manifest: Manifest
     traces: dict[str, list[Path]]
     spans: dict[str, SampleSpan]
-    markers: list[dict[str, Any]]
+    marker_files: list[Path]
     metrics: list[MetricsLine]
     notes: list[str]
 
@@ -73,7 +72,7 @@ def load_run(run_dir: Path) -> RunData:
             f"the samplers recorded nothing (see `error` in telemetry/manifest.json), "
             f"{HOW_TO_RECORD}"
         )
-    markers = read_markers(run_dir)
+    markers = layout.marker_files()
     if not markers:
         notes.append("no markers (markers/rank-*.jsonl): no step, barrier or phase figures")
     metrics = _read_metrics(layout, notes)

@@ -104,8 +104,39 @@ def _summary(report: Report) -> dict[str, Any]:
             }
             for b in report.barriers
         ],
+        "stragglers": _stragglers(report),
         "notes": report.notes,
     }
+
+
+def _stragglers(report: Report) -> dict[str, Any] | None:
+    found = report.stragglers
+    if found is None:
+        return None
+    slowest = found.slowest
+    return {
+        "barriers": found.barriers,
+        "wait_s": found.wait_s,
+        "wait_energy_j": found.wait_energy_j,
+        "share_of_run": found.share,
+        "last_by_node": found.last_by_node,
+        "slowest_rank": None if slowest is None else slowest.rank,
+        "ranks": [asdict(r) for r in found.ranks],
+    }
+
+
+def straggler_line(report: Report) -> str | None:
+    """Who kept the others waiting at the barriers, and what the waiting cost."""
+    found = report.stragglers
+    slowest = found.slowest if found else None
+    if found is None or slowest is None or not found.barriers:
+        return None
+    share = f" ({found.share:.1%} of the run)" if found.share is not None else ""
+    return (
+        f"barriers: {found.barriers}, ranks waited {found.wait_s:.1f} s in all, using "
+        f"{found.wait_energy_j:.1f} J{share}; last to arrive most often: rank {slowest.rank} "
+        f"on {slowest.node} ({slowest.last} of {found.barriers})"
+    )
 
 
 def _node(report: Report, node: NodeReport) -> dict[str, Any]:
@@ -216,6 +247,9 @@ def format_summary(report: Report) -> str:
         for device in node.devices.values():
             lines += _device_lines(report, node, device)
     lines += ["", *_run_lines(report)]
+    waiting = straggler_line(report)
+    if waiting:
+        lines += textwrap.wrap(waiting, width=98, subsequent_indent="  ")
     if report.notes:
         lines += ["", "notes:"]
         for note in report.notes:
