@@ -258,10 +258,14 @@ class TelemetrySession:
     def start(self) -> None:
         """Start a sampler on every alive node and measure clock offsets."""
         head_id = ray.get_runtime_context().get_node_id()
+        taken: set[str] = set()
         for node in ray.nodes():  # type: ignore[no-untyped-call]
             if not node.get("Alive"):
                 continue
             name, by_host = _node_name(node)
+            if name in taken:  # nodes sharing a host name (containers, one-host clusters)
+                name = f"{name}-{node['NodeID'][:8]}"
+            taken.add(name)
             self.nodes.append(_Node(name, node["NodeID"], by_host))
             if node["NodeID"] == head_id:
                 self.head = name
