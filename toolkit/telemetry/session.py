@@ -30,6 +30,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from toolkit import wallclock
 from toolkit.rundir import Manifest, NodeManifest, RunDir
 from toolkit.rundir.traces import ReadStats, compact, live_files, next_segment, read_table
 from toolkit.telemetry.clock import ClockOffset, combine, estimate_offset
@@ -117,8 +118,8 @@ class NodeSampler:
         }
 
     def wall_s(self) -> float:
-        """This node's wall clock (for offset estimates)."""
-        return time.time()
+        """This node's wall clock (for offset estimates), as its samples are stamped."""
+        return wallclock.wall_s()
 
     def start(self) -> None:
         """Start sampling (and serving /metrics when a Prometheus port was given)."""
