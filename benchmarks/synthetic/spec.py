@@ -107,7 +107,7 @@ class SynthSpec:
         return f"node{index + 1:03d}"
 
     def gpu_uuid(self, node: int, gpu: int) -> str:
-        serial = (self.seed * 1_000_003 + node * 4096 + gpu) * 2_654_435_761 % 2**32
+        serial = (self.seed * 1_000_003 + node * 4096 + gpu + 1) * 2_654_435_761 % 2**32
         return f"GPU-{serial:08x}-{node:04x}-{gpu:04x}-8c1d-{self.seed % 2**48:012x}"
 
     def sampler_start_s(self, node: int) -> float:
