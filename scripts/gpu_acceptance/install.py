@@ -28,7 +28,7 @@ from gpu_acceptance import procs
 PROTECTED = ("torch", "torchvision", "torchaudio", "triton", "numpy", "nvidia-*")
 NOT_PROTECTED = ("nvidia-ml-py",)
 # Build backends go first, sdists last (they may need the backends to build).
-BUILD_TOOLS = ("setuptools", "wheel", "hatchling")
+BUILD_TOOLS = ("setuptools", "wheel", "hatchling", "editables")
 # What the registry is asked for when something is still missing (module -> requirement).
 REGISTRY_WANTED = {
     "pynvml": "nvidia-ml-py",
@@ -267,7 +267,7 @@ class Installer:
     def rtk(self, repo: Path, can_build: bool) -> None:
         """``pip install --no-deps -e REPO`` when hatchling is there; else PYTHONPATH."""
         if not can_build:
-            self.log.rtk = "on PYTHONPATH (hatchling, rtk's build backend, is not installed)"
+            self.log.rtk = "on PYTHONPATH (hatchling and editables, its build tools, are not here)"
             return
         ok = self.pip(["--no-deps", "--no-build-isolation", "-e", str(repo)], "rtk (editable)")
         self.log.rtk = "pip install --no-deps -e ." if ok else "on PYTHONPATH (pip install failed)"

@@ -97,6 +97,9 @@ def run(
         kill_group(proc)
         out, err = proc.communicate()
         timed_out = True
+    except BaseException:  # interrupted: take the whole group down with us
+        kill_group(proc, 2.0)
+        raise
     return Done(list(argv), proc.returncode, out, err, time.monotonic() - began, timed_out)
 
 
@@ -174,11 +177,11 @@ class Background:
                 return line
         return None
 
-    def stop(self, grace_s: float = 5.0) -> str:
-        """End it (SIGTERM to its group, then SIGKILL); the stdout lines not read yet."""
+    def stop(self, grace_s: float = 5.0, sig: signal.Signals = signal.SIGTERM) -> str:
+        """End it (``sig`` to its group, then SIGKILL); the stdout lines not read yet."""
         if self.running():
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
+                os.killpg(self.proc.pid, sig)
         try:
             self.proc.wait(grace_s)
         except subprocess.TimeoutExpired:

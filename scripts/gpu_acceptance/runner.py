@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import importlib
+import importlib.util
 import platform
 import shutil
 import signal
@@ -188,8 +190,8 @@ def _prepare(r: Run, ctx: StageContext) -> StageContext:
         try:
             if o.wheelhouse is not None:
                 installer.from_wheelhouse(o.wheelhouse)
-            found = machine.findable()
-            missing = [m for m in install.REGISTRY_WANTED if not found.get(m, False)]
+            importlib.invalidate_caches()
+            missing = [m for m in install.REGISTRY_WANTED if importlib.util.find_spec(m) is None]
             if missing and not o.offline:
                 if installer.registry_answers():
                     installer.from_registry(missing)
@@ -197,16 +199,23 @@ def _prepare(r: Run, ctx: StageContext) -> StageContext:
                     log.notes.append(f"package registry unreachable; still missing: {missing}")
             elif missing:
                 log.notes.append(f"--offline; still missing: {missing}")
-            installer.rtk(REPO, machine.findable().get("hatchling", False))
+            importlib.invalidate_caches()
+            # An editable build with hatchling needs the editables package too.
+            can_build = all(importlib.util.find_spec(m) for m in ("hatchling", "editables"))
+            installer.rtk(REPO, can_build)
         finally:
             installer.close()
     else:
         log.notes.append("--no-install: nothing installed")
         log.rtk = "on PYTHONPATH"
     r.record.environment["install"] = log.to_json()
+    importlib.invalidate_caches()
     imports = machine.probe_imports(r.python, env, IMPORT_PROBE_S)
     r.record.environment["imports"] = imports
     importable = {k: bool(v.get("ok")) for k, v in imports.items() if isinstance(v, dict)}
+    if "error" in imports:  # the probe itself failed: fall back to what is on the path
+        r.say(f"setup: the import probe failed ({imports['error']}); using what is on the path")
+        importable = machine.findable()
     r.record.environment["importable"] = importable
     torch = imports.get("torch") if isinstance(imports.get("torch"), dict) else {}
     if torch and torch.get("version"):

@@ -14,6 +14,8 @@ Every figure is also given as a ratio to rtk's counter.
 
 from __future__ import annotations
 
+import shutil
+import signal
 import sys
 import time
 import types
@@ -168,7 +170,9 @@ def run(ctx: StageContext, io: Any) -> None:
         if sampler.wait_for("{", 60) is None:
             raise RuntimeError("rtk's sampler did not start")
         if smi.available():
-            smi_argv = ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,nounits"]
+            # Line-buffered when stdbuf is there; stopped with SIGINT, as its loop expects.
+            smi_argv = ["stdbuf", "-oL"] if shutil.which("stdbuf") else []
+            smi_argv += ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,nounits"]
             smi_poll = procs.Background(
                 smi_argv + ["-lms", str(SMI_INTERVAL_MS)], stdout_path=smi_path
             )
@@ -189,9 +193,10 @@ def run(ctx: StageContext, io: Any) -> None:
         t1 = time.time()
         time.sleep(LEAD_S)
     finally:
-        for process in (sampler, smi_poll):
-            if process is not None:
-                process.stop()
+        if sampler is not None:
+            sampler.stop()
+        if smi_poll is not None:
+            smi_poll.stop(sig=signal.SIGINT)
         io.measure("load_workload", load.finish(matmul))
     io.measure("window", {"start_wall_s": t0, "end_wall_s": t1, "seconds": t1 - t0})
     rows = read_jsonl(sampler_path)

@@ -8,6 +8,7 @@ tiny model built on the spot (``RTK_VLLM_MODEL_DIR``) when vLLM imports.
 from __future__ import annotations
 
 import os
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 from gpu_acceptance import procs
 from gpu_acceptance.context import StageContext
 
-MARK = "pytest.mark.gpu"
+MARK = re.compile(r"^\s*@pytest\.mark\.gpu\b", re.MULTILINE)  # the decorator, not a mention
 PYTEST_TIMEOUT_S = 140.0
 
 
@@ -23,7 +24,7 @@ def gpu_test_files(repo: Path) -> list[str]:
     """The test files (relative to ``repo``) that hold a GPU-marked test."""
     found = []
     for path in sorted((repo / "tests").rglob("test_*.py")):
-        if MARK in path.read_text(encoding="utf-8", errors="replace"):
+        if MARK.search(path.read_text(encoding="utf-8", errors="replace")):
             found.append(str(path.relative_to(repo)))
     return found
 
