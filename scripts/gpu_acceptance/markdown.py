@@ -8,7 +8,8 @@ from typing import Any
 from gpu_acceptance.record import RunRecord
 
 MAX_FIGURES_PER_STAGE = 40
-HIDDEN_KEYS = {"traceback"}
+# Left to the JSON: long text, and per-test lines the findings already name.
+HIDDEN_KEYS = {"traceback", "output_tail", "tests", "tail"}
 
 
 def header(record: RunRecord) -> str:
@@ -69,7 +70,7 @@ def _findings(record: RunRecord) -> Iterator[str]:
     for stage in record.stages:
         if stage.status == "failed":
             yield f"{stage.name} failed: {_cell(stage.reason)}"
-            for error in stage.errors[:8]:
+            for error in [e for e in stage.errors if e != stage.reason][:8]:
                 yield f"{stage.name}: {_cell(error)}"
         elif (
             record.mode == "gpu"
@@ -77,7 +78,7 @@ def _findings(record: RunRecord) -> Iterator[str]:
             and not stage.reason.startswith("not selected")
         ):
             yield f"{stage.name} skipped: {_cell(stage.reason)}"
-        for note in stage.measurements.get("findings", []) if stage.status != "failed" else []:
+        for note in stage.measurements.get("findings", []):
             yield f"{stage.name}: {_cell(str(note))}"
 
 

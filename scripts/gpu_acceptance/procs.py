@@ -49,6 +49,12 @@ class Done:
         return f"{' '.join(self.argv[:3])}... {end}" + (f": {text}" if text else "")
 
 
+def last_line(text: str) -> str:
+    """The last non-empty line of ``text`` (an error's message ends a traceback)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1].strip() if lines else "(no output)"
+
+
 def tail(text: str, chars: int) -> str:
     """The last ``chars`` characters of ``text`` (marked when cut)."""
     return text if len(text) <= chars else "..." + text[-chars:]

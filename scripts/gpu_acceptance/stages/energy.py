@@ -164,11 +164,12 @@ def run(ctx: StageContext, io: Any) -> None:
     sampler = smi_poll = None
     try:
         argv = [ctx.python, "-m", "toolkit.telemetry.sampler", str(sampler_path)]
-        sampler = procs.Background(
-            argv + ["--sensors", "nvml", "--rate-hz", "10", "--power-rate-hz", "50"], env=ctx.env()
-        )
+        sampler_err = ctx.work_dir / "energy-rtk.err"
+        argv += ["--sensors", "nvml", "--rate-hz", "10", "--power-rate-hz", "50"]
+        sampler = procs.Background(argv, env=ctx.env(), stderr_path=sampler_err)
         if sampler.wait_for("{", 60) is None:
-            raise RuntimeError("rtk's sampler did not start")
+            why = procs.last_line(sampler_err.read_text(errors="replace"))
+            raise RuntimeError(f"rtk's sampler did not start: {why}")
         if smi.available():
             # Line-buffered when stdbuf is there; stopped with SIGINT, as its loop expects.
             smi_argv = ["stdbuf", "-oL"] if shutil.which("stdbuf") else []

@@ -2,7 +2,7 @@
 
 Only the test files that carry the ``gpu`` mark are collected (the others import
 Ray, fabric and the sandbox, which a bare GPU machine may lack). The vLLM test gets a
-tiny model built on the spot (``RTK_VLLM_MODEL_DIR``) when vLLM imports.
+tiny model built on the spot (``RTK_VLLM_MODEL_DIR``) when transformers imports.
 """
 
 from __future__ import annotations
@@ -71,7 +71,8 @@ def run(ctx: StageContext, io: Any) -> None:
     io.measure("files", files)
     io.measure("root", os.geteuid() == 0)
     extra: dict[str, str] = {}
-    if ctx.has("vllm") and ctx.has("transformers"):
+    if ctx.has("transformers"):
+        # Even without vLLM: its test then fails for the real reason, not for the model.
         from gpu_acceptance.tinymodel import build_tiny_model
 
         extra["RTK_VLLM_MODEL_DIR"] = str(build_tiny_model(ctx.work_dir / "tiny-llm"))

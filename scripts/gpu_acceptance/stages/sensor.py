@@ -48,11 +48,14 @@ def window(ctx: StageContext, name: str, seconds: float) -> dict[str, Any]:
                 "--power-rate-hz",
                 f"{power_hz:g}",
             ]
-            samplers[key] = procs.Background(argv, env=ctx.env())
+            errors = ctx.work_dir / f"sensor-{name}-{key}.err"
+            samplers[key] = procs.Background(argv, env=ctx.env(), stderr_path=errors)
         began: dict[str, tuple[float, float]] = {}
         for key, sampler in samplers.items():
             if sampler.wait_for("{", 60) is None:
-                raise RuntimeError(f"sampler {key} did not start: {sampler.stop()[-400:]}")
+                sampler.stop()
+                why = (ctx.work_dir / f"sensor-{name}-{key}.err").read_text(errors="replace")
+                raise RuntimeError(f"sampler {key} did not start: {procs.last_line(why)}")
             began[key] = (time.monotonic(), procs.cpu_seconds(sampler.pid))
         time.sleep(seconds)
         ended = {key: (time.monotonic(), procs.cpu_seconds(s.pid)) for key, s in samplers.items()}
