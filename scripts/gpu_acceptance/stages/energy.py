@@ -60,7 +60,8 @@ def zeus_monitor() -> tuple[Any, str | None]:
     import numpy as np
 
     metrics = types.ModuleType("sklearn.metrics")
-    metrics.auc = lambda x, y: float(np.trapezoid(y, x))  # type: ignore[attr-defined]
+    trapezoid = getattr(np, "trapezoid", None) or getattr(np, "trapz")  # noqa: B009 - numpy < 2
+    metrics.auc = lambda x, y: float(trapezoid(y, x))  # type: ignore[attr-defined]
     package = types.ModuleType("sklearn")
     package.metrics = metrics  # type: ignore[attr-defined]
     sys.modules.setdefault("sklearn", package)
@@ -211,8 +212,9 @@ def run(ctx: StageContext, io: Any) -> None:
             "rtk_power": curve_energy(*series(rows, gpu.uuid, "power_w"), "power", 50.0, t0, t1),
         }
         t, p, unit = smi_series(smi_path, gpu.index, power_field)
-        figures[f"smi_{power_field or 'power'}"] = curve_energy(t, p, "power", 10.0, t0, t1) | {
-            "unit": unit
+        figures["smi_power"] = curve_energy(t, p, "power", 10.0, t0, t1) | {
+            "field": power_field,
+            "unit": unit,
         }
         t, joules_series, unit = smi_series(smi_path, gpu.index, energy_field)
         if energy_field:

@@ -75,8 +75,11 @@ def run(ctx: StageContext, io: Any) -> None:
         # Even without vLLM: its test then fails for the real reason, not for the model.
         from gpu_acceptance.tinymodel import build_tiny_model
 
-        extra["RTK_VLLM_MODEL_DIR"] = str(build_tiny_model(ctx.work_dir / "tiny-llm"))
-        io.measure("vllm_model", "a tiny Llama built from a config (random weights)")
+        try:
+            extra["RTK_VLLM_MODEL_DIR"] = str(build_tiny_model(ctx.work_dir / "tiny-llm"))
+            io.measure("vllm_model", "a tiny Llama built from a config (random weights)")
+        except Exception as e:  # noqa: BLE001 - the other tests still run
+            io.measure("vllm_model", f"could not be built: {type(e).__name__}: {e}")
     junit = ctx.work_dir / "pytest-gpu.xml"
     argv = [ctx.python, "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider", "-rA"]
     argv += ["--continue-on-collection-errors", f"--junitxml={junit}", *files]
