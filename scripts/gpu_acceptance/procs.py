@@ -1,4 +1,9 @@
-"""Processes with a time limit, each in its own process group, killed whole on expiry."""
+"""Processes with a time limit, each in its own process group, killed whole on expiry.
+
+Every process started here is tracked until it ends, so ``kill_all`` (a stage's SIGTERM
+handler) takes down each one's group: they are in groups of their own, which killing
+the stage's group would not reach.
+"""
 
 from __future__ import annotations
 
@@ -60,6 +65,17 @@ def tail(text: str, chars: int) -> str:
     return text if len(text) <= chars else "..." + text[-chars:]
 
 
+_LIVE: set[subprocess.Popen[Any]] = set()
+
+
+def kill_all(grace_s: float = 2.0) -> None:
+    """Kill the group of every process started here that still runs."""
+    for proc in list(_LIVE):
+        if proc.poll() is None:
+            kill_group(proc, grace_s)
+        _LIVE.discard(proc)
+
+
 def kill_group(proc: subprocess.Popen[Any], grace_s: float = 5.0) -> None:
     """SIGTERM the process's group, then SIGKILL it if it is still there after ``grace_s``."""
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
@@ -96,6 +112,7 @@ def run(
         )
     except OSError as e:
         return Done(list(argv), None, "", str(e), 0.0)
+    _LIVE.add(proc)
     try:
         out, err = proc.communicate(timeout=max(timeout_s, 0.1))
         timed_out = False
@@ -106,6 +123,8 @@ def run(
     except BaseException:  # interrupted: take the whole group down with us
         kill_group(proc, 2.0)
         raise
+    finally:
+        _LIVE.discard(proc)
     return Done(list(argv), proc.returncode, out, err, time.monotonic() - began, timed_out)
 
 
@@ -140,6 +159,7 @@ class Background:
             cwd=cwd,
             start_new_session=True,
         )
+        _LIVE.add(self.proc)
         self.started_wall_s = time.time()
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._reader: threading.Thread | None = None
@@ -206,6 +226,7 @@ class Background:
         for f in (self._out, self._err):
             if f is not None:
                 f.close()
+        _LIVE.discard(self.proc)
         return "".join(left)
 
     def __enter__(self) -> Background:

@@ -7,11 +7,14 @@ An exception that escapes the stage marks it failed with the exception's message
 
 from __future__ import annotations
 
+import signal
 import sys
 import traceback
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
+from gpu_acceptance import procs
 from gpu_acceptance.context import StageContext
 from gpu_acceptance.record import StageResult, write_json_atomic
 from gpu_acceptance.stages import by_name
@@ -74,8 +77,15 @@ def run_stage(name: str, ctx: StageContext, result_path: Path | None) -> StageRe
     return io.result
 
 
+def _on_term(signum: int, frame: FrameType | None) -> None:
+    """The runner's time limit: end what the stage started, then unwind (its ``finally``s run)."""
+    procs.kill_all()
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str]) -> int:
     """Entry point of the stage process."""
+    signal.signal(signal.SIGTERM, _on_term)
     if len(argv) != 3:
         print("usage: python -m gpu_acceptance.stage NAME CONTEXT_JSON RESULT_JSON")
         return 2

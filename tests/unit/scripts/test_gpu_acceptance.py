@@ -422,6 +422,37 @@ def test_run_kills_the_whole_group_at_its_limit(tmp_path: Path) -> None:
     assert not marker.exists()  # bash was killed with its sleep, before the touch
 
 
+STAGE_LIKE = """
+import signal, sys, time
+from gpu_acceptance import procs, stage
+signal.signal(signal.SIGTERM, stage._on_term)
+child = procs.Background(["sleep", "60"])
+print(child.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_stage_stopped_at_its_limit_takes_its_own_process_groups_down() -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "scripts"), str(REPO)])}
+    stage = subprocess.Popen(
+        [sys.executable, "-c", STAGE_LIKE],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    assert stage.stdout is not None
+    grandchild = int(stage.stdout.readline())
+    os.kill(grandchild, 0)  # running, in a process group of its own
+    assert os.getpgid(grandchild) != stage.pid
+    procs.kill_group(stage)  # what the runner does at a stage's time limit
+    assert stage.returncode == 128 + 15
+    with pytest.raises(ProcessLookupError):
+        for _ in range(50):
+            os.kill(grandchild, 0)
+            time.sleep(0.05)
+
+
 def test_achieved_rates_and_intervals_from_sampler_lines() -> None:
     rows: list[dict[str, Any]] = []
     for i in range(51):  # 5 s: power at 10 Hz, full readings at 2 Hz
