@@ -92,19 +92,20 @@ def run(ctx: StageContext, io: Any) -> None:
     seconds = ctx.sensor_s
     findings = []
     io.measure("idle", window(ctx, "idle", seconds))
-    if ctx.has("torch"):
-        matmul = load.start(ctx.python, ctx.env(), seconds + 60)
-        try:
-            io.measure("load", window(ctx, "load", seconds))
-        finally:
-            io.measure("load_workload", load.finish(matmul))
-    else:
-        io.error("torch does not import: no load window")
     import pynvml
 
     from gpu_acceptance.nvmlcost import batched_cost, sensor_cost
 
     reads = 50 if ctx.quick else 200
+    if ctx.has("torch"):
+        matmul = load.start(ctx.python, ctx.env(), seconds + 60)
+        try:
+            io.measure("load", window(ctx, "load", seconds))
+            io.measure("cost_per_reading_under_load", sensor_cost(pynvml, reads))
+        finally:
+            io.measure("load_workload", load.finish(matmul))
+    else:
+        io.error("torch does not import: no load window")
     cost = sensor_cost(pynvml, reads)
     io.measure("cost_per_reading", cost)
     batch = batched_cost(pynvml, reads)
