@@ -1,27 +1,22 @@
-"""Reading the sampler's JSON lines back: rates achieved, and per-GPU series for energy."""
+"""Reading the sampler's traces back: rates achieved, and per-GPU series for energy."""
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Every complete JSON line of ``path`` (a line cut by a kill is dropped)."""
-    rows: list[dict[str, Any]] = []
-    if not path.exists():
-        return rows
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
+def read_samples(paths: Path | list[Path]) -> list[dict[str, Any]]:
+    """Every sample of a trace (or traces), as the sensors wrote it; none if absent.
+
+    A trace cut by a kill is read up to its last whole batch.
+    """
+    from toolkit.rundir.traces import read_table, row_dicts
+
+    files = [p for p in ([paths] if isinstance(paths, Path) else paths) if p.exists()]
+    return [row for batch in read_table(files).to_batches() for row in row_dicts(batch)]
 
 
 def _rate(times: list[float]) -> float | None:

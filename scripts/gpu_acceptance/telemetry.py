@@ -42,7 +42,7 @@ class LocalTelemetry:
         self.devices: dict[str, Any] = {}
         for sensor in self.sensors:
             self.devices.update(sensor.devices())
-        path = RunDir(self.run_dir).node_samples(self.node)
+        path = RunDir(self.run_dir).node_dir(self.node) / "trace-001.arrows"
         self.sampler = Sampler(self.sensors, path, self.rate_hz, self.power_rate_hz)
         self.started_wall_s = time.time()
         self._manifest("running", None)

@@ -24,7 +24,7 @@ from typing import Any
 
 from gpu_acceptance import load, procs, smi
 from gpu_acceptance.context import StageContext
-from gpu_acceptance.samples import read_jsonl, series
+from gpu_acceptance.samples import read_samples, series
 
 SMI_INTERVAL_MS = 100
 LEAD_S = 3.0  # load and samplers run this long before the window opens
@@ -157,7 +157,7 @@ def run(ctx: StageContext, io: Any) -> None:
     io.measure("zeus", zeus_note or "ZeusMonitor imported")
     fields, power_field, energy_field, notes = smi_fields()
     io.measure("nvidia_smi_fields", {"power": power_field, "energy": energy_field, "notes": notes})
-    sampler_path = ctx.work_dir / "energy-rtk.jsonl"
+    sampler_path = ctx.work_dir / "energy-rtk.arrows"
     smi_path = ctx.work_dir / "energy-smi.csv"
     sampler_path.unlink(missing_ok=True)
     seconds = ctx.energy_s
@@ -201,7 +201,7 @@ def run(ctx: StageContext, io: Any) -> None:
             smi_poll.stop(sig=signal.SIGINT)
         io.measure("load_workload", load.finish(matmul))
     io.measure("window", {"start_wall_s": t0, "end_wall_s": t1, "seconds": t1 - t0})
-    rows = read_jsonl(sampler_path)
+    rows = read_samples(sampler_path)
     per_gpu = {}
     findings = []
     for gpu in ctx.gpus:

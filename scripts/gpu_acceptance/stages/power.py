@@ -19,7 +19,8 @@ from typing import Any
 
 from gpu_acceptance import gpuctl, procs, smi, training
 from gpu_acceptance.context import StageContext
-from gpu_acceptance.samples import read_jsonl, series
+from gpu_acceptance.samples import read_samples, series
+from toolkit.rundir import RunDir
 
 LIMIT_SHARE = 0.6  # the lowered power limit, as a share of the current one
 CLOCK_SHARE = 0.6  # the locked SM clock, as a share of the maximum
@@ -77,7 +78,7 @@ def _limits_now(ctx: StageContext) -> dict[str, float | None]:
 
 def _observed(run_dir: Path) -> dict[str, Any]:
     """Median and peak power, peak SM clock and the clocks-event bits seen while training."""
-    rows = read_jsonl(run_dir / "telemetry" / "nodes" / socket.gethostname() / "samples.jsonl")
+    rows = read_samples(RunDir(run_dir).node_traces(socket.gethostname()))
     found: dict[str, Any] = {}
     for device in sorted({str(r.get("device")) for r in rows if r.get("kind") == "gpu"}):
         _, power = series(rows, device, "power_w")

@@ -16,7 +16,7 @@ from typing import Any
 
 from gpu_acceptance import load, procs
 from gpu_acceptance.context import StageContext
-from gpu_acceptance.samples import achieved, read_jsonl
+from gpu_acceptance.samples import achieved, read_samples
 
 # name -> (rate_hz, power_rate_hz or 0)
 CONFIGS = {"10hz": (10.0, 0.0), "10hz+power50hz": (10.0, 50.0), "50hz": (50.0, 0.0)}
@@ -37,7 +37,7 @@ def window(ctx: StageContext, name: str, seconds: float) -> dict[str, Any]:
     paths = {}
     try:
         for key, (rate_hz, power_hz) in CONFIGS.items():
-            paths[key] = ctx.work_dir / f"sensor-{name}-{key}.jsonl"
+            paths[key] = ctx.work_dir / f"sensor-{name}-{key}.arrows"
             paths[key].unlink(missing_ok=True)
             argv = [ctx.python, "-m", "toolkit.telemetry.sampler", str(paths[key])]
             argv += [
@@ -64,7 +64,7 @@ def window(ctx: StageContext, name: str, seconds: float) -> dict[str, Any]:
     result = {}
     for key in samplers:
         wall_s = ended[key][0] - began[key][0]
-        rates = achieved(read_jsonl(paths[key]))
+        rates = achieved(read_samples(paths[key]))
         result[key] = {
             "power_readings_per_s": rates["power_readings_per_s"],
             "full_readings_per_s": rates["full_readings_per_s"],
