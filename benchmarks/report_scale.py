@@ -21,14 +21,12 @@ report is skipped, from node 1's trace written as JSON lines alone).
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import platform
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import threading
 import time
@@ -36,6 +34,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from common import JSON_LINES_REF, REPO, baseline_root
 from synthetic_run import (
     FAULTS,
     Faults,
@@ -46,10 +45,7 @@ from synthetic_run import (
     write_node_trace,
 )
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_BASELINE_REF = "d694b6c"  # the last commit whose report reads samples.jsonl
-# What a checkout's rtk needs to run from source: the package and the files it ships.
-SOURCE_PATHS = ("toolkit", "templates", "sbatch")
+DEFAULT_BASELINE_REF = JSON_LINES_REF  # the last commit whose report reads samples.jsonl
 
 
 @dataclass(frozen=True)
@@ -72,25 +68,6 @@ class Measurement:
     peak_rss_bytes: int
     returncode: int | None
     error: str | None = None
-
-
-def baseline_root(ref: str, into: Path) -> Path:
-    """``toolkit/`` (and the data it reads) as of ``ref``, extracted under ``into``."""
-    listed = subprocess.run(
-        ["git", "-C", str(REPO), "ls-tree", "--name-only", ref, *SOURCE_PATHS],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    archive = subprocess.run(
-        ["git", "-C", str(REPO), "archive", "--format=tar", ref, *listed],
-        capture_output=True,
-        check=True,
-    ).stdout
-    root = into / f"baseline-{ref}"
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(root, filter="data")
-    return root
 
 
 def _child_env(root: Path) -> dict[str, str]:

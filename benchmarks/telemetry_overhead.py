@@ -1,5 +1,6 @@
 """The sampler's own cost: CPU share of one core at 10 Hz and 50 Hz, and step time with
-and without telemetry, measured in one run on this machine.
+and without telemetry, measured in one run on this machine; and the same CPU share of
+the previous sampler (``--baseline-ref``, JSON lines), run alternately with this one.
 
 The sampler runs as its own process (as the per-node actor does), so its CPU time is
 read from the process. The step-time comparison trains the tiny GPT on 2 local gloo
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -21,18 +23,26 @@ import time
 from pathlib import Path
 
 import psutil
+from common import JSON_LINES_REF, baseline_root
 
 from toolkit.train.config import TrainConfig
 from toolkit.train.local import run_local
 
+WARMUP_S = 3.0
 
-def cpu_share(argv: list[str], duration_s: float) -> float:
+
+def cpu_share(argv: list[str], duration_s: float, env: dict[str, str] | None = None) -> float:
     """Run ``argv`` for ``duration_s``; its CPU seconds per wall second (1.0 = a core)."""
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
+    )
     try:
         if argv[1:3] == ["-m", "toolkit.telemetry.sampler"]:
             assert proc.stdout is not None
             proc.stdout.readline()  # started: sensors are open
+            # The first batches pay one-time set-up (pyarrow's first arrays and stream
+            # header): a second or two of a run of hours, so the steady state is measured.
+            time.sleep(WARMUP_S)
         ps = psutil.Process(proc.pid)
         before = ps.cpu_times()
         began = time.monotonic()
@@ -91,15 +101,33 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sensors", default="auto")
+    parser.add_argument(
+        "--baseline-ref",
+        default=JSON_LINES_REF,
+        help="git ref of the sampler to compare with ('' for none)",
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="rtk-bench-telemetry-"))
     try:
         print(f"sampler CPU use ({args.sensors} sensors, {args.duration_s:g} s each):")
+        old_env = None
+        if args.baseline_ref:
+            root = baseline_root(args.baseline_ref, work)
+            old_env = {**os.environ, "PYTHONPATH": str(root)}
         shares = {}
         for rate_hz in (10.0, 50.0):
             argv = sampler_argv(work / f"cpu-{rate_hz:g}.arrows", rate_hz, args.sensors)
+            if old_env is not None:
+                old_argv = sampler_argv(work / f"old-{rate_hz:g}.jsonl", rate_hz, args.sensors)
+                old = cpu_share(old_argv, args.duration_s, old_env)
             shares[rate_hz] = cpu_share(argv, args.duration_s)
-            print(f"  {rate_hz:4g} Hz: {shares[rate_hz] * 100:.2f}% of one core")
+            line = f"  {rate_hz:4g} Hz: {shares[rate_hz] * 100:.2f}% of one core"
+            if old_env is not None:
+                line += (
+                    f"; {args.baseline_ref} (JSON lines): {old * 100:.2f}%, "
+                    f"new/old {shares[rate_hz] / old:.2f}"
+                )
+            print(line)
         if shutil.which("nvidia-smi"):
             peer = ["nvidia-smi", "--query-gpu=power.draw", "--format=csv", "-lms", "100"]
             share = cpu_share(peer, args.duration_s)

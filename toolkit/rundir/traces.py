@@ -1,18 +1,20 @@
 """Telemetry traces: one owner for the sample file format (docs/telemetry.md).
 
-A trace is an Arrow IPC stream (zstd-compressed buffers) with one fixed schema: the
+A trace is an Arrow IPC stream with one fixed schema: the
 sample's times, device and kind, then every documented reading as a nullable float64
 column (integers such as clocks and bitmasks are exact in float64), and ``extra``, a
 JSON object of any key the schema does not name, so nothing a sensor reports is lost.
 
 Two batch sizes, one format:
 
-- Live, on the node: ``TraceWriter`` writes one record batch per flush (about a
-  second) and flushes it to the operating system, so a killed sampler loses at most
-  that much. A stream cut mid-batch is read up to its last whole batch.
+- Live, on the node: ``TraceWriter`` writes one uncompressed record batch per flush
+  (about a second) and flushes it to the operating system, so a killed sampler loses
+  at most that much. A stream cut mid-batch is read up to its last whole batch.
+  Uncompressed, because compressing each column of a one-second batch costs the
+  sampler ten times its other work; the node's copy is temporary.
 - Collected, in the run directory: ``compact`` rewrites a live stream in batches of
-  up to ``COMPACT_ROWS`` rows (about 2.5x smaller, and 10x faster to read), streaming,
-  so neither side ever holds a whole trace.
+  up to ``COMPACT_ROWS`` rows with zstd (about 7x smaller, and 10x faster to read),
+  streaming, so neither side ever holds a whole trace.
 
 A node's traces in the run directory are ``telemetry/nodes/<node>/trace-NNN.arrows``,
 one per collection (a resumed run adds one); runs recorded before this format have
@@ -75,7 +77,8 @@ SCHEMA = pa.schema(
     ],
     metadata={"rtk_trace": FORMAT_VERSION},
 )
-_WRITE_OPTIONS = ipc.IpcWriteOptions(compression="zstd")
+_LIVE_OPTIONS = ipc.IpcWriteOptions()
+_COMPACT_OPTIONS = ipc.IpcWriteOptions(compression="zstd")
 _KNOWN = frozenset((*TIME_COLUMNS, *TEXT_COLUMNS, *READINGS))
 
 
@@ -140,7 +143,7 @@ class TraceWriter:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = _free_path(path)
         self._file: IO[bytes] = self.path.open("wb")
-        self._writer = ipc.new_stream(self._file, SCHEMA, options=_WRITE_OPTIONS)
+        self._writer = ipc.new_stream(self._file, SCHEMA, options=_LIVE_OPTIONS)
         self._columns = _Columns()
         self.rows_written = 0
         self.rows_rejected = 0
@@ -302,7 +305,7 @@ def compact(sources: Sequence[Path], target: Path, stats: ReadStats | None = Non
     rows = 0
     held: list[pa.RecordBatch] = []
     held_rows = 0
-    with partial.open("wb") as out, ipc.new_stream(out, SCHEMA, options=_WRITE_OPTIONS) as writer:
+    with partial.open("wb") as out, ipc.new_stream(out, SCHEMA, options=_COMPACT_OPTIONS) as writer:
         for batch in iter_batches(sources, stats):
             held.append(batch)
             held_rows += batch.num_rows
