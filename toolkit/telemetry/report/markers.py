@@ -181,7 +181,7 @@ def reduce_markers(
                     )
             if out.step_rank is None or rank < out.step_rank:  # rank 0, else the lowest
                 out.step_rank = rank
-                out.steps = _steps(latest)
+                out.steps = step_spans(latest)
     out.ranks = len(ranks)
     out.tokens = tokens
     out.barriers = sorted(
@@ -190,6 +190,19 @@ def reduce_markers(
     )
     out.waits = _waits(waits)
     return out
+
+
+def rank_markers(
+    files: list[Path], offsets_s: dict[str, float], hostnames: dict[str, str]
+) -> Iterator[tuple[int, dict[tuple[str, int | None], Row]]]:
+    """Each rank's latest attempt, one rank file at a time: ``(event, step)`` -> record.
+
+    For readers that need every rank's records rather than the aggregates (the trace
+    export); the same parsing and restart handling as ``reduce_markers``.
+    """
+    for path in files:
+        for rank, rows in _ranks(path, offsets_s, hostnames, set()):
+            yield rank, _latest_attempt(rows)
 
 
 def _ranks(
@@ -275,7 +288,8 @@ def _latest_attempt(rows: list[Row]) -> dict[tuple[str, int | None], Row]:
     return latest
 
 
-def _steps(latest: dict[tuple[str, int | None], Row]) -> list[StepSpan]:
+def step_spans(latest: dict[tuple[str, int | None], Row]) -> list[StepSpan]:
+    """A rank's completed steps (``step_begin`` and ``step_end``), by step number."""
     spans = []
     for (event, step), end in latest.items():
         begin = latest.get(("step_begin", step))
