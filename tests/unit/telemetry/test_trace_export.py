@@ -19,6 +19,7 @@ from telemetry_fixtures import BuiltRun, NodeSpec, RunSpec, build_run, gpu_uuid
 
 from toolkit.cli.cmd_report import report_cmd
 from toolkit.telemetry.report import Report, ReportError, build_report, write_report
+from toolkit.telemetry.report.summary import short_device
 from toolkit.telemetry.report.trace_events import PID_BASE, TID_BASE
 from toolkit.telemetry.report.trace_export import TraceWindow, write_trace
 
@@ -101,6 +102,11 @@ def us(t_s: float) -> float:
     return t_s * 1e6
 
 
+def gpu_label(node_index: int, gpu: int) -> str:
+    """The counter name of a fixture GPU (its manifest index and short UUID)."""
+    return f"GPU {gpu} ({short_device(gpu_uuid(node_index, gpu))})"
+
+
 def test_nodes_ranks_steps_waits_and_counters(tmp_path: Path) -> None:
     fixture, report = built(
         tmp_path, NodeSpec("node1", gpus=2), NodeSpec("node2", gpus=2), steps=10
@@ -157,7 +163,7 @@ def test_nodes_ranks_steps_waits_and_counters(tmp_path: Path) -> None:
         host = sorted(p["args"]["power_w"] for p in counters(trace, pid, "host"))
         assert (host[0], host[-1]) == (spec.host_idle_w, spec.host_busy_w)
         for gpu in range(2):
-            label = f"GPU {gpu} (GPU-{node_index:04x}{gpu:04x})"
+            label = gpu_label(node_index, gpu)
             points = counters(trace, pid, label)
             assert points, label
             ts = [p["ts"] for p in points]
@@ -199,7 +205,7 @@ def test_a_skewed_clock_is_corrected(tmp_path: Path) -> None:
     width_us = us(report.window.duration_s) / len(
         report.nodes["node2"].devices[gpu_uuid(1, 0)].view.buckets.middle_s  # type: ignore[union-attr]
     )
-    points = counters(trace, PID_BASE + 1, f"GPU 0 ({gpu_uuid(1, 0)[:12]})")
+    points = counters(trace, PID_BASE + 1, gpu_label(1, 0))
     after_barrier = [s + 1 for s in fixture.barriers if s + 1 in fixture.steps]
     assert after_barrier
     for step in after_barrier:
@@ -215,7 +221,7 @@ def test_a_skewed_clock_is_corrected(tmp_path: Path) -> None:
     # ... and at the very sample with every sample of a window.
     window = TraceWindow(0.0, report.window.duration_s)
     full = read_trace(write_trace(report, tmp_path / "full.json.gz", window).path)
-    points = counters(full, PID_BASE + 1, f"GPU 0 ({gpu_uuid(1, 0)[:12]})")
+    points = counters(full, PID_BASE + 1, gpu_label(1, 0))
     for step, (begin_s, _) in fixture.steps.items():
         begin_us = us(begin_s)
         [at] = [p for p in points if abs(p["ts"] - begin_us) <= 1]
@@ -270,7 +276,7 @@ def test_a_window_exports_every_sample_inside_it(tmp_path: Path) -> None:
     for node_index, node in enumerate(("node1", "node2")):
         truth = fixture.devices[(node, gpu_uuid(node_index, 0))]
         inside = truth.power_t_s[(truth.power_t_s >= lo_s - 1e-6) & (truth.power_t_s <= hi_s)]
-        points = counters(trace, PID_BASE + node_index, f"GPU 0 ({gpu_uuid(node_index, 0)[:12]})")
+        points = counters(trace, PID_BASE + node_index, gpu_label(node_index, 0))
         assert [p["ts"] for p in points] == pytest.approx([us(t) for t in inside], abs=1)
         # Fast power-only readings carry power alone; full readings carry all three.
         assert {tuple(sorted(p["args"])) for p in points} == {
@@ -282,7 +288,7 @@ def test_a_window_exports_every_sample_inside_it(tmp_path: Path) -> None:
         assert len(host) == int(((host_truth >= lo_s - 1e-6) & (host_truth <= hi_s)).sum())
     # Far more points than the default export has in the same span.
     default = read_trace(write_trace(report, tmp_path / "default.json.gz").path)
-    label = f"GPU 0 ({gpu_uuid(0, 0)[:12]})"
+    label = gpu_label(0, 0)
     in_span = [p for p in counters(default, PID_BASE, label) if us(lo_s) <= p["ts"] <= us(hi_s)]
     assert len(counters(trace, PID_BASE, label)) > 2 * len(in_span)
 
@@ -295,6 +301,34 @@ def test_a_window_exports_every_sample_inside_it(tmp_path: Path) -> None:
     assert exported.slices == 2 * len(expected)  # both ranks
     assert "every sample" in trace["otherData"]["counters"]
     assert trace["otherData"]["span"].endswith("(2.000:4.500)")
+
+
+def test_a_restarted_run_exports_the_latest_attempt(tmp_path: Path) -> None:
+    fixture, report = built(
+        tmp_path, NodeSpec("node1", gpus=2), steps=12, restart_after=8, resume_from=5
+    )
+    trace = read_trace(write_trace(report, tmp_path / "trace.json.gz").path)
+    for rank in (0, 1):
+        steps = [e for e in slices(trace) if e["tid"] == TID_BASE + rank and e["cat"] == "step"]
+        # Steps 6 to 8 ran twice: only the attempt that completed the run is shown.
+        assert sorted(e["args"]["step"] for e in steps) == sorted(fixture.steps)
+        for event in steps:
+            begin_s, end_s = fixture.steps[event["args"]["step"]]
+            assert event["ts"] == pytest.approx(us(begin_s), abs=1)
+            assert event["ts"] + event["dur"] == pytest.approx(us(end_s), abs=1)
+
+
+def test_a_torn_marker_file_gives_the_same_slices(tmp_path: Path) -> None:
+    fixture, report = built(
+        tmp_path, NodeSpec("node1", gpus=2), NodeSpec("node2", gpus=1, offset_s=4.0)
+    )
+    whole = slices(read_trace(write_trace(report, tmp_path / "whole.json.gz").path))
+    for path in report.data.marker_files:  # a killed trainer's last, half-written line
+        with path.open("a") as out:
+            out.write('{"v": 1, "event": "step_begin", "step": 99, "wall_s": 17')
+    report = build_report(fixture.run_dir)
+    torn = slices(read_trace(write_trace(report, tmp_path / "torn.json.gz").path))
+    assert torn == whole and len(whole) == 3 * (20 + 4)
 
 
 @pytest.mark.parametrize("text", ["5", "a:b", "3:2", "2:2", "nan:1", "1:inf", ""])

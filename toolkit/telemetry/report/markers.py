@@ -217,11 +217,7 @@ def _ranks(
         if isinstance(rank, bool) or not isinstance(rank, int):
             continue
         who = str(record.get("node") or "")
-        node = (
-            who
-            if who in offsets_s
-            else hostnames.get(who) or hostnames.get(str(record.get("hostname")))
-        )
+        node = node_of(who, record.get("hostname"), offsets_s, hostnames)
         if node is None:
             unknown.add(who)
         step, tokens, wait_s = record.get("step"), record.get("tokens"), record.get("wait_s")
@@ -243,13 +239,32 @@ def _ranks(
     yield from by_rank.items()
 
 
+def node_of(
+    who: str, hostname: object, offsets_s: dict[str, float], hostnames: dict[str, str]
+) -> str | None:
+    """The manifest node a marker names by its ``node`` or ``hostname``; None if neither."""
+    if who in offsets_s:
+        return who
+    return hostnames.get(who) or hostnames.get(str(hostname))
+
+
+def read_rank_table(path: Path) -> pa.Table | None:
+    """A rank file's records as columns (the fields the report reads), by Arrow's reader.
+
+    None when the reader fails on the file (a torn line): ``rank_markers`` reads such a
+    file line by line.
+    """
+    try:
+        return pajson.read_json(path, parse_options=_PARSE)
+    except (pa.ArrowInvalid, OSError, ValueError):
+        return None
+
+
 def _records(path: Path) -> list[dict[str, Any]]:
     """A rank file's records: Arrow's JSON reader, or line by line past a torn line."""
-    try:
-        table = pajson.read_json(path, parse_options=_PARSE)
+    table = read_rank_table(path)
+    if table is not None:
         return list(table.to_pylist())
-    except (pa.ArrowInvalid, OSError, ValueError):
-        pass
     records: list[dict[str, Any]] = []
     with path.open(encoding="utf-8", errors="replace") as lines:
         for line in lines:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import gzip
 import json
-import math
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,7 +22,7 @@ from typing import IO
 # Above Linux's largest pid (2**22): a merged PyTorch trace's processes never collide.
 PID_BASE = 10_000_000
 TID_BASE = 20_000_000
-Args = dict[str, int | float]
+_PLAIN = re.compile(r"[ !#-\[\]-~]*")  # printable ASCII but quote and backslash
 
 
 @contextmanager
@@ -61,19 +61,24 @@ class TraceEventWriter:
         self._metadata(pid, tid, "thread_sort_index", {"sort_index": sort_index})
 
     def complete(
-        self, pid: int, tid: int, cat: str, name: str, begin_us: int, end_us: int, args: Args
+        self, pid: int, tid: int, cat: str, name: str, begin_us: int, end_us: int, args: str
     ) -> None:
-        """A slice ("X") from ``begin_us`` to ``end_us`` on thread ``tid``."""
+        """A slice ("X") from ``begin_us`` to ``end_us`` on thread ``tid``.
+
+        ``args`` is a JSON object's text.
+        """
         self._event(
             f'{{"ph":"X","ts":{begin_us},"dur":{max(end_us - begin_us, 0)},"pid":{pid},'
-            f'"tid":{tid},"cat":{quote(cat)},"name":{quote(name)},"args":{args_json(args)}}}'
+            f'"tid":{tid},"cat":{quote(cat)},"name":{quote(name)},"args":{args}}}'
         )
 
-    def counter(self, pid: int, ts_us: int, name: str, args: Args) -> None:
-        """Counter values ("C") of process ``pid``; Perfetto names each track "NAME KEY"."""
+    def counter(self, pid: int, ts_us: int, name: str, args: str) -> None:
+        """Counter values ("C") of process ``pid``; Perfetto names each track "NAME KEY".
+
+        ``args`` is a JSON object's text whose values are finite numbers.
+        """
         self._event(
-            f'{{"ph":"C","ts":{ts_us},"pid":{pid},"tid":{pid},"name":{quote(name)},'
-            f'"args":{args_json(args)}}}'
+            f'{{"ph":"C","ts":{ts_us},"pid":{pid},"tid":{pid},"name":{quote(name)},"args":{args}}}'
         )
 
     def _metadata(self, pid: int, tid: int, name: str, args: dict[str, str | int]) -> None:
@@ -85,11 +90,6 @@ class TraceEventWriter:
         self._out.write(",\n" if self.count else "\n")
         self._out.write(text)
         self.count += 1
-
-
-def args_json(args: Args) -> str:
-    """``args`` as a JSON object; values that are not finite are left out."""
-    return "{" + ",".join(f"{quote(k)}:{number(v)}" for k, v in args.items() if _finite(v)) + "}"
 
 
 def number(value: int | float, digits: int = 6) -> str:
@@ -107,8 +107,6 @@ def to_us(t_s: float) -> int:
 
 def quote(text: str) -> str:
     """A JSON string, UTF-8 kept as is (Perfetto's tokenizer reads no unicode escapes)."""
+    if _PLAIN.fullmatch(text):
+        return f'"{text}"'
     return json.dumps(text, ensure_ascii=False)
-
-
-def _finite(value: int | float) -> bool:
-    return isinstance(value, int) or math.isfinite(value)

@@ -17,7 +17,8 @@ and above ``max_slices`` only every k-th step is kept (barrier waits too, if the
 exceed half of it); the file says so in ``otherData``. With a window (``--trace-window``)
 the counters are every sample in it, read node by node and batch by batch. Slices are
 read one rank file at a time and everything is written as it is made: no event list is
-ever held.
+ever held. The pieces: ``trace_events`` (the file format), ``trace_counters`` (the
+counter tracks), ``trace_slices`` (a rank's steps and waits from its marker file).
 """
 
 from __future__ import annotations
@@ -28,30 +29,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
-from toolkit.rundir.traces import SCHEMA, iter_batches
 from toolkit.telemetry.report.build import Report
 from toolkit.telemetry.report.errors import ReportError
-from toolkit.telemetry.report.markers import Row, rank_markers, step_spans
-from toolkit.telemetry.report.series import FloatArray
-from toolkit.telemetry.report.summary import short_device
 from toolkit.telemetry.report.timeline import Timeline
+from toolkit.telemetry.report.trace_counters import bucket_counters, sample_counters
 from toolkit.telemetry.report.trace_events import (
     PID_BASE,
     TID_BASE,
-    Args,
     TraceEventWriter,
+    number,
     open_trace,
     to_us,
 )
+from toolkit.telemetry.report.trace_slices import NO_TOKENS, RankSlices, rank_slices
 
 TRACE_FILE = "trace.json.gz"
 DEFAULT_MAX_SLICES = 250_000
-COUNTERS = ("power_w", "sm_clock_mhz", "temperature_c")
-_SAMPLE_COLUMNS = ("wall_s", "device", *COUNTERS)
-_SAMPLE_SCHEMA = pa.schema([SCHEMA.field(name) for name in _SAMPLE_COLUMNS])
 
 
 @dataclass(frozen=True)
@@ -186,9 +180,9 @@ def write_trace(
         for name, pid in pids.items():
             out.process(pid, name, pid - PID_BASE)
         if window is None:
-            counters = _bucket_counters(report, pids, out)
+            counters = bucket_counters(report, pids, out)
         else:
-            counters = _sample_counters(report, pids, span, out)
+            counters = sample_counters(report, pids, span, out)
         slices = _slices(report, pids, span, plan, out)
     resolution = "buckets" if window is None else "samples"
     return TraceExport(path, span, resolution, slices, counters, plan)
@@ -236,82 +230,6 @@ def plan_slices(timeline: Timeline, span: tuple[float, float], max_slices: int) 
     )
 
 
-def _bucket_counters(report: Report, pids: dict[str, int], out: TraceEventWriter) -> int:
-    """Every device's bucketed view; a point equal to the one before is left out."""
-    written = 0
-    for node_name, node in report.nodes.items():
-        info = report.data.manifest.nodes[node_name].devices
-        for device, figures in node.devices.items():
-            view = figures.view
-            if view is None:
-                continue
-            columns = {"power_w": view.power_w}
-            if figures.kind == "gpu":
-                columns.update({k: view.readings.get(k) for k in COUNTERS[1:]})
-            buckets = view.buckets
-            t_s = np.asarray(
-                buckets.start_s + np.arange(buckets.count) * buckets.width_s, np.float64
-            )
-            label = _label(device, info.get(device, {}))
-            written += _counters(out, pids[node_name], label, t_s, columns, dedup=True)
-    return written
-
-
-def _sample_counters(
-    report: Report, pids: dict[str, int], span: tuple[float, float], out: TraceEventWriter
-) -> int:
-    """Every sample in ``span``, node by node (only the span's rows are kept)."""
-    written = 0
-    for node_name, files in report.data.traces.items():
-        offset_s = report.timeline.offsets_s.get(node_name, 0.0)
-        table = _span_rows(files, offset_s, span)
-        if table.num_rows == 0:
-            continue
-        info = report.data.manifest.nodes[node_name].devices
-        present = set(pc.unique(table.column("device")).to_pylist())
-        for device in [*[d for d in info if d in present], *sorted(present - set(info))]:
-            rows = table.filter(pc.equal(table.column("device"), device))
-            rows = rows.take(pc.sort_indices(rows, [("wall_s", "ascending")]))
-            t_s: FloatArray = rows.column("wall_s").to_numpy() - offset_s
-            columns: dict[str, FloatArray | None] = {k: rows.column(k).to_numpy() for k in COUNTERS}
-            label = _label(device, info.get(device, {}))
-            written += _counters(out, pids[node_name], label, t_s, columns, dedup=False)
-    return written
-
-
-def _span_rows(files: list[Path], offset_s: float, span: tuple[float, float]) -> pa.Table:
-    """A node's samples in ``span`` (head timeline), read batch by batch."""
-    lo, hi = span[0] + offset_s, span[1] + offset_s  # on the node's own clock
-    kept = []
-    for batch in iter_batches(files, columns=_SAMPLE_COLUMNS):
-        wall = batch.column("wall_s")
-        kept.append(batch.filter(pc.and_(pc.greater_equal(wall, lo), pc.less_equal(wall, hi))))
-    return pa.Table.from_batches(kept, schema=_SAMPLE_SCHEMA)
-
-
-def _counters(
-    out: TraceEventWriter,
-    pid: int,
-    label: str,
-    t_s: FloatArray,
-    columns: dict[str, FloatArray | None],
-    dedup: bool,
-) -> int:
-    """One counter event per time with at least one value (``dedup``: not a repeat)."""
-    present = [(k, np.round(v, 3) if dedup else v) for k, v in columns.items() if v is not None]
-    ts_us = np.rint(t_s * 1e6).astype(np.int64)
-    written = 0
-    last: dict[str, int | float] = {}
-    for i in range(ts_us.size):
-        args = {k: float(v[i]) for k, v in present if not math.isnan(v[i])}
-        if not args or (dedup and args == last):
-            continue
-        out.counter(pid, int(ts_us[i]), label, args)
-        written += 1
-        last = dict(args)
-    return written
-
-
 def _slices(
     report: Report,
     pids: dict[str, int],
@@ -321,22 +239,19 @@ def _slices(
 ) -> int:
     """Each rank's steps and barrier waits, one rank file at a time."""
     hostnames = {n.hostname: name for name, n in report.data.manifest.nodes.items()}
-    loss = {m.step: m.loss for m in report.data.metrics}
+    loss = {m.step: m.loss for m in report.data.metrics if math.isfinite(m.loss)}
     offsets = report.timeline.offsets_s
     written = 0
     named: set[int] = set()
-    for rank, latest in rank_markers(report.data.marker_files, offsets, hostnames):
-        if not latest:
-            continue
-        node = next(iter(latest.values())).node
-        if node not in pids:  # markers from a node the manifest lacks
-            pids[node] = PID_BASE + len(pids)
-            out.process(pids[node], node, len(pids) - 1)
-        pid = pids[node]
-        if rank not in named:
-            out.thread(pid, TID_BASE + rank, f"rank {rank}", rank)
-            named.add(rank)
-        written += _rank_slices(out, pid, TID_BASE + rank, latest, span, plan, loss)
+    for ranked in rank_slices(report.data.marker_files, offsets, hostnames):
+        if ranked.node not in pids:  # markers from a node the manifest lacks
+            pids[ranked.node] = PID_BASE + len(pids)
+            out.process(pids[ranked.node], ranked.node, len(pids) - 1)
+        pid, tid = pids[ranked.node], TID_BASE + ranked.rank
+        if ranked.rank not in named:
+            out.thread(pid, tid, f"rank {ranked.rank}", ranked.rank)
+            named.add(ranked.rank)
+        written += _rank_slices(out, pid, tid, ranked, span, plan, loss)
     return written
 
 
@@ -344,48 +259,48 @@ def _rank_slices(
     out: TraceEventWriter,
     pid: int,
     tid: int,
-    latest: dict[tuple[str, int | None], Row],
+    ranked: RankSlices,
     span: tuple[float, float],
     plan: SlicePlan,
     loss: dict[int, float],
 ) -> int:
     lo, hi = span
+    keep = (ranked.begin_s <= hi) & (ranked.end_s >= lo)
+    if plan.kept_steps is not None:
+        keep &= np.isin(ranked.step, list(plan.kept_steps))
     written = 0
-    ends: dict[int, float] = {}
-    for step in step_spans(latest):
-        ends[step.step] = step.end_s
-        if step.begin_s > hi or step.end_s < lo:
-            continue
-        if plan.kept_steps is not None and step.step not in plan.kept_steps:
-            continue
-        args: Args = {"step": step.step}
-        end = latest.get(("step_end", step.step))
-        if end is not None and end.tokens is not None:
-            args["tokens"] = end.tokens
-        if step.step in loss:
-            args["loss"] = loss[step.step]
-        begin_us, end_us = to_us(step.begin_s), to_us(step.end_s)
-        out.complete(pid, tid, "step", f"step {step.step}", begin_us, end_us, args)
+    for step, begin_s, end_s, tokens in zip(
+        ranked.step[keep].tolist(),
+        ranked.begin_s[keep].tolist(),
+        ranked.end_s[keep].tolist(),
+        ranked.tokens[keep].tolist(),
+        strict=True,
+    ):
+        args = f'"step":{step}'
+        if tokens != NO_TOKENS:
+            args += f',"tokens":{tokens}'
+        if step in loss:
+            args += f',"loss":{number(loss[step])}'
+        out.complete(pid, tid, "step", f"step {step}", to_us(begin_s), to_us(end_s), f"{{{args}}}")
         written += 1
-    for (event, number), row in latest.items():
-        wait_s = row.wait_s
-        if event != "barrier" or number is None or wait_s is None:
-            continue
-        if not math.isfinite(wait_s) or wait_s < 0:
-            continue
-        if plan.kept_barriers is not None and number not in plan.kept_barriers:
-            continue
-        enter_s, exit_s = row.t_s - wait_s, row.t_s
-        if enter_s > hi or exit_s < lo:
-            continue
+    keep = (ranked.enter_s <= hi) & (ranked.exit_s >= lo)
+    if plan.kept_barriers is not None:
+        keep &= np.isin(ranked.barrier, list(plan.kept_barriers))
+    step_end = dict(zip(ranked.step.tolist(), ranked.end_s.tolist(), strict=True))
+    for step, enter_s, exit_s in zip(
+        ranked.barrier[keep].tolist(),
+        ranked.enter_s[keep].tolist(),
+        ranked.exit_s[keep].tolist(),
+        strict=True,
+    ):
+        args = f'{{"step":{step},"wait_s":{number(exit_s - enter_s)}}}'
         # A wait measured from a hair before its step's end (another clock) would not
         # nest with the step's slice on the rank's track: it starts at the step's end.
-        step_end = ends.get(number)
-        if step_end is not None and enter_s < step_end <= exit_s:
-            enter_s = step_end
-        name = f"barrier {number} wait"
-        wait: Args = {"step": number, "wait_s": wait_s}
-        out.complete(pid, tid, "barrier", name, to_us(enter_s), to_us(exit_s), wait)
+        end_s = step_end.get(step)
+        if end_s is not None and enter_s < end_s <= exit_s:
+            enter_s = end_s
+        name = f"barrier {step} wait"
+        out.complete(pid, tid, "barrier", name, to_us(enter_s), to_us(exit_s), args)
         written += 1
     return written
 
@@ -423,15 +338,6 @@ def _other_data(
         "counters": counters,
         "slices": plan.describe(),
     }
-
-
-def _label(device: str, info: dict[str, object]) -> str:
-    """``host``, or ``GPU 0 (GPU-0a1b2c3d)`` (the index when the manifest has it)."""
-    if device == "host":
-        return "host"
-    index = info.get("index")
-    short = short_device(device)
-    return f"GPU {index} ({short})" if isinstance(index, int) else short
 
 
 def _nth(n: int) -> str:
