@@ -19,8 +19,8 @@ fi
 .venv/bin/python -m pip install -q -e '.[dev,deepspeed]'
 
 echo "== ruff"
-.venv/bin/ruff check toolkit tests benchmarks
-.venv/bin/ruff format --check toolkit tests benchmarks
+.venv/bin/ruff check toolkit tests benchmarks scripts
+.venv/bin/ruff format --check toolkit tests benchmarks scripts
 echo "== mypy --strict toolkit/"
 .venv/bin/mypy toolkit
 echo "== pytest"

@@ -21,6 +21,7 @@ import re
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from toolkit.errors import TransportError
@@ -120,6 +121,17 @@ class ScriptedTransport(Transport):
                 raise TransportError(f"{node.name}: cannot write {path}: {reason}")
         with self._lock:
             self.files[(node.name, path)] = data
+
+    def get(self, node: Node, path: str, local: Path) -> int:
+        """Copy a file kept in ``files`` (put there by the test or a ``put``) to ``local``."""
+        self._record(Call(node.name, "get", path))
+        with self._lock:
+            data = self.files.get((node.name, path))
+        if data is None:
+            raise TransportError(f"{node.name}: cannot copy {path}: no such file")
+        local.parent.mkdir(parents=True, exist_ok=True)
+        local.write_bytes(data)
+        return len(data)
 
     def commands(self, node: str | None = None, pattern: str = "") -> list[str]:
         """The commands run (or started) so far, on ``node`` if given, matching ``pattern``."""

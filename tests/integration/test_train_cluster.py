@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from conftest import require, rtk
 
 from toolkit.rundir import RunDir, read_markers
@@ -52,7 +53,7 @@ def trained(
     require(find_spec("torch") is not None, "torch is not installed (pip install '.[train]')")
     env = {"RTK_STATE_DIR": str(tmp_path_factory.mktemp("train-state"))}
     output = Path(f"/var/tmp/rtk-test-runs-{uuid.uuid4().hex[:8]}")
-    inventory = str(sandbox_train.inventory_path)
+    inventory = str(skewed_inventory(sandbox_train, tmp_path_factory.mktemp("inventory")))
     up = rtk("up", inventory, env=env)
     assert up.returncode == 0, up.stderr
     try:
@@ -60,6 +61,29 @@ def trained(
     finally:
         rtk("down", inventory, env=env)
         shutil.rmtree(output, ignore_errors=True)
+
+
+# The sandbox's nodes share one clock; one of them is made to run this far ahead in
+# every rtk process (toolkit/wallclock.py), so each run shows the report correcting it.
+SKEW_S = 3.0
+
+
+def skewed_node(sandbox: Sandbox) -> str:
+    return sandbox.nodes[1].name
+
+
+def skewed_inventory(sandbox: Sandbox, where: Path) -> Path:
+    """The sandbox's inventory with ``SKEW_S`` set in the second node's environment."""
+    data = yaml.safe_load(sandbox.inventory_path.read_text())
+    for node in data["nodes"]:
+        if node.get("name", node.get("host")) == skewed_node(sandbox):
+            node.setdefault("env", {})["RTK_CLOCK_SKEW_S"] = str(SKEW_S)
+            break
+    else:
+        raise AssertionError(f"no node {skewed_node(sandbox)} in {sandbox.inventory_path}")
+    path = where / "inventory.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
 
 
 def train(ctx: dict[str, Any], run_id: str, *extra: str) -> Path:
@@ -142,8 +166,10 @@ def check_telemetry(
         assert node["status"] == ("lost" if name in lost else "complete"), (name, node)
         rows = samples(run_dir, name)
         assert len(rows) == node["samples"] > 0
-        # The sandbox's nodes share the host's clock: the offsets must find ~0.
-        assert abs(node["clock"]["offset_s"]) < 0.05
+        # The sandbox's nodes share the host's clock, but one runs SKEW_S ahead in rtk's
+        # stamps: the offsets must find exactly that.
+        skew_s = SKEW_S if name == skewed_node(sandbox) else 0.0
+        assert abs(node["clock"]["offset_s"] - skew_s) < 0.05, (name, node["clock"])
         if name in lost:
             continue
         # The report's energy for the node is what its own trace says: the sensor's
@@ -304,7 +330,10 @@ def test_a_lost_worker_node_restarts_from_the_last_checkpoint(
     # to the kill and a gap after it; the node whose Ray was killed lost its sampler too.
     summary = check_telemetry(run_dir, sandbox_train, 120, lost=(sampler_victim, victim))
     rows = samples(run_dir, sampler_victim)
-    assert sampler_killed_at - 1.5 < rows[-1]["wall_s"] < sampler_killed_at + 0.5
+    # Its last sample, on this machine's clock (the skewed node stamps SKEW_S ahead),
+    # is within about a second of the kill: a killed sampler loses at most that.
+    last_s = rows[-1]["wall_s"] - (SKEW_S if sampler_victim == skewed_node(sandbox_train) else 0)
+    assert sampler_killed_at - 1.5 < last_s < sampler_killed_at + 0.5
     node = summary["nodes"][sampler_victim]
     assert node["partial"] and node["gaps"] and node["covered_fraction"] < 1.0
     assert "report: " in output
@@ -425,6 +454,7 @@ def test_training_without_a_shared_filesystem_gathers_every_ranks_markers(
         trained["inventory"],
         *("--num-workers", "3", "--max-steps", "10", "--barrier-every", "5"),
         *("--save-steps", "0", "--output-dir", str(output), "--run-id", "apart"),
+        *("--straggle", "2:1.0"),  # rank 2 sleeps 1 s before every barrier
         env=trained["env"],
         timeout=600,
     )
@@ -435,6 +465,19 @@ def test_training_without_a_shared_filesystem_gathers_every_ranks_markers(
     summary = json.loads((run_dir / "report" / "summary.json").read_text())
     assert summary["run"]["steps"] == 10
     assert [b["ranks"] for b in summary["barriers"]] == [3, 3]
+    # The injected straggler is named, and the others' waiting is measured in energy.
+    stragglers = summary["stragglers"]
+    assert stragglers["slowest_rank"] == 2 and stragglers["barriers"] == 2
+    node_of = {r["rank"]: r["node"] for r in records}
+    assert stragglers["last_by_node"] == {node_of[2]: 2}
+    for rank in stragglers["ranks"]:
+        if rank["rank"] == 2:
+            assert rank["wait_s"] < 0.5 and rank["last"] == 2
+        else:
+            assert rank["wait_s"] >= 1.6  # about 1 s at each of the two barriers
+            assert rank["wait_energy_j"] is not None and rank["wait_energy_j"] > 0
+    assert stragglers["wait_energy_j"] > 0
+    assert "last to arrive most often: rank 2" in " ".join(done.stdout.split())
     # Written on the head before the run, it came back with the results.
     assert json.loads((run_dir / "preflight.json").read_text())["cluster"] == sandbox_train.name
 

@@ -37,6 +37,7 @@ LAYERS: dict[str, int] = {
     "resources": 0,
     "ray_resources": 0,
     "rundir": 0,  # the run directory: layout and records, shared by every layer
+    "wallclock": 0,  # the clock samples and markers are stamped with
     # 1: the inventory
     "inventory": 1,
     # 2: reaching nodes, and what runs on them

@@ -208,6 +208,14 @@ command runs in the cluster's environment (NCCL/Gloo settings, Ray token).
     "directory so power traces line up across nodes; 0: no barriers.",
 )
 @click.option(
+    "--straggle",
+    default="",
+    hidden=True,
+    metavar="RANK:SECONDS",
+    help="Testing aid: rank RANK sleeps SECONDS before every barrier, so the report's "
+    "straggler analysis can be seen to name it.",
+)
+@click.option(
     "--max-failures",
     type=int,
     default=0,

@@ -107,9 +107,9 @@ class ClusterPlan:
             self.head.node, "status", url, self.head_address, env_file=self.paths.env_file
         )
 
-    def pack_command(self, run_dir: str) -> str:
-        """Command run on the head that prints a run directory's results as base64 tar."""
-        return AGENT.command(self.head.node, "pack", run_dir)
+    def pack_command(self, run_dir: str, out_path: str) -> str:
+        """Command run on the head that packs a run directory's results into ``out_path``."""
+        return AGENT.command(self.head.node, "pack", run_dir, out_path)
 
     def smoke_command(self) -> str:
         """Command run on the head that runs one Ray task on every node (agent on stdin)."""

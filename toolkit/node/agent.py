@@ -484,29 +484,34 @@ PACK_PATTERNS = (
 )
 
 
-def pack(run_dir: str) -> dict[str, Any]:
-    """A run directory's telemetry, markers and metrics, as a base64 tar.gz."""
-    import base64
-    import io
+def pack(run_dir: str, out_path: str) -> dict[str, Any]:
+    """Pack a run directory's telemetry, markers and metrics into a tar.gz at ``out_path``.
+
+    Streams file by file to disk (the traces are already compressed: gzip level 1 is
+    for the JSON files), so no run is ever held in memory; rtk then copies the archive
+    in pieces and removes it.
+    """
     import tarfile
     from pathlib import Path
 
     root = Path(os.path.expanduser(run_dir))
     if not root.is_dir():
         raise FileNotFoundError(f"no run directory {root} on this node")
-    buffer = io.BytesIO()
+    out = Path(out_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
     names = []
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+    with tarfile.open(out, mode="w:gz", compresslevel=1) as tar:
         for pattern in PACK_PATTERNS:
             for path in sorted(root.glob(pattern)):
-                if path.is_file():
+                if path.is_file() and not path.name.endswith(".part"):
                     name = str(path.relative_to(root))
                     tar.add(path, arcname=name)
                     names.append(name)
     return {
         "run_dir": str(root),
         "files": names,
-        "tar_gz_b64": base64.b64encode(buffer.getvalue()).decode(),
+        "path": str(out),
+        "size_bytes": out.stat().st_size,
     }
 
 

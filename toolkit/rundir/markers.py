@@ -23,6 +23,7 @@ from typing import IO, Any
 
 from toolkit.rundir.layout import RunDir
 from toolkit.rundir.record import Record, check_version, record_fields
+from toolkit.wallclock import wall_s
 
 SCHEMA_VERSION = 1
 # Who wrote a record; every other key beside these and the clocks is the event's own.
@@ -129,7 +130,7 @@ class MarkerWriter:
         marker = Marker(
             event,
             step,
-            time.time(),
+            wall_s(),
             time.monotonic(),
             self._node,
             self._hostname,

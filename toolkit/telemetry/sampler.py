@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from toolkit import wallclock
 from toolkit.rundir.traces import TraceWriter
 from toolkit.telemetry.sensors.base import Sensor
 
@@ -96,7 +97,7 @@ class Sampler:
         The node's total power is the sum over its devices of each one's mean; the
         temperature is its hottest reading.
         """
-        since = time.time() - seconds
+        since = wallclock.wall_s() - seconds
         power: dict[str, list[float]] = {}
         temperature_c: float | None = None
         for wall_s, device, power_w, temp_c in list(self.recent):
@@ -167,7 +168,7 @@ class Sampler:
                 self.stats.last_error = f"{sensor.name}: {e}"
                 logger.warning("sensor %s failed: %s", sensor.name, e)
                 continue
-            wall_s, mono_s = time.time(), time.monotonic()
+            wall_s, mono_s = wallclock.wall_s(), time.monotonic()
             for reading in readings:
                 row = {"wall_s": wall_s, "mono_s": mono_s, **reading}
                 out.write(row)

@@ -30,6 +30,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from toolkit import wallclock
 from toolkit.rundir import Manifest, NodeManifest, RunDir
 from toolkit.rundir.traces import ReadStats, compact, live_files, next_segment, read_table
 from toolkit.telemetry.clock import ClockOffset, combine, estimate_offset
@@ -117,8 +118,8 @@ class NodeSampler:
         }
 
     def wall_s(self) -> float:
-        """This node's wall clock (for offset estimates)."""
-        return time.time()
+        """This node's wall clock (for offset estimates), as its samples are stamped."""
+        return wallclock.wall_s()
 
     def start(self) -> None:
         """Start sampling (and serving /metrics when a Prometheus port was given)."""
@@ -258,10 +259,14 @@ class TelemetrySession:
     def start(self) -> None:
         """Start a sampler on every alive node and measure clock offsets."""
         head_id = ray.get_runtime_context().get_node_id()
+        taken: set[str] = set()
         for node in ray.nodes():  # type: ignore[no-untyped-call]
             if not node.get("Alive"):
                 continue
             name, by_host = _node_name(node)
+            if name in taken:  # nodes sharing a host name (containers, one-host clusters)
+                name = f"{name}-{node['NodeID'][:8]}"
+            taken.add(name)
             self.nodes.append(_Node(name, node["NodeID"], by_host))
             if node["NodeID"] == head_id:
                 self.head = name

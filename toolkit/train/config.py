@@ -74,6 +74,9 @@ class TrainConfig:
     keep_checkpoints: int = 3
     resume: bool = False
     barrier_every: int = 0
+    # A testing aid: "RANK:SECONDS" makes that rank sleep before every barrier, so the
+    # report's straggler analysis can be seen to name it.
+    straggle: str = ""
     max_failures: int = 0
     restart_wait_s: float = 600.0
     seed: int = 0
@@ -136,6 +139,11 @@ class TrainConfig:
         for name in ("save_steps", "barrier_every", "max_failures", "num_workers"):
             if getattr(self, name) < 0:
                 problems.append(f"--{name.replace('_', '-')} must be 0 or more")
+        if self.straggle and self.straggler() is None:
+            problems.append(
+                f"--straggle {self.straggle!r}: give RANK:SECONDS, e.g. 1:0.5 "
+                "(rank 1 sleeps 0.5 s before every barrier)"
+            )
         if self.restart_wait_s <= 0:
             problems.append("--restart-wait-s must be more than 0")
         problems += self.telemetry_options().problems()
@@ -147,6 +155,15 @@ class TrainConfig:
         if problems:
             raise RtkError("; ".join(problems))
         return self
+
+    def straggler(self) -> tuple[int, float] | None:
+        """The rank that sleeps before every barrier, and for how long (``--straggle``)."""
+        rank, _, seconds = self.straggle.partition(":")
+        try:
+            parsed = int(rank), float(seconds)
+        except ValueError:
+            return None
+        return parsed if parsed[0] >= 0 and parsed[1] >= 0 else None
 
     def telemetry_options(self) -> TelemetryOptions:
         """The run's telemetry options (the ``telemetry_*`` fields, idle phases)."""

@@ -17,6 +17,7 @@ from typing import Any, Protocol, TextIO, TypeVar
 import torch
 import torch.distributed as dist
 
+from toolkit import wallclock
 from toolkit.rundir import MarkerWriter, MetricsLine, RunDir, metrics_step
 from toolkit.train.config import TrainConfig
 from toolkit.train.data import make_data
@@ -48,6 +49,7 @@ def train_worker(config: TrainConfig, ctx: WorkerContext) -> dict[str, Any]:
     torch.manual_seed(config.seed)
     device = _device(ctx.local_rank)
     shape = config.shape()
+    straggler = config.straggler()
     data = make_data(config.data, shape.vocab_size, shape.seq_len, config.seed)
     strategy = make_strategy(
         GPT(shape, config.gradient_checkpointing), config, device, ctx.rank, ctx.local_rank
@@ -78,6 +80,8 @@ def train_worker(config: TrainConfig, ctx: WorkerContext) -> dict[str, Any]:
             loss = _mean_across_ranks(sum(losses) / len(losses), device)
             markers.write("step_end", step, loss=loss, tokens=tokens_per_step // ctx.world_size)
             if config.barrier_every and step % config.barrier_every == 0:
+                if straggler is not None and straggler[0] == ctx.rank:
+                    time.sleep(straggler[1])
                 waited = time.monotonic()
                 if dist.is_initialized():
                     dist.barrier()
@@ -91,7 +95,7 @@ def train_worker(config: TrainConfig, ctx: WorkerContext) -> dict[str, Any]:
                 tokens=tokens_per_step,
                 tokens_per_s=tokens_per_s,
                 lr=_learning_rate(config, step),
-                wall_s=time.time(),
+                wall_s=wallclock.wall_s(),
                 mfu=_mfu(shape.flops_per_token(), tokens_per_s, ctx.world_size, device),
             )
             last = line.to_json()

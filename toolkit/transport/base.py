@@ -1,4 +1,4 @@
-"""The transport interface: run a command on a node, put a file on a node.
+"""The transport interface: run a command on a node, put a file on it, get one from it.
 
 Implementations: ``local`` (this machine, subprocess), ``ssh`` (fabric), ``srun``
 (inside a SLURM allocation). Commands are shell text built from quoted values
@@ -10,9 +10,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 
 from toolkit.inventory import Node
+
+COPY_CHUNK_BYTES = 1 << 20  # what ``get`` holds of a file at a time
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,17 @@ class Transport(ABC):
             toolkit.errors.TransportError: The file could not be written.
         """
 
+    @abstractmethod
+    def get(self, node: Node, path: str, local: Path) -> int:
+        """Copy ``path`` on ``node`` to ``local`` here, streaming; returns its size.
+
+        Never holds the file in memory. The copy goes to ``local`` + ``.part`` and is
+        renamed when complete; a ``.part`` left by an interrupted copy is resumed.
+
+        Raises:
+            toolkit.errors.TransportError: The file could not be read or written.
+        """
+
     def start_daemon(
         self, node: Node, command: str, ready_text: str, timeout_s: float
     ) -> CommandResult:
@@ -113,3 +127,10 @@ class Transport(ABC):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def partial_copy(local: Path) -> tuple[Path, int]:
+    """Where a copy to ``local`` is written until complete, and how much is there."""
+    partial = local.with_name(local.name + ".part")
+    local.parent.mkdir(parents=True, exist_ok=True)
+    return partial, partial.stat().st_size if partial.exists() else 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import tempfile
 import time
@@ -11,7 +12,7 @@ from pathlib import Path
 
 from toolkit.errors import TransportError
 from toolkit.inventory import Node
-from toolkit.transport.base import CommandResult, Transport
+from toolkit.transport.base import COPY_CHUNK_BYTES, CommandResult, Transport, partial_copy
 
 
 def run_argv(
@@ -87,3 +88,19 @@ class LocalTransport(Transport):
                 raise
         except OSError as e:
             raise TransportError(f"{node.name}: cannot write {path}: {e}") from e
+
+    def get(self, node: Node, path: str, local: Path) -> int:
+        """Copy the file on this machine, resuming a partial copy (see ``Transport.get``)."""
+        partial, offset = partial_copy(local)
+        try:
+            with open(path, "rb") as source, partial.open("r+b" if offset else "wb") as out:
+                size = os.fstat(source.fileno()).st_size
+                offset = offset if offset <= size else 0
+                source.seek(offset)
+                out.seek(offset)
+                out.truncate()
+                shutil.copyfileobj(source, out, COPY_CHUNK_BYTES)
+            os.replace(partial, local)
+        except OSError as e:
+            raise TransportError(f"{node.name}: cannot copy {path}: {e}") from e
+        return local.stat().st_size

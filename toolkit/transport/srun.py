@@ -19,7 +19,7 @@ from pathlib import Path
 from toolkit.errors import SlurmError, TransportError
 from toolkit.inventory import Node
 from toolkit.shell import join
-from toolkit.transport.base import CommandResult, Transport
+from toolkit.transport.base import CommandResult, Transport, partial_copy
 from toolkit.transport.local import run_argv
 
 SPAWN_POLL_S = 0.2
@@ -86,6 +86,23 @@ class SrunTransport(Transport):
         if done.returncode != 0:
             why = done.stderr.decode(errors="replace").strip()[-500:]
             raise TransportError(f"{node.name}: cannot write {path} with srun: {why}")
+
+    def get(self, node: Node, path: str, local: Path) -> int:
+        """Stream the file out of a step's stdout, resuming a partial copy."""
+        partial, offset = partial_copy(local)
+        script = f"tail -c +{offset + 1} {join([path])}"
+        try:
+            with partial.open("ab") as out:
+                done = subprocess.run(
+                    self.argv(node, script), stdout=out, stderr=subprocess.PIPE, timeout=3600
+                )
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise TransportError(f"{node.name}: cannot copy {path} with srun: {e}") from e
+        if done.returncode != 0:
+            why = done.stderr.decode(errors="replace").strip()[-500:]
+            raise TransportError(f"{node.name}: cannot copy {path} with srun: {why}")
+        os.replace(partial, local)
+        return local.stat().st_size
 
     def start_daemon(
         self, node: Node, command: str, ready_text: str, timeout_s: float

@@ -7,6 +7,7 @@ written over SFTP on the same connection, so secrets never reach a command line.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Mapping
@@ -18,7 +19,7 @@ import paramiko
 from toolkit.errors import TransportError
 from toolkit.inventory import Node
 from toolkit.shell import join, quote
-from toolkit.transport.base import CommandResult, Transport
+from toolkit.transport.base import COPY_CHUNK_BYTES, CommandResult, Transport, partial_copy
 from toolkit.transport.hostkeys import apply_host_key_policy
 
 READ_CHUNK = 65536
@@ -72,6 +73,25 @@ class SshTransport(Transport):
             sftp.posix_rename(temp, path)
         except (OSError, paramiko.SSHException, EOFError) as e:
             raise TransportError(f"{node.name}: cannot write {path} over SFTP: {e}") from e
+
+    def get(self, node: Node, path: str, local: Path) -> int:
+        """Stream the file over SFTP, resuming a partial copy (see ``Transport.get``)."""
+        partial, offset = partial_copy(local)
+        try:
+            sftp = self._sftp(node)
+            size = int(sftp.stat(path).st_size or 0)
+            offset = offset if offset <= size else 0
+            with sftp.open(path, "rb") as source, partial.open("r+b" if offset else "wb") as out:
+                source.seek(offset)
+                source.prefetch(size - offset)
+                out.seek(offset)
+                out.truncate()
+                while chunk := source.read(COPY_CHUNK_BYTES):
+                    out.write(chunk)
+            os.replace(partial, local)
+        except (OSError, paramiko.SSHException, EOFError) as e:
+            raise TransportError(f"{node.name}: cannot copy {path} over SFTP: {e}") from e
+        return local.stat().st_size
 
     def _sftp(self, node: Node) -> paramiko.SFTPClient:
         connection = self._connect(node)

@@ -13,6 +13,7 @@ import pytest
 import torch  # noqa: F401
 from conftest import require
 
+from toolkit.errors import RtkError
 from toolkit.rundir import read_markers
 from toolkit.train.config import PRESETS, TrainConfig
 from toolkit.train.local import run_local
@@ -103,3 +104,30 @@ def test_steps_of_a_failed_attempt_move_aside_on_restart(tmp_path: Path) -> None
     assert all(m["loss"] != 9.0 for m in metrics(run))
     superseded = (run / "metrics.superseded.jsonl").read_text().splitlines()
     assert [json.loads(x)["step"] for x in superseded] == [21, 22]
+
+
+def test_straggle_makes_one_rank_arrive_last_at_every_barrier(tmp_path: Path) -> None:
+    from toolkit.telemetry.report.markers import reduce_markers
+    from toolkit.telemetry.report.stragglers import WaitEnergy, stragglers
+
+    run_dir = tmp_path / "run"
+    run_local(
+        config(run_dir, max_steps=6, barrier_every=2, save_steps=0, straggle="1:0.3"),
+        2,
+        tmp_path / "rendezvous",
+    )
+    barriers = [r for r in read_markers(run_dir) if r["event"] == "barrier"]
+    waits = {(r["rank"], r["step"]): r["wait_s"] for r in barriers}
+    for step in (2, 4, 6):
+        assert waits[(0, step)] >= 0.25  # rank 0 waited for the sleeper
+        assert waits[(1, step)] < 0.2
+    summary = reduce_markers(sorted((run_dir / "markers").glob("*.jsonl")), {}, {})
+    assert summary.waits is not None
+    found = stragglers(summary.waits, WaitEnergy(summary.waits), 0.0)
+    assert found is not None and found.slowest is not None
+    assert (found.slowest.rank, found.slowest.last, found.barriers) == (1, 3, 3)
+
+
+def test_straggle_must_be_rank_and_seconds() -> None:
+    with pytest.raises(RtkError, match="--straggle 'x': give RANK:SECONDS"):
+        TrainConfig(run_dir="r", straggle="x").check()

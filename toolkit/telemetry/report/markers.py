@@ -1,17 +1,15 @@
 """The trainer's markers, read one rank file at a time and reduced to what the report needs.
 
 A thousand ranks writing for hours leave millions of marker records; the report never
-holds them as dicts. Each rank's file is parsed (Arrow's JSON reader, or line by line
-when a torn line defeats it), its restarts resolved, and only small aggregates kept:
-the window's candidates, the reference rank's steps, every barrier's exit and every
-rank's wait at it, tokens and restarts.
+holds them as Python objects. Each rank's file is parsed into columns (Arrow's JSON
+reader, or line by line when a torn line defeats it), its restarts resolved with
+array operations, and only small aggregates kept: the window's ends, the reference
+rank's steps, every barrier's exit and every rank's wait at it, tokens and restarts.
 """
 
 from __future__ import annotations
 
 import json
-import math
-from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.json as pajson
 
 from toolkit.telemetry.report.series import FloatArray
@@ -40,20 +39,6 @@ _SCHEMA = pa.schema(
 )
 _PARSE = pajson.ParseOptions(explicit_schema=_SCHEMA, unexpected_field_behavior="ignore")
 IntArray = npt.NDArray[np.int64]
-
-
-@dataclass(frozen=True)
-class Row:
-    """One marker record, as the report reads it (``t_s`` on the head's timeline)."""
-
-    event: str
-    step: int | None
-    t_s: float
-    rank: int
-    node: str
-    gpu_uuid: str | None
-    tokens: int | None
-    wait_s: float | None
 
 
 @dataclass(frozen=True)
@@ -142,6 +127,31 @@ class MarkerSummary:
     unknown_nodes: set[str] = field(default_factory=set)
 
 
+# Event codes; other events (checkpoint, ...) play no part in the report.
+_EVENTS = ("run_start", "step_begin", "step_end", "barrier", "run_end")
+RUN_START, STEP_BEGIN, STEP_END, BARRIER, RUN_END = range(len(_EVENTS))
+_NO_STEP = -1  # a record without a step (as the restart rule compares it)
+
+
+@dataclass
+class _Columns:
+    """One file's usable records as arrays, in file order."""
+
+    event: IntArray
+    step: IntArray  # _NO_STEP where the record has none
+    has_step: npt.NDArray[np.bool_]
+    wall_s: FloatArray
+    rank: IntArray
+    who: list[str]  # per distinct writer: its node (or host) name as written
+    who_index: IntArray
+    hostnames: list[str]
+    gpu: list[str | None]  # per distinct GPU UUID
+    gpu_index: IntArray
+    tokens: IntArray
+    has_tokens: npt.NDArray[np.bool_]
+    wait_s: FloatArray  # NaN where the record has none
+
+
 def reduce_markers(
     files: list[Path], offsets_s: dict[str, float], hostnames: dict[str, str]
 ) -> MarkerSummary:
@@ -153,118 +163,165 @@ def reduce_markers(
         hostnames: Hostname -> node name (markers may name their node by either).
     """
     out = MarkerSummary()
-    exits: dict[int, list[float]] = defaultdict(list)
-    waits: list[tuple[int, int, str, str | None, float, float]] = []
-    tokens: int | None = None
+    barrier_steps: list[IntArray] = []
+    barrier_t: list[FloatArray] = []
+    waits: list[tuple[IntArray, IntArray, list[str], IntArray, FloatArray, FloatArray]] = []
+    gpus: list[list[str | None]] = []
     ranks: set[int] = set()
     for path in files:
-        for rank, rows in _ranks(path, offsets_s, hostnames, out.unknown_nodes):
-            ranks.add(rank)
-            out.restarts = max(out.restarts, sum(r.event == "run_start" for r in rows) - 1)
-            latest = _latest_attempt(rows)
-            starts = [r.t_s for (e, _), r in latest.items() if e in ("run_start", "step_begin")]
-            ends = [r.t_s for (e, _), r in latest.items() if e in ("step_end", "run_end")]
-            if starts:
-                out.start_s = min(starts) if out.start_s is None else min(out.start_s, *starts)
-            if ends:
-                out.end_s = max(ends) if out.end_s is None else max(out.end_s, *ends)
-            for (event, _), row in latest.items():
-                if event == "step_end" and row.tokens is not None:
-                    tokens = (tokens or 0) + row.tokens
-            for (event, step), row in latest.items():
-                if event != "barrier" or step is None:
-                    continue
-                exits[step].append(row.t_s)
-                if row.wait_s is not None and math.isfinite(row.wait_s) and row.wait_s >= 0:
-                    waits.append(
-                        (step, rank, row.node, row.gpu_uuid, row.t_s - row.wait_s, row.t_s)
-                    )
+        columns = _read(path)
+        if columns is None:
+            continue
+        node_of = _resolve(columns, offsets_s, hostnames, out.unknown_nodes)
+        names = [name for name, _ in node_of]
+        offset = np.array([o for _, o in node_of], dtype=np.float64)
+        t_s = columns.wall_s - offset[columns.who_index]
+        for rank in np.unique(columns.rank).tolist():
+            mine = np.flatnonzero(columns.rank == rank)
+            ranks.add(int(rank))
+            event, step = columns.event[mine], columns.step[mine]
+            out.restarts = max(out.restarts, int((event == RUN_START).sum()) - 1)
+            latest = mine[_latest_attempt(event, step, columns.has_step[mine])]
+            ev, st, t = columns.event[latest], columns.step[latest], t_s[latest]
+            begins = t[(ev == RUN_START) | (ev == STEP_BEGIN)]
+            ends = t[(ev == STEP_END) | (ev == RUN_END)]
+            if begins.size:
+                low = float(begins.min())
+                out.start_s = low if out.start_s is None else min(out.start_s, low)
+            if ends.size:
+                high = float(ends.max())
+                out.end_s = high if out.end_s is None else max(out.end_s, high)
+            counted = (ev == STEP_END) & columns.has_tokens[latest]
+            if counted.any():
+                out.tokens = (out.tokens or 0) + int(columns.tokens[latest][counted].sum())
+            at_barrier = (ev == BARRIER) & columns.has_step[latest]
+            rows = latest[at_barrier]
+            barrier_steps.append(st[at_barrier])
+            barrier_t.append(t[at_barrier])
+            wait_s = columns.wait_s[rows]
+            ok = np.isfinite(wait_s) & (wait_s >= 0)
+            rows, exit_s = rows[ok], t[at_barrier][ok]
+            waits.append(
+                (
+                    columns.step[rows],
+                    np.full(rows.size, rank, dtype=np.int64),
+                    [names[i] for i in columns.who_index[rows].tolist()],
+                    columns.gpu_index[rows],
+                    exit_s - wait_s[ok],
+                    exit_s,
+                )
+            )
+            gpus.append(columns.gpu)
             if out.step_rank is None or rank < out.step_rank:  # rank 0, else the lowest
-                out.step_rank = rank
-                out.steps = step_spans(latest)
+                out.step_rank = int(rank)
+                out.steps = _steps(ev, st, columns.has_step[latest], t)
     out.ranks = len(ranks)
-    out.tokens = tokens
-    out.barriers = sorted(
-        (Barrier(s, float(np.median(ts)), max(ts) - min(ts), len(ts)) for s, ts in exits.items()),
-        key=lambda b: b.t_s,
-    )
-    out.waits = _waits(waits)
+    out.barriers = _barriers(barrier_steps, barrier_t)
+    out.waits = _waits(waits, gpus)
     return out
 
 
-def rank_markers(
-    files: list[Path], offsets_s: dict[str, float], hostnames: dict[str, str]
-) -> Iterator[tuple[int, dict[tuple[str, int | None], Row]]]:
-    """Each rank's latest attempt, one rank file at a time: ``(event, step)`` -> record.
+@dataclass(frozen=True)
+class RankRecords:
+    """One rank's records of its latest attempt as arrays, in file order (head timeline).
 
     For readers that need every rank's records rather than the aggregates (the trace
-    export); the same parsing and restart handling as ``reduce_markers``.
+    export). ``event`` holds the codes ``RUN_START`` to ``RUN_END``; ``step`` is -1 and
+    ``tokens`` 0 where the record has none; ``wait_s`` is NaN where it has none.
     """
+
+    rank: int
+    node: str
+    event: IntArray
+    step: IntArray
+    has_step: npt.NDArray[np.bool_]
+    t_s: FloatArray
+    tokens: IntArray
+    has_tokens: npt.NDArray[np.bool_]
+    wait_s: FloatArray
+
+
+def rank_records(
+    files: list[Path], offsets_s: dict[str, float], hostnames: dict[str, str]
+) -> Iterator[RankRecords]:
+    """Each rank's latest attempt, one rank file at a time (as ``reduce_markers`` reads)."""
     for path in files:
-        for rank, rows in _ranks(path, offsets_s, hostnames, set()):
-            yield rank, _latest_attempt(rows)
-
-
-def _ranks(
-    path: Path, offsets_s: dict[str, float], hostnames: dict[str, str], unknown: set[str]
-) -> Iterator[tuple[int, list[Row]]]:
-    """A file's usable records grouped by rank, in file order."""
-    by_rank: dict[int, list[Row]] = defaultdict(list)
-    for record in _records(path):
-        wall_s, rank = record.get("wall_s"), record.get("rank")
-        if isinstance(wall_s, bool) or not isinstance(wall_s, int | float):
+        columns = _read(path)
+        if columns is None:
             continue
-        if isinstance(rank, bool) or not isinstance(rank, int):
-            continue
-        who = str(record.get("node") or "")
-        node = node_of(who, record.get("hostname"), offsets_s, hostnames)
-        if node is None:
-            unknown.add(who)
-        step, tokens, wait_s = record.get("step"), record.get("tokens"), record.get("wait_s")
-        gpu = record.get("gpu_uuid")
-        by_rank[rank].append(
-            Row(
-                event=str(record.get("event")),
-                step=step if isinstance(step, int) and not isinstance(step, bool) else None,
-                t_s=float(wall_s) - offsets_s.get(node or "", 0.0),
-                rank=rank,
-                node=node or who,
-                gpu_uuid=gpu if isinstance(gpu, str) else None,
-                tokens=tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None,
-                wait_s=float(wait_s)
-                if isinstance(wait_s, int | float) and not isinstance(wait_s, bool)
-                else None,
+        node_of = _resolve(columns, offsets_s, hostnames, set())
+        offset = np.array([o for _, o in node_of], dtype=np.float64)
+        t_s = columns.wall_s - offset[columns.who_index]
+        for rank in np.unique(columns.rank).tolist():
+            mine = np.flatnonzero(columns.rank == rank)
+            latest = mine[
+                _latest_attempt(columns.event[mine], columns.step[mine], columns.has_step[mine])
+            ]
+            yield RankRecords(
+                rank=int(rank),
+                node=node_of[int(columns.who_index[latest[0]])][0],
+                event=columns.event[latest],
+                step=columns.step[latest],
+                has_step=columns.has_step[latest],
+                t_s=t_s[latest],
+                tokens=columns.tokens[latest],
+                has_tokens=columns.has_tokens[latest],
+                wait_s=columns.wait_s[latest],
             )
-        )
-    yield from by_rank.items()
 
 
-def node_of(
-    who: str, hostname: object, offsets_s: dict[str, float], hostnames: dict[str, str]
-) -> str | None:
-    """The manifest node a marker names by its ``node`` or ``hostname``; None if neither."""
-    if who in offsets_s:
-        return who
-    return hostnames.get(who) or hostnames.get(str(hostname))
-
-
-def read_rank_table(path: Path) -> pa.Table | None:
-    """A rank file's records as columns (the fields the report reads), by Arrow's reader.
-
-    None when the reader fails on the file (a torn line): ``rank_markers`` reads such a
-    file line by line.
-    """
+def _read(path: Path) -> _Columns | None:
+    """A rank file's usable records as columns: Arrow's reader, else line by line."""
     try:
-        return pajson.read_json(path, parse_options=_PARSE)
+        table = pajson.read_json(path, parse_options=_PARSE)
     except (pa.ArrowInvalid, OSError, ValueError):
+        return _from_records(_lines(path))
+    return _from_table(table)
+
+
+def _from_table(table: pa.Table) -> _Columns | None:
+    usable = pc.and_(pc.is_valid(table.column("wall_s")), pc.is_valid(table.column("rank")))
+    usable = pc.and_(usable, pc.is_in(table.column("event"), value_set=pa.array(_EVENTS)))
+    table = table.filter(usable)
+    if table.num_rows == 0:
         return None
+    event = np.array(
+        pc.index_in(table.column("event"), value_set=pa.array(_EVENTS))
+        .to_numpy(zero_copy_only=False)
+        .astype(np.int64)
+    )
+    step_col = table.column("step")
+    has_step = pc.is_valid(step_col).to_numpy(zero_copy_only=False)
+    step = pc.fill_null(step_col, _NO_STEP).to_numpy(zero_copy_only=False).astype(np.int64)
+    who_codes, who_names = _codes(pc.fill_null(table.column("node"), ""))
+    _, first_rows = np.unique(who_codes, return_index=True)
+    hosts = pc.fill_null(table.column("hostname"), "").take(pa.array(first_rows)).to_pylist()
+    gpu_codes, gpu_names = _codes(table.column("gpu_uuid"))
+    tokens_col = table.column("tokens")
+    return _Columns(
+        event=event,
+        step=step,
+        has_step=np.asarray(has_step, dtype=bool),
+        wall_s=table.column("wall_s").to_numpy().astype(np.float64),
+        rank=table.column("rank").to_numpy().astype(np.int64),
+        who=who_names,
+        who_index=who_codes,
+        hostnames=[str(h) for h in hosts],
+        gpu=[*gpu_names, None],
+        gpu_index=np.where(gpu_codes < 0, len(gpu_names), gpu_codes),
+        tokens=pc.fill_null(tokens_col, 0).to_numpy(zero_copy_only=False).astype(np.int64),
+        has_tokens=np.asarray(pc.is_valid(tokens_col).to_numpy(zero_copy_only=False), dtype=bool),
+        wait_s=pc.fill_null(table.column("wait_s"), np.nan).to_numpy().astype(np.float64),
+    )
 
 
-def _records(path: Path) -> list[dict[str, Any]]:
-    """A rank file's records: Arrow's JSON reader, or line by line past a torn line."""
-    table = read_rank_table(path)
-    if table is not None:
-        return list(table.to_pylist())
+def _codes(column: pa.ChunkedArray) -> tuple[IntArray, list[str]]:
+    encoded = pc.dictionary_encode(column).combine_chunks()
+    indices = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    return indices, [str(v) for v in encoded.dictionary.to_pylist()]
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
     records: list[dict[str, Any]] = []
     with path.open(encoding="utf-8", errors="replace") as lines:
         for line in lines:
@@ -277,56 +334,137 @@ def _records(path: Path) -> list[dict[str, Any]]:
     return records
 
 
-def _latest_attempt(rows: list[Row]) -> dict[tuple[str, int | None], Row]:
-    """(event, step) -> the latest record, after dropping what a restart superseded.
+def _from_records(records: list[dict[str, Any]]) -> _Columns | None:
+    """Records parsed line by line, with the same checks Arrow's schema makes."""
+
+    def integer(value: object) -> int | None:
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    def number(value: object) -> float | None:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        return float(value) if ok else None  # type: ignore[arg-type]
+
+    def text(value: object) -> str | None:
+        return value if isinstance(value, str) else None
+
+    rows = {name: [] for name in _SCHEMA.names}  # type: dict[str, list[Any]]
+    for record in records:
+        values = {
+            "event": text(record.get("event")),
+            "step": integer(record.get("step")),
+            "wall_s": number(record.get("wall_s")),
+            "rank": integer(record.get("rank")),
+            "node": None if record.get("node") is None else str(record.get("node")),
+            "hostname": None if record.get("hostname") is None else str(record.get("hostname")),
+            "gpu_uuid": text(record.get("gpu_uuid")),
+            "tokens": integer(record.get("tokens")),
+            "wait_s": number(record.get("wait_s")),
+        }
+        for name, value in values.items():
+            rows[name].append(value)
+    table = pa.table({f.name: pa.array(rows[f.name], type=f.type) for f in _SCHEMA})
+    return _from_table(table)
+
+
+def _resolve(
+    columns: _Columns, offsets_s: dict[str, float], hostnames: dict[str, str], unknown: set[str]
+) -> list[tuple[str, float]]:
+    """Each writer's node name and clock offset (0 s for a node the manifest lacks)."""
+    resolved = []
+    for who, host in zip(columns.who, columns.hostnames, strict=False):
+        node = who if who in offsets_s else hostnames.get(who) or hostnames.get(host)
+        if node is None:
+            unknown.add(who)
+        resolved.append((node or who, offsets_s.get(node or "", 0.0)))
+    return resolved
+
+
+def _latest_attempt(event: IntArray, step: IntArray, has_step: npt.NDArray[np.bool_]) -> IntArray:
+    """Indices of each (event, step)'s latest record, after dropping superseded ones.
 
     A ``run_start`` after the first resumes from a checkpoint at its ``step``: records
     of the failed attempt for later steps are superseded (those steps run again).
-    The first attempt's ``run_start`` stays: the run's window begins there.
+    The first attempt's ``run_start`` stays: the run's window begins there, and of
+    several ``run_start`` records with one step the first is kept.
     """
-    kept: list[Row] = []
-    for row in rows:
-        if row.event == "run_start" and kept:
-            resumed_at = row.step or 0
-            kept = [
-                r
-                for r in kept
-                if r.event == "run_start" or (r.step if r.step is not None else -1) <= resumed_at
-            ]
-        kept.append(row)
-    latest: dict[tuple[str, int | None], Row] = {}
-    for row in kept:
-        key = (row.event, row.step)
-        if key[0] == "run_start" and key in latest:
-            continue  # the window starts with the first attempt
-        latest[key] = row
-    return latest
+    kept = np.ones(event.size, dtype=bool)
+    for j in np.flatnonzero(event == RUN_START)[1:].tolist():
+        resumed_at = int(step[j]) if has_step[j] and step[j] else 0
+        before = slice(0, j)
+        kept[before] &= (event[before] == RUN_START) | (step[before] <= resumed_at)
+    index = np.flatnonzero(kept)
+    key = event[index] * (1 << 40) + np.where(has_step[index], step[index] + 1, 0)
+    unique, group = np.unique(key, return_inverse=True)
+    position = np.arange(index.size)
+    last = np.full(unique.size, -1, dtype=np.int64)
+    np.maximum.at(last, group, position)
+    first = np.full(unique.size, index.size, dtype=np.int64)
+    np.minimum.at(first, group, position)
+    chosen = np.where(event[index[first]] == RUN_START, first, last)
+    return np.asarray(index[np.sort(chosen)], dtype=np.int64)
 
 
-def step_spans(latest: dict[tuple[str, int | None], Row]) -> list[StepSpan]:
-    """A rank's completed steps (``step_begin`` and ``step_end``), by step number."""
-    spans = []
-    for (event, step), end in latest.items():
-        begin = latest.get(("step_begin", step))
-        if event == "step_end" and step is not None and begin is not None:
-            spans.append(StepSpan(step, begin.t_s, end.t_s))
-    return sorted(spans, key=lambda s: s.step)
+def _steps(
+    event: IntArray, step: IntArray, has_step: npt.NDArray[np.bool_], t_s: FloatArray
+) -> list[StepSpan]:
+    begins = (event == STEP_BEGIN) & has_step
+    ends = (event == STEP_END) & has_step
+    begin = dict(zip(step[begins].tolist(), t_s[begins].tolist(), strict=True))
+    spans = [
+        StepSpan(s, begin[s], t)
+        for s, t in zip(step[ends].tolist(), t_s[ends].tolist(), strict=True)
+        if s in begin
+    ]
+    return sorted(spans, key=lambda span: span.step)
 
 
-def _waits(waits: list[tuple[int, int, str, str | None, float, float]]) -> Waits:
-    nodes = sorted({w[2] for w in waits})
-    devices = sorted({w[3] for w in waits if w[3] is not None})
+def _barriers(steps: list[IntArray], times: list[FloatArray]) -> list[Barrier]:
+    if not steps:
+        return []
+    step, t = np.concatenate(steps), np.concatenate(times)
+    order = np.argsort(step, kind="stable")
+    step, t = step[order], t[order]
+    bounds = np.flatnonzero(np.diff(step)) + 1
+    found = []
+    for group_steps, group_t in zip(np.split(step, bounds), np.split(t, bounds), strict=True):
+        if group_t.size:
+            found.append(
+                Barrier(
+                    int(group_steps[0]),
+                    float(np.median(group_t)),
+                    float(group_t.max() - group_t.min()),
+                    int(group_t.size),
+                )
+            )
+    return sorted(found, key=lambda b: b.t_s)
+
+
+def _waits(
+    parts: list[tuple[IntArray, IntArray, list[str], IntArray, FloatArray, FloatArray]],
+    gpus: list[list[str | None]],
+) -> Waits:
+    node_names = [name for part in parts for name in part[2]]
+    device_names = [
+        gpu_list[i] for part, gpu_list in zip(parts, gpus, strict=True) for i in part[3].tolist()
+    ]
+    nodes = sorted(set(node_names))
+    devices = sorted({d for d in device_names if d is not None})
     node_index = {n: i for i, n in enumerate(nodes)}
     device_index = {d: i for i, d in enumerate(devices)}
+
+    def joined(i: int, dtype: type) -> npt.NDArray[Any]:
+        arrays = [part[i] for part in parts]
+        return np.concatenate(arrays).astype(dtype) if arrays else np.empty(0, dtype=dtype)
+
     return Waits(
-        step=np.array([w[0] for w in waits], dtype=np.int64),
-        rank=np.array([w[1] for w in waits], dtype=np.int64),
-        node=np.array([node_index[w[2]] for w in waits], dtype=np.int64),
+        step=joined(0, np.int64),
+        rank=joined(1, np.int64),
+        node=np.array([node_index[n] for n in node_names], dtype=np.int64),
         device=np.array(
-            [device_index[w[3]] if w[3] is not None else -1 for w in waits], dtype=np.int64
+            [device_index[d] if d is not None else -1 for d in device_names], dtype=np.int64
         ),
-        enter_s=np.array([w[4] for w in waits], dtype=np.float64),
-        exit_s=np.array([w[5] for w in waits], dtype=np.float64),
+        enter_s=joined(4, np.float64),
+        exit_s=joined(5, np.float64),
         nodes=nodes,
         devices=devices,
     )

@@ -1,0 +1,140 @@
+"""One training run with telemetry: through ``rtk train --local`` (Ray) or without Ray.
+
+Without Ray, the trainer runs as ``gpu_acceptance.trainer`` (rtk's loop, rank 0 of 1)
+with ``LocalTelemetry`` beside it, and the report is built from the run directory.
+With Ray, ``rtk train --local`` does all of it itself and its report is read back.
+Either way the figures are the same keys.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import statistics
+from pathlib import Path
+from typing import Any
+
+from gpu_acceptance import procs
+from gpu_acceptance.context import StageContext
+from gpu_acceptance.telemetry import LocalTelemetry, report_figures, summary_figures
+
+MODEL_SIZE = "125M"
+PRECISION = "bf16"
+BARRIER_EVERY = 10
+WARMUP_STEPS = 3  # steps left out of the medians (CUDA init, allocator, autotuning)
+
+
+def train_config(run_dir: Path, steps: int, options: dict[str, Any]) -> dict[str, Any]:
+    """The ``TrainConfig`` fields of one acceptance run (125M, bf16)."""
+    return {
+        "run_dir": str(run_dir),
+        "model_size": MODEL_SIZE,
+        "precision": PRECISION,
+        "max_steps": steps,
+        "barrier_every": BARRIER_EVERY if steps > BARRIER_EVERY else 0,
+        "log_every": 5,
+        **options,
+    }
+
+
+def metrics_figures(path: Path, skip: int = WARMUP_STEPS) -> dict[str, Any]:
+    """Medians of ``metrics.jsonl`` after the first ``skip`` steps, and the losses."""
+    lines = []
+    if path.exists():
+        for text in path.read_text(encoding="utf-8").splitlines():
+            try:
+                lines.append(json.loads(text))
+            except ValueError:
+                continue
+    steady = lines[skip:] if len(lines) > skip else lines
+
+    def median(key: str) -> float | None:
+        values = [float(x[key]) for x in steady if isinstance(x.get(key), (int, float))]
+        return statistics.median(values) if values else None
+
+    return {
+        "steps": len(lines),
+        "tokens_per_step": lines[-1].get("tokens") if lines else None,
+        "median_tokens_per_s": median("tokens_per_s"),
+        "median_step_time_s": median("step_time_s"),
+        "median_mfu": median("mfu"),
+        "first_loss": lines[0].get("loss") if lines else None,
+        "last_loss": lines[-1].get("loss") if lines else None,
+    }
+
+
+def trainer_argv(ctx: StageContext, config: dict[str, Any], result_path: Path) -> list[str]:
+    """The command line of one run without Ray."""
+    return [ctx.python, "-m", "gpu_acceptance.trainer", json.dumps(config), str(result_path)]
+
+
+def local_run(
+    ctx: StageContext, name: str, options: dict[str, Any], steps: int, timeout_s: float
+) -> dict[str, Any]:
+    """Train ``name`` without Ray, sampled beside; its figures (``error`` when it failed)."""
+    run_dir = ctx.work_dir / "runs" / name
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    result_path = run_dir / "acceptance-result.json"
+    config = train_config(run_dir, steps, options)
+    node = socket.gethostname()
+    with LocalTelemetry(run_dir, node) as telemetry:
+        done = procs.run(
+            trainer_argv(ctx, config, result_path),
+            timeout_s,
+            env=ctx.env(RTK_NODE=node),
+            cwd=ctx.repo,
+        )
+    figures: dict[str, Any] = {"seconds": round(done.duration_s, 2), "sampler": telemetry.stats}
+    figures["metrics"] = metrics_figures(run_dir / "metrics.jsonl")
+    if not done.ok:
+        figures["error"] = done.why(1500)
+        return figures
+    result = json.loads(result_path.read_text(encoding="utf-8"))
+    figures["backend"] = result.get("backend")
+    figures["peak_memory_allocated_gib"] = _gib(result.get("peak_memory_allocated_bytes"))
+    figures["peak_memory_reserved_gib"] = _gib(result.get("peak_memory_reserved_bytes"))
+    try:
+        figures["report"] = report_figures(run_dir)
+    except Exception as e:  # noqa: BLE001 - a report that does not build is the finding
+        figures["error"] = f"the report did not build: {type(e).__name__}: {e}"
+    return figures
+
+
+def _gib(value: Any) -> float | None:
+    return value / 2**30 if isinstance(value, (int, float)) else None
+
+
+def rtk_argv(ctx: StageContext, name: str, options: dict[str, Any], steps: int) -> list[str]:
+    """``rtk train --local`` for one strategy (the Ray path)."""
+    argv = [ctx.python, "-m", "toolkit", "train", "--local", "--model-size", MODEL_SIZE]
+    argv += ["--precision", PRECISION, "--strategy", options["strategy"]]
+    argv += ["--max-steps", str(steps), "--num-workers", str(max(len(ctx.gpus), 1))]
+    argv += ["--output-dir", str(ctx.work_dir / "ray-runs"), "--run-id", name]
+    argv += ["--power-rate-hz", "50", "--log-every", "5"]
+    if steps > BARRIER_EVERY:
+        argv += ["--barrier-every", str(BARRIER_EVERY)]
+    if "zero_stage" in options:
+        argv += ["--zero-stage", str(options["zero_stage"])]
+    if options.get("offload_optimizer"):
+        argv.append("--offload-optimizer")
+    return argv
+
+
+def ray_run(
+    ctx: StageContext, name: str, options: dict[str, Any], steps: int, timeout_s: float
+) -> dict[str, Any]:
+    """Train ``name`` with ``rtk train --local`` (a Ray head must be up); its figures."""
+    done = procs.run(rtk_argv(ctx, name, options, steps), timeout_s, env=ctx.env(), cwd=ctx.repo)
+    run_dir = ctx.work_dir / "ray-runs" / name
+    figures: dict[str, Any] = {"seconds": round(done.duration_s, 2), "rc": done.rc}
+    figures["metrics"] = metrics_figures(run_dir / "metrics.jsonl")
+    summary_path = run_dir / "report" / "summary.json"
+    if summary_path.exists():
+        figures["report"] = summary_figures(json.loads(summary_path.read_text(encoding="utf-8")))
+    if not done.ok:
+        figures["error"] = done.why(1500)
+    elif not summary_path.exists():
+        figures["error"] = "rtk train finished but wrote no report/summary.json"
+    return figures

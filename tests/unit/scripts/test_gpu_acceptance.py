@@ -1,0 +1,698 @@
+"""scripts/gpu-acceptance.sh: its CPU mode as CI runs it, and its pure helpers.
+
+The GPU stages themselves run only on a GPU machine (bash scripts/gpu-acceptance.sh);
+here: the whole script without a GPU (every stage listed, skipped with its reason, the
+JSON and markdown written), bad usage, the parsers of nvidia-smi's outputs, pytest's
+report, /proc, the wheelhouse plan, the markdown, and the no-Ray training path with
+its telemetry and report on this machine's CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_nvml import FakeGpu, FakeNvml
+
+REPO = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(REPO / "scripts"))
+
+from gpu_acceptance import install, procs, smi  # noqa: E402
+from gpu_acceptance.context import STRATEGIES, GpuInfo, StageContext  # noqa: E402
+from gpu_acceptance.markdown import header, render  # noqa: E402
+from gpu_acceptance.nvmlcost import sensor_cost  # noqa: E402
+from gpu_acceptance.record import RunRecord, StageResult  # noqa: E402
+from gpu_acceptance.samples import achieved  # noqa: E402
+from gpu_acceptance.stages import STAGE_NAMES  # noqa: E402
+from gpu_acceptance.stages.energy import curve_energy, ratios  # noqa: E402
+from gpu_acceptance.stages.power import plan  # noqa: E402
+from gpu_acceptance.stages.preflight import compare, dcgmi_count  # noqa: E402
+from gpu_acceptance.stages.pytest_gpu import gpu_test_files, parse_junit  # noqa: E402
+from gpu_acceptance.training import local_run, metrics_figures  # noqa: E402
+
+SCRIPT = REPO / "scripts" / "gpu-acceptance.sh"
+EXPECTED_STAGES = ["pytest-gpu", "sensor", "energy", "train", "power-clocks", "preflight", "vllm"]
+TOP_KEYS = {
+    "schema": int,
+    "date": str,
+    "mode": str,
+    "host": str,
+    "gpu_model": (str, type(None)),
+    "gpu_count": int,
+    "driver_version": (str, type(None)),
+    "cuda_version": (str, type(None)),
+    "torch_version": (str, type(None)),
+    "python_version": str,
+    "command": list,
+    "environment": dict,
+    "stages": list,
+    "summary": dict,
+    "duration_s": (int, float),
+}
+STAGE_KEYS = {
+    "name": str,
+    "title": str,
+    "status": str,
+    "reason": str,
+    "duration_s": (int, float),
+    "measurements": dict,
+    "errors": list,
+}
+
+
+def acceptance(*args: str, out: Path | None = None) -> subprocess.CompletedProcess[str]:
+    argv = ["bash", str(SCRIPT), "--python", sys.executable, *args]
+    if out is not None:
+        argv += ["--out", str(out)]
+    env = {k: v for k, v in os.environ.items() if k != "OUT"}
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env, check=False)
+
+
+def no_gpu_args() -> tuple[list[str], str]:
+    """The CPU mode as on a machine without GPUs; on a GPU machine, its dry run."""
+    if shutil.which("nvidia-smi"):
+        return ["--dry-run"], "dry run"
+    return [], "no GPU"
+
+
+# -- the script, as CI runs it --------------------------------------------------------
+
+
+def test_cpu_mode_lists_every_stage_skipped_and_writes_the_same_shape(tmp_path: Path) -> None:
+    args, why = no_gpu_args()
+    began = time.monotonic()
+    done = acceptance(*args, out=tmp_path / "out")
+    assert done.returncode == 0, done.stderr
+    assert time.monotonic() - began < 20
+    printed = [line for line in done.stdout.splitlines() if re.match(r"\d ", line)]
+    assert [line.split()[1] for line in printed] == EXPECTED_STAGES
+    assert all(f"skipped: {why}" in line for line in printed), printed
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "gpu-acceptance.json",
+        "gpu-acceptance.log",
+        "gpu-acceptance.md",
+    ]
+
+    record = json.loads((tmp_path / "out" / "gpu-acceptance.json").read_text())
+    assert set(record) == set(TOP_KEYS)
+    for key, kind in TOP_KEYS.items():
+        assert isinstance(record[key], kind), (key, record[key])
+    assert record["mode"] == ("dry-run" if args else "cpu")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", record["date"])
+    assert record["command"][0] == "bash scripts/gpu-acceptance.sh"
+    assert [s["name"] for s in record["stages"]] == EXPECTED_STAGES
+    for stage in record["stages"]:
+        assert set(stage) == set(STAGE_KEYS)
+        for key, kind in STAGE_KEYS.items():
+            assert isinstance(stage[key], kind), (stage["name"], key)
+        assert stage["status"] == "skipped"
+        assert stage["reason"].startswith(why) and stage["title"]
+    assert record["summary"] == {"ok": 0, "failed": 0, "skipped": 7}
+    assert isinstance(record["environment"]["importable"]["torch"], bool)
+
+    markdown = (tmp_path / "out" / "gpu-acceptance.md").read_text()
+    first = markdown.splitlines()[0]
+    assert first == f"## {record['date'][:10]}: GPU acceptance, " + (
+        "dry run" if args else "CPU mode (no GPU)"
+    )
+    assert "| # | stage | status | time | result |" in markdown
+    for i, name in enumerate(EXPECTED_STAGES, 1):
+        assert f"| {i} | {name} | skipped |" in markdown
+
+
+def test_out_defaults_to_the_out_variable(tmp_path: Path) -> None:
+    env = {**os.environ, "OUT": str(tmp_path / "from-env")}
+    done = subprocess.run(
+        ["bash", str(SCRIPT), "--python", sys.executable, "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "from-env" / "gpu-acceptance.json").exists()
+    assert not (tmp_path / "gpu-acceptance-out").exists()
+
+
+def test_dry_run_says_what_each_selected_stage_would_do(tmp_path: Path) -> None:
+    done = acceptance("--dry-run", "--stages", "train,sensor", "--quick", out=tmp_path)
+    assert done.returncode == 0, done.stderr
+    stages = {
+        s["name"]: s for s in json.loads((tmp_path / "gpu-acceptance.json").read_text())["stages"]
+    }
+    assert stages["sensor"]["reason"].startswith("dry run: would sample NVML at 10hz")
+    assert "for 5 s idle" in stages["sensor"]["reason"]  # --quick windows
+    assert "for 12 steps" in stages["train"]["reason"]
+    assert "zero3-offload" in stages["train"]["reason"]
+    for name in set(EXPECTED_STAGES) - {"train", "sensor"}:
+        assert stages[name]["reason"] == "not selected (--stages)"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--stages", "sensor,nope"], ["--bogus"], ["--train-steps", "0"], ["--budget-s", "-1"]],
+)
+def test_bad_usage_exits_2_and_writes_nothing(tmp_path: Path, args: list[str]) -> None:
+    done = acceptance(*args, out=tmp_path / "out")
+    assert done.returncode == 2
+    assert "usage:" in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_missing_python_is_bad_usage(tmp_path: Path) -> None:
+    done = subprocess.run(
+        ["bash", str(SCRIPT), "--python", str(tmp_path / "no-python"), "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "no Python" in done.stderr
+
+
+# -- nvidia-smi's outputs -------------------------------------------------------------
+
+HELP_QUERY_GPU = """List of valid properties to query for the switch "--query-gpu=":
+
+"timestamp"
+The timestamp of the query, as "YYYY/MM/DD HH:MM:SS.msec".
+
+"pci.bus_id" or "gpu_bus_id"
+PCI bus id as "domain:bus:device.function", in hex.
+
+"power.draw"
+The last measured power draw of the whole board, in watts.
+
+"power.draw.instant"
+The last instantaneous power draw, in watts.
+
+"total_energy_consumption"
+Energy used since the driver was loaded.
+"""
+
+LOOP_CSV = """timestamp, index, uuid, power.draw.instant [W], total_energy_consumption [mJ]
+2026/11/23 10:00:01.250, 0, GPU-aaaa, 612.50, 1000000
+2026/11/23 10:00:01.350, 0, GPU-aaaa, [N/A], 1061000
+2026/11/23 10:00:01.350, 1, GPU-bbbb, 98.00, 5000
+timestamp, index, uuid, power.draw.instant [W], total_energy_consumption [mJ]
+2026/11/23 10:00:01.450, 0, GPU-aaaa, 610.00, [Not Supported]
+2026/11/23 10:00:01.55
+"""
+
+Q_POWER_CLOCK = """
+==============NVSMI LOG==============
+
+Timestamp                                 : Mon Nov 23 10:00:00 2026
+Driver Version                            : 580.65.06
+CUDA Version                              : 13.0
+
+Attached GPUs                             : 1
+GPU 00000000:18:00.0
+    GPU Power Readings
+        Average Power Draw                : 71.20 W
+        Instantaneous Power Draw          : 70.85 W
+        Current Power Limit               : 420.00 W
+        Requested Power Limit             : 420.00 W
+        Default Power Limit               : 700.00 W
+        Min Power Limit                   : 200.00 W
+        Max Power Limit                   : 700.00 W
+    GPU Memory Power Readings
+        Average Power Draw                : N/A
+        Instantaneous Power Draw          : N/A
+    Module Power Readings
+        Average Power Draw                : N/A
+        Current Power Limit               : N/A
+    Clocks
+        Graphics                          : 345 MHz
+        SM                                : 345 MHz
+        Memory                            : 2619 MHz
+        Video                             : 765 MHz
+    Applications Clocks
+        Graphics                          : 1755 MHz
+        Memory                            : 2619 MHz
+    Max Clocks
+        Graphics                          : 1980 MHz
+        SM                                : 1980 MHz
+        Memory                            : 2619 MHz
+    Clock Policy
+        Auto Boost                        : N/A
+"""
+
+Q_OLDER = """Attached GPUs                       : 1
+GPU 00000000:3B:00.0
+    Power Readings
+        Power Management                : Supported
+        Power Draw                      : 55.12 W
+        Power Limit                     : 300.00 W
+        Default Power Limit             : 300.00 W
+    Clocks
+        SM                              : 1410 MHz
+"""
+
+
+def test_query_fields_come_from_the_help_with_their_aliases() -> None:
+    fields = smi.query_fields(HELP_QUERY_GPU)
+    assert fields == {
+        "timestamp",
+        "pci.bus_id",
+        "gpu_bus_id",
+        "power.draw",
+        "power.draw.instant",
+        "total_energy_consumption",
+    }
+    assert smi.pick(fields, smi.POWER_FIELDS) == "power.draw.instant"
+    assert smi.pick({"power.draw"}, smi.POWER_FIELDS) == "power.draw"
+    assert smi.pick(fields - {"total_energy_consumption"}, smi.ENERGY_FIELDS) is None
+
+
+def test_polled_csv_reads_units_missing_values_and_repeated_headers() -> None:
+    rows, units = smi.parse_csv(LOOP_CSV)
+    assert units == {"power.draw.instant": "W", "total_energy_consumption": "mJ"}
+    assert [(r["index"], r["power.draw.instant"]) for r in rows] == [
+        (0.0, 612.5),
+        (0.0, None),
+        (1.0, 98.0),
+        (0.0, 610.0),
+    ]  # the line cut short by the kill is dropped
+    assert rows[3]["total_energy_consumption"] is None
+    assert rows[0]["uuid"] == "GPU-aaaa"
+    assert smi.in_si(rows[1]["total_energy_consumption"], "mJ") == pytest.approx(1061.0)
+    assert smi.in_si(612.5, "W") == 612.5 and smi.in_si(None, "W") is None
+    first, second = (smi.parse_timestamp(r["timestamp"]) for r in rows[:2])
+    assert first is not None and second is not None
+    assert second - first == pytest.approx(0.1)
+    local = time.mktime((2026, 11, 23, 10, 0, 1, 0, 0, -1))
+    assert first == pytest.approx(local + 0.25)
+    assert smi.parse_timestamp("yesterday") is None
+
+
+def test_q_output_gives_power_limits_and_clocks_per_gpu() -> None:
+    tree = smi.parse_q(Q_POWER_CLOCK)
+    assert tree["Driver Version"] == "580.65.06"
+    gpu = tree["gpus"]["00000000:18:00.0"]
+    # Sections of the same name keep apart: the module's limit is not the GPU's.
+    assert gpu["Module Power Readings"]["Current Power Limit"] == "N/A"
+    assert smi.power_and_clocks(tree) == {
+        "00000000:18:00.0": {
+            "power_limit_w": 420.0,
+            "default_power_limit_w": 700.0,
+            "min_power_limit_w": 200.0,
+            "max_power_limit_w": 700.0,
+            "power_draw_w": 70.85,
+            "sm_clock_mhz": 345.0,
+            "mem_clock_mhz": 2619.0,
+            "max_sm_clock_mhz": 1980.0,
+        }
+    }
+    older = smi.power_and_clocks(smi.parse_q(Q_OLDER))["00000000:3B:00.0"]
+    assert older["power_limit_w"] == 300.0 and older["power_draw_w"] == 55.12
+    assert older["sm_clock_mhz"] == 1410.0 and older["min_power_limit_w"] is None
+
+
+def test_dcgmi_discovery_count() -> None:
+    assert dcgmi_count("1 GPU found.\n+--------+\n| GPU ID |") == 1
+    assert dcgmi_count("8 GPUs found.\n") == 8
+    assert dcgmi_count("Error: unable to connect to host engine") is None
+
+
+# -- preflight's facts against nvidia-smi ---------------------------------------------
+
+
+def test_facts_against_nvidia_smi_flag_only_fields_that_must_agree() -> None:
+    facts = {
+        "count": 1,
+        "driver_version": "580.65.06",
+        "devices": {
+            "GPU-aaaa": {
+                "name": "NVIDIA H100 80GB HBM3",
+                "persistence_mode": True,
+                "pcie_gen": 5,
+                "pcie_gen_max": 5,
+                "clocks_event_reasons": 1,
+            }
+        },
+    }
+    rows, _ = smi.parse_csv(
+        "index, uuid, driver_version, name, persistence_mode, pcie.link.gen.max,"
+        " pcie.link.gen.current, clocks_event_reasons.active\n"
+        "0, GPU-aaaa, 580.65.06, NVIDIA H100 80GB HBM3, Disabled, 5, 1, 0x0000000000000000\n"
+    )
+    fields = {
+        "name": "name",
+        "persistence_mode": "persistence_mode",
+        "pcie_gen_max": "pcie.link.gen.max",
+        "pcie_gen": "pcie.link.gen.current",
+        "clocks_event_reasons": "clocks_event_reasons.active",
+    }
+    result = compare(facts, rows, fields)
+    assert result["count"] == {"rtk": 1, "nvidia_smi": 1, "match": True}
+    assert result["driver_version"]["match"] is True
+    gpu = result["gpus"]["GPU-aaaa"]
+    assert gpu["name"]["match"] and gpu["pcie_gen_max"]["match"]
+    assert gpu["pcie_gen"] == {"rtk": 5, "nvidia_smi": 1, "match": False}  # idle link: shown
+    assert gpu["clocks_event_reasons"] == {"rtk": 1, "nvidia_smi": 0, "match": False}
+    assert result["mismatches"] == ["GPU-aaaa persistence_mode: rtk True, nvidia-smi False"]
+    missing = compare({**facts, "count": 2}, [], fields)
+    assert missing["mismatches"] == [
+        "GPU count: rtk 2, nvidia-smi 0",
+        "driver: rtk 580.65.06, nvidia-smi None",
+        "GPU-aaaa: not listed by nvidia-smi",
+    ]
+
+
+# -- pytest's report, /proc, the sampler's lines --------------------------------------
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?>
+<testsuites><testsuite name="pytest" errors="1" failures="1" skipped="1" tests="4">
+<testcase classname="tests.unit.gpu.test_control" name="test_power_limit_on_a_real_gpu" time="1.2"/>
+<testcase classname="tests.unit.telemetry.test_sensors" name="test_nvml_on_a_real_gpu" time="0.3">
+  <failure message="assert 0 &gt; 0">long traceback</failure></testcase>
+<testcase classname="tests.unit.gpu.test_control" name="test_other" time="0">
+  <skipped type="pytest.skip" message="needs root">skip</skipped></testcase>
+<testcase classname="" name="tests.unit.profile.test_vllm_bench" time="0">
+  <error message="collection failure">ModuleNotFoundError: No module named 'pydantic'</error></testcase>
+</testsuite></testsuites>
+"""
+
+
+def test_junit_report_counts_and_messages() -> None:
+    counts, cases = parse_junit(JUNIT)
+    assert counts == {"passed": 1, "failed": 1, "error": 1, "skipped": 1, "tests": 4}
+    assert cases[1] == {
+        "test": "tests.unit.telemetry.test_sensors.test_nvml_on_a_real_gpu",
+        "outcome": "failed",
+        "message": "assert 0 > 0",
+    }
+    assert cases[2]["message"] == "needs root"
+    assert cases[3]["test"] == "tests.unit.profile.test_vllm_bench"
+
+
+def test_gpu_test_files_are_those_with_a_gpu_marked_test() -> None:
+    files = gpu_test_files(REPO)
+    assert "tests/unit/gpu/test_control.py" in files
+    assert "tests/unit/telemetry/test_sensors.py" in files
+    assert "tests/unit/scripts/test_gpu_acceptance.py" not in files  # a mention is no mark
+    for name in files:
+        assert re.search(r"^@pytest\.mark\.gpu$", (REPO / name).read_text(), re.M), name
+
+
+def test_proc_stat_counts_fields_after_the_last_parenthesis() -> None:
+    line = "4242 (python (x) y) S 1 4242 4242 0 -1 4194560 100 0 0 0 731 129 0 0 20 0 3 0 99 0 0"
+    assert procs.parse_proc_stat(line) == (731, 129)
+    assert procs.cpu_seconds(os.getpid()) > 0
+
+
+def test_run_kills_the_whole_group_at_its_limit(tmp_path: Path) -> None:
+    marker = tmp_path / "grandchild-alive"
+    script = f"sleep 30 & sleep 0.5; touch {marker}; wait"
+    done = procs.run(["bash", "-c", script], 0.2)
+    assert done.timed_out and not done.ok
+    time.sleep(0.8)
+    assert not marker.exists()  # bash was killed with its sleep, before the touch
+
+
+STAGE_LIKE = """
+import signal, sys, time
+from gpu_acceptance import procs, stage
+signal.signal(signal.SIGTERM, stage._on_term)
+child = procs.Background(["sleep", "60"])
+print(child.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_stage_stopped_at_its_limit_takes_its_own_process_groups_down() -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "scripts"), str(REPO)])}
+    stage = subprocess.Popen(
+        [sys.executable, "-c", STAGE_LIKE],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    assert stage.stdout is not None
+    grandchild = int(stage.stdout.readline())
+    os.kill(grandchild, 0)  # running, in a process group of its own
+    assert os.getpgid(grandchild) != stage.pid
+    procs.kill_group(stage)  # what the runner does at a stage's time limit
+    assert stage.returncode == 128 + 15
+    with pytest.raises(ProcessLookupError):
+        for _ in range(50):
+            os.kill(grandchild, 0)
+            time.sleep(0.05)
+
+
+def test_achieved_rates_and_intervals_from_sampler_lines() -> None:
+    rows: list[dict[str, Any]] = []
+    for i in range(51):  # 5 s: power at 10 Hz, full readings at 2 Hz
+        t = 1000.0 + i * 0.1
+        kind = "gpu" if i % 5 == 0 else "gpu_power"
+        rows.append({"wall_s": t, "kind": kind, "device": "GPU-a", "power_w": 300.0})
+    rows.append({"wall_s": 1000.0, "kind": "host", "device": "host", "power_w": 90.0})
+    figures = achieved(rows)
+    assert figures["gpus"] == 1
+    assert figures["power_readings_per_s"] == pytest.approx(10.0)
+    assert figures["full_readings_per_s"] == pytest.approx(2.0)
+    gpu = figures["per_gpu"]["GPU-a"]
+    assert gpu["interval_median_ms"] == pytest.approx(100.0)
+    assert gpu["interval_max_ms"] == pytest.approx(100.0)
+
+
+# -- energy ---------------------------------------------------------------------------
+
+
+def test_energy_over_the_window_from_counter_and_power() -> None:
+    t = [100.0 + 0.1 * i for i in range(201)]  # 20 s at 10 Hz, 250 W throughout
+    counter = [50_000.0 + 250.0 * (x - 100.0) for x in t]
+    power = [250.0] * len(t)
+    by_counter = curve_energy(t, counter, "counter", 10.0, 105.0, 115.0)
+    by_power = curve_energy(t, power, "power", 10.0, 105.0, 115.0)
+    assert by_counter["energy_j"] == pytest.approx(2500.0)
+    assert by_power["energy_j"] == pytest.approx(2500.0)
+    assert by_power["mean_power_w"] == pytest.approx(250.0)
+    assert by_power["covered_s"] == pytest.approx(10.0)
+    figures = {
+        "rtk_counter": by_counter,
+        "smi": {"energy_j": 2450.0},
+        "zeus": {"energy_j": None},
+    }
+    assert ratios(figures, "rtk_counter") == {"smi": pytest.approx(0.98), "zeus": None}
+    assert curve_energy([1.0], [5.0], "power", 10.0, 0.0, 2.0)["energy_j"] is None
+
+
+def test_sensor_cost_counts_the_nvml_calls_of_one_reading() -> None:
+    fake = FakeNvml([FakeGpu(uuid="GPU-a"), FakeGpu(uuid="GPU-b", pci_bus_id="00000000:19:00.0")])
+    cost = sensor_cost(fake, 10)
+    assert cost["gpus"] == 2
+    # Against the fake's own call counts: every call went through the counter.
+    total = sum(fake.fake_calls.values())
+    counted = cost["first_read_with_pcie"]["nvml_calls"] + sum(
+        cost[k]["nvml_calls_per_read_per_gpu"] * 10 * 2 for k in ("read", "read_power")
+    )
+    assert counted <= total
+    power = cost["read_power"]["functions"]
+    assert power == {
+        "nvmlDeviceGetFieldValues": {
+            "calls_per_read_per_gpu": 1.0,
+            "us_per_call": power["nvmlDeviceGetFieldValues"]["us_per_call"],
+        }
+    }
+    functions = cost["read"]["functions"]
+    assert functions["nvmlDeviceGetTotalEnergyConsumption"]["calls_per_read_per_gpu"] == 1.0
+    assert "nvmlDeviceGetPcieThroughput" not in functions  # only in the first read
+    assert "nvmlDeviceGetPcieThroughput" in cost["first_read_with_pcie"]["functions"]
+    assert cost["read"]["us_per_read_per_gpu"] > 0
+
+
+# -- power limits ---------------------------------------------------------------------
+
+
+def test_plan_picks_a_limit_every_gpu_accepts_and_a_clock_step() -> None:
+    before = {
+        "GPU-a": {"power_limit_w": 700.0, "power_limit_min_w": 200.0, "max_sm_clock_mhz": 1980},
+        "GPU-b": {"power_limit_w": 500.0, "power_limit_min_w": 350.0, "max_sm_clock_mhz": 1755},
+    }
+    assert plan(before) == {"power_limit_w": 350.0, "gpu_clocks_mhz": (1050, 1050)}
+    one = {"GPU-a": {"power_limit_w": 700.0, "power_limit_min_w": 200.0, "max_sm_clock_mhz": None}}
+    assert plan(one) == {"power_limit_w": 420.0, "gpu_clocks_mhz": None}
+
+
+# -- the wheelhouse -------------------------------------------------------------------
+
+
+def test_wheelhouse_plan_keeps_the_machines_torch_and_what_is_installed() -> None:
+    names = [
+        "torch-2.11.0-cp312-cp312-manylinux_2_28_x86_64.whl",
+        "numpy-2.3.0-cp312-cp312-manylinux_2_28_x86_64.whl",
+        "nvidia_nccl_cu13-2.27.7-py3-none-manylinux_2_18_x86_64.whl",
+        "nvidia_ml_py-13.615.71-py3-none-any.whl",
+        "py_cpuinfo-9.0.0-py3-none-any.whl",
+        "hjson-3.1.0-py3-none-any.whl",
+        "deepspeed-0.19.8.tar.gz",
+        "setuptools-84.2.1-py3-none-any.whl",
+        "Jinja2-3.1.6-py3-none-any.whl",
+        "README.txt",
+    ]
+    result = install.plan_wheelhouse([Path("/wh") / n for n in names], ["jinja2", "PyYAML"])
+    assert [p.name for p in result.build_tools] == ["setuptools-84.2.1-py3-none-any.whl"]
+    assert [p.name for p in result.wheels] == [
+        "hjson-3.1.0-py3-none-any.whl",
+        "nvidia_ml_py-13.615.71-py3-none-any.whl",
+        "py_cpuinfo-9.0.0-py3-none-any.whl",
+    ]
+    assert [p.name for p in result.sdists] == ["deepspeed-0.19.8.tar.gz"]
+    assert result.skipped == {
+        "Jinja2-3.1.6-py3-none-any.whl": "already installed",
+        "numpy-2.3.0-cp312-cp312-manylinux_2_28_x86_64.whl": "protected: the machine's own copy is kept",
+        "nvidia_nccl_cu13-2.27.7-py3-none-manylinux_2_18_x86_64.whl": "protected: the machine's own copy is kept",
+        "torch-2.11.0-cp312-cp312-manylinux_2_28_x86_64.whl": "protected: the machine's own copy is kept",
+    }
+    assert install.constraints({"torch": "2.11.0+cu130", "numpy": "2.3.0", "click": "8.2"}) == (
+        "numpy==2.3.0\ntorch==2.11.0+cu130\n"
+    )
+    assert install.distribution_of("zeus-0.16.0-py3-none-any.whl") == "zeus"
+    assert install.distribution_of("not-a-package.tar.gz") is None
+
+
+# -- the record and its markdown ------------------------------------------------------
+
+
+def gpu_record() -> RunRecord:
+    stages = [StageResult(name, f"title of {name}") for name in STAGE_NAMES]
+    stages[0] = StageResult(
+        "pytest-gpu",
+        "t",
+        "failed",
+        "1 passed, 1 failed",
+        12.4,
+        {"counts": {"passed": 1}},
+        ["x failed: boom"],
+    )
+    stages[1] = StageResult(
+        "sensor",
+        "t",
+        "ok",
+        "read() 60 us/GPU",
+        41.0,
+        {
+            "idle": {"10hz": {"cpu_pct_of_core": 0.41234, "per_gpu": {"GPU-a": {"ok": True}}}},
+            "findings": ["slow 50hz"],
+        },
+    )
+    stages[6] = StageResult("vllm", "t", "skipped", "vllm not installed")
+    stages[3] = StageResult("train", "t", "skipped", "not selected (--stages)")
+    return RunRecord(
+        date="2026-11-23T10:00:00Z",
+        mode="gpu",
+        host="gpu1",
+        gpu_model="NVIDIA H100 80GB HBM3",
+        gpu_count=1,
+        driver_version="580.65.06",
+        cuda_version="13.0",
+        torch_version="2.11.0+cu130 (CUDA 13.0)",
+        python_version="3.12.3",
+        command=["bash scripts/gpu-acceptance.sh"],
+        environment={},
+        stages=stages,
+        duration_s=300.0,
+    )
+
+
+def test_markdown_summary_names_the_gpu_findings_and_figures() -> None:
+    record = gpu_record()
+    text = render(record)
+    lines = text.splitlines()
+    assert (
+        lines[0]
+        == "## 2026-11-23: GPU acceptance on NVIDIA H100 80GB HBM3 (driver 580.65.06, CUDA 13.0)"
+    )
+    assert "| 1 | pytest-gpu | failed | 12 s | 1 passed, 1 failed |" in lines
+    assert "- pytest-gpu failed: 1 passed, 1 failed" in lines
+    assert "- pytest-gpu: x failed: boom" in lines
+    assert "- sensor: slow 50hz" in lines
+    assert "- vllm skipped: vllm not installed" in lines
+    assert "- idle.10hz.cpu_pct_of_core: 0.4123" in lines
+    assert "- idle.10hz.per_gpu.GPU-a.ok: true" in lines
+    assert not any("train skipped" in line for line in lines)  # not asked for: no finding
+    record.gpu_count = 8
+    assert header(record).startswith("## 2026-11-23: GPU acceptance on 8 x NVIDIA H100")
+
+
+def test_stage_result_round_trips_through_json() -> None:
+    result = gpu_record().stages[1]
+    again = StageResult.from_json(json.loads(json.dumps(result.to_json())))
+    assert again == result
+    assert StageResult.from_json({"name": "x", "status": "weird"}).status == "failed"
+
+
+def test_context_round_trips_and_puts_rtk_on_the_path(tmp_path: Path) -> None:
+    ctx = StageContext(
+        repo=str(REPO),
+        work=str(tmp_path),
+        python=sys.executable,
+        strategies=("ddp", "zero3"),
+        importable={"ray": False, "torch": True},
+        gpus=(GpuInfo(0, "GPU-a", "H100"),),
+    )
+    path = tmp_path / "context.json"
+    ctx.dump(path)
+    assert StageContext.load(path) == ctx
+    assert not ctx.ray and ctx.has("torch") and not ctx.has("vllm")
+    assert ctx.env()["PYTHONPATH"].split(os.pathsep)[:2] == [str(REPO / "scripts"), str(REPO)]
+    assert set(STRATEGIES) == {"ddp", "fsdp2", "zero2", "zero3", "zero3-offload"}
+
+
+# -- training without Ray, with telemetry and the report ------------------------------
+
+
+def test_metrics_figures_leave_out_the_warm_up(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    lines = [{"step": 1, "loss": 5.0, "tokens": 512, "tokens_per_s": 10.0, "step_time_s": 9.0}]
+    lines += [
+        {
+            "step": s,
+            "loss": 4.0 - s / 10,
+            "tokens": 512,
+            "tokens_per_s": 1000.0 + s,
+            "step_time_s": 0.5,
+            "mfu": 0.3,
+        }
+        for s in range(2, 9)
+    ]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"step": 9, "cut')
+    figures = metrics_figures(path, skip=3)
+    assert figures["steps"] == 8
+    assert figures["median_tokens_per_s"] == pytest.approx(1006.0)  # steps 4..8
+    assert figures["median_mfu"] == pytest.approx(0.3)
+    assert figures["first_loss"] == 5.0 and figures["last_loss"] == pytest.approx(3.2)
+    assert metrics_figures(tmp_path / "none.jsonl")["steps"] == 0
+
+
+def test_training_without_ray_samples_beside_and_builds_the_report(tmp_path: Path) -> None:
+    ctx = StageContext(repo=str(REPO), work=str(tmp_path), python=sys.executable)
+    figures = local_run(
+        ctx, "cpu", {"strategy": "ddp", "model_size": "tiny", "precision": "fp32"}, 12, 120
+    )
+    assert "error" not in figures, figures.get("error")
+    assert figures["backend"] == "gloo"  # NCCL on a GPU
+    assert figures["metrics"]["steps"] == 12
+    assert figures["sampler"]["samples"] > 0
+    report = figures["report"]
+    assert report["steps"] == 12
+    assert report["tokens_per_s"] > 0 and report["energy_per_token_j"] > 0
+    assert {"summary.json", "report.html"} <= set(report["report_files"])
+    run_dir = tmp_path / "runs" / "cpu"
+    manifest = json.loads((run_dir / "telemetry" / "manifest.json").read_text())
+    (node,) = manifest["nodes"].values()
+    assert node["status"] == "complete" and node["sampler"]["samples"] > 0
