@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from toolkit.cli.common import print_json
 from toolkit.rundir import RunDir
+
+if TYPE_CHECKING:
+    from toolkit.telemetry.report.trace_export import TraceWindow
 
 REPORT_HELP = """Report a run's power telemetry: energy per node, device, step and token.
 
@@ -20,12 +25,16 @@ counter where there is one, else from integrated power. Gaps in the samples (a l
 node, a stalled sampler) are shown, never filled in.
 
 \b
-Writes RUN_DIR/report/: summary.json (every figure), plots/*.png and report.html;
-prints the summary. Nodes are read one at a time, so memory follows the largest
-node's trace, not the cluster's size.
+Writes RUN_DIR/report/: summary.json (every figure), plots/*.png, report.html and
+trace.json.gz (the aligned timeline for ui.perfetto.dev: each rank's steps and
+barrier waits, each GPU's power, clock and temperature); prints the summary. Nodes
+are read one at a time, so memory follows the largest node's trace, not the
+cluster's size.
   rtk report ~/rtk-runs/mycluster-20260101-120000
   rtk report RUN_DIR --json          the summary as JSON on stdout
   rtk report RUN_DIR --csv           also traces.csv: every sample on the aligned timeline
+  rtk report RUN_DIR --trace-window 120:180
+                                     the trace of 2 minutes, every sample in them
 """
 
 JSON_HELP = "Print summary.json's content instead of the text summary."
@@ -34,20 +43,58 @@ CSV_HELP = (
     "size of the traces, which hold the same samples)."
 )
 
+TRACE_HELP = (
+    "Write report/trace.json.gz, the aligned timeline in Chrome trace-event format "
+    "(open it in ui.perfetto.dev). Its size is bounded: counters at the report's bucket "
+    "resolution, and over 250,000 slices only every k-th step."
+)
+TRACE_WINDOW_HELP = (
+    "Export only START:END (seconds since the run's start) to the trace, with every "
+    "sample and every slice in it (the slice cap still applies to a long span); "
+    "implies --trace."
+)
+
+
+def _trace_window(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> TraceWindow | None:
+    if value is None:
+        return None
+    from toolkit.telemetry.report import ReportError
+    from toolkit.telemetry.report.trace_export import TraceWindow
+
+    try:
+        return TraceWindow.parse(value)
+    except ReportError as e:
+        raise click.BadParameter(str(e)) from e
+
 
 @click.command("report", help=REPORT_HELP)
 @click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.option("--csv", "csv", is_flag=True, help=CSV_HELP)
-def report_cmd(run_dir: Path, as_json: bool, csv: bool) -> None:
+@click.option("--trace/--no-trace", default=True, show_default=True, help=TRACE_HELP)
+@click.option(
+    "--trace-window",
+    metavar="START:END",
+    callback=_trace_window,
+    help=TRACE_WINDOW_HELP,
+)
+def report_cmd(
+    run_dir: Path, as_json: bool, csv: bool, trace: bool, trace_window: TraceWindow | None
+) -> None:
     """Build and write a run's report (help: REPORT_HELP)."""
     # Imported here: numpy and matplotlib would slow every other rtk command's start.
     from toolkit.telemetry.report import build_report, format_summary, summary_dict, write_report
 
     report = build_report(RunDir.find(run_dir).root)
-    files = write_report(report, csv=csv)
+    files = write_report(report, csv=csv, trace=trace, trace_window=trace_window)
     if as_json:
         print_json(summary_dict(report))
         return
     click.echo(format_summary(report))
     click.echo(f"\nreport: {files.html}")
+    if files.trace is not None:
+        click.echo(f"trace:  {files.trace.path}")
+        for note in files.trace.notes:
+            click.echo(textwrap.fill(note, 100, initial_indent="  ", subsequent_indent="    "))

@@ -2,8 +2,8 @@
 
 ``build_report(run_dir)`` reads the run directory (docs/telemetry.md) and computes
 every figure; ``write_report(report)`` writes ``<run_dir>/report/``: summary.json,
-traces.csv, plots/*.png and report.html. ``format_summary(report)`` is the terminal
-text and ``summary_dict(report)`` the JSON.
+traces.csv, plots/*.png, report.html and trace.json.gz (for Perfetto).
+``format_summary(report)`` is the terminal text and ``summary_dict(report)`` the JSON.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ rank's steps, every barrier's exit and every rank's wait at it, tokens and resta
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -218,6 +219,55 @@ def reduce_markers(
     out.barriers = _barriers(barrier_steps, barrier_t)
     out.waits = _waits(waits, gpus)
     return out
+
+
+@dataclass(frozen=True)
+class RankRecords:
+    """One rank's records of its latest attempt as arrays, in file order (head timeline).
+
+    For readers that need every rank's records rather than the aggregates (the trace
+    export). ``event`` holds the codes ``RUN_START`` to ``RUN_END``; ``step`` is -1 and
+    ``tokens`` 0 where the record has none; ``wait_s`` is NaN where it has none.
+    """
+
+    rank: int
+    node: str
+    event: IntArray
+    step: IntArray
+    has_step: npt.NDArray[np.bool_]
+    t_s: FloatArray
+    tokens: IntArray
+    has_tokens: npt.NDArray[np.bool_]
+    wait_s: FloatArray
+
+
+def rank_records(
+    files: list[Path], offsets_s: dict[str, float], hostnames: dict[str, str]
+) -> Iterator[RankRecords]:
+    """Each rank's latest attempt, one rank file at a time (as ``reduce_markers`` reads)."""
+    for path in files:
+        columns = _read(path)
+        if columns is None:
+            continue
+        node_of = _resolve(columns, offsets_s, hostnames, set())
+        offset = np.array([o for _, o in node_of], dtype=np.float64)
+        t_s = columns.wall_s - offset[columns.who_index]
+        for rank in np.unique(columns.rank).tolist():
+            mine = np.flatnonzero(columns.rank == rank)
+            latest = mine[
+                _latest_attempt(columns.event[mine], columns.step[mine], columns.has_step[mine])
+            ]
+            yield RankRecords(
+                rank=int(rank),
+                node=node_of[int(columns.who_index[latest[0]])][0],
+                event=columns.event[latest],
+                step=columns.step[latest],
+                has_step=columns.has_step[latest],
+                t_s=t_s[latest],
+                tokens=columns.tokens[latest],
+                has_tokens=columns.has_tokens[latest],
+                wait_s=columns.wait_s[latest],
+            )
 
 
 def _read(path: Path) -> _Columns | None:

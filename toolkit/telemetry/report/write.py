@@ -10,6 +10,12 @@ from toolkit.rundir import RunDir
 from toolkit.telemetry.report.build import Report
 from toolkit.telemetry.report.html import render_html
 from toolkit.telemetry.report.summary import summary_dict
+from toolkit.telemetry.report.trace_export import (
+    TRACE_FILE,
+    TraceExport,
+    TraceWindow,
+    write_trace,
+)
 from toolkit.telemetry.report.traces import write_traces
 
 
@@ -23,6 +29,8 @@ class ReportFiles:
         traces_csv: Every sample on the aligned timeline, when asked for.
         html: The page with the tables and the plots.
         plots: Plot name (``power``, ``step_energy``, ``utilization``) -> PNG.
+        trace_json: The Perfetto / Chrome trace-event file (gzip JSON), unless turned off.
+        trace: What the trace holds (its span, resolution, what the slice cap left out).
     """
 
     directory: Path
@@ -30,15 +38,25 @@ class ReportFiles:
     traces_csv: Path | None
     html: Path
     plots: dict[str, Path]
+    trace_json: Path | None = None
+    trace: TraceExport | None = None
 
 
-def write_report(report: Report, out_dir: Path | None = None, csv: bool = False) -> ReportFiles:
-    """Write summary.json, plots/*.png, report.html, and traces.csv when ``csv``.
+def write_report(
+    report: Report,
+    out_dir: Path | None = None,
+    csv: bool = False,
+    trace: bool = True,
+    trace_window: TraceWindow | None = None,
+) -> ReportFiles:
+    """Write summary.json, plots/*.png, report.html, trace.json.gz, and traces.csv when ``csv``.
 
     Args:
         report: What ``build_report`` returned.
         out_dir: Where to write; ``<run_dir>/report`` by default.
         csv: Also write every sample as CSV (the traces hold them already).
+        trace: Write the trace-event file for Perfetto (bounded in size).
+        trace_window: Export only this span to the trace, with every sample in it.
     """
     directory = Path(out_dir) if out_dir is not None else RunDir(report.run_dir).report_dir
     directory.mkdir(parents=True, exist_ok=True)
@@ -55,4 +73,8 @@ def write_report(report: Report, out_dir: Path | None = None, csv: bool = False)
     plots = write_plots(report, directory / "plots")
     html = directory / "report.html"
     html.write_text(render_html(report, plots, directory), encoding="utf-8")
-    return ReportFiles(directory, summary_json, traces_csv, html, plots)
+    exported = None
+    if trace or trace_window is not None:
+        exported = write_trace(report, directory / TRACE_FILE, trace_window)
+    trace_json = exported.path if exported is not None else None
+    return ReportFiles(directory, summary_json, traces_csv, html, plots, trace_json, exported)
