@@ -7,6 +7,7 @@ The run directory is under /var/tmp, which every sandbox node shares with the ho
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import os
 import re
@@ -186,11 +187,31 @@ def check_telemetry(
     assert [s["step"] for s in summary["steps"]["per_step"]] == list(range(1, steps + 1))
     barriers = summary["barriers"]
     assert all(b["ranks"] == 3 and b["spread_s"] < 1.0 for b in barriers)
+    check_trace(run_dir, sandbox, steps)
     for plot in ("power", "step_energy", "utilization"):
         png = run_dir / "report" / "plots" / f"{plot}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (run_dir / "report" / "report.html").is_file()
     return summary
+
+
+def check_trace(run_dir: Path, sandbox: Sandbox, steps: int) -> None:
+    """The Perfetto export: every rank's steps, the skewed node's lined up with the rest."""
+    with gzip.open(run_dir / "report" / "trace.json.gz", "rt", encoding="utf-8") as f:
+        events = json.load(f)["traceEvents"]
+    nodes = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    assert sorted(nodes.values()) == sorted(n.name for n in sandbox.nodes)
+    starts: dict[str, dict[str, float]] = {}
+    for e in events:
+        if e.get("ph") == "X" and e["name"].startswith("step "):
+            starts.setdefault(e["name"], {})[nodes[e["pid"]]] = e["ts"] / 1e6
+    assert len(starts) == steps
+    skewed = skewed_node(sandbox)
+    for name, by_node in starts.items():
+        # Every rank begins a step within moments of the others once the skewed node's
+        # 3 s are taken off; left in, its steps would start 3 s late.
+        assert skewed in by_node and len(by_node) == len(sandbox.nodes), (name, by_node)
+        assert max(by_node.values()) - min(by_node.values()) < 0.5, (name, by_node)
 
 
 def interp(x: float, xs: list[float], ys: list[float]) -> float:
