@@ -201,15 +201,17 @@ def check_trace(run_dir: Path, sandbox: Sandbox, steps: int) -> None:
         events = json.load(f)["traceEvents"]
     nodes = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
     assert sorted(nodes.values()) == sorted(n.name for n in sandbox.nodes)
-    starts: dict[str, dict[str, float]] = {}
+    steps_seen = {e["name"] for e in events if e.get("ph") == "X" and e["name"].startswith("step ")}
+    assert len(steps_seen) == steps
+    exits: dict[str, dict[str, float]] = {}
     for e in events:
-        if e.get("ph") == "X" and e["name"].startswith("step "):
-            starts.setdefault(e["name"], {})[nodes[e["pid"]]] = e["ts"] / 1e6
-    assert len(starts) == steps
+        if e.get("ph") == "X" and e["name"].startswith("barrier "):
+            exits.setdefault(e["name"], {})[nodes[e["pid"]]] = (e["ts"] + e["dur"]) / 1e6
+    assert exits
     skewed = skewed_node(sandbox)
-    for name, by_node in starts.items():
-        # Every rank begins a step within moments of the others once the skewed node's
-        # 3 s are taken off; left in, its steps would start 3 s late.
+    for name, by_node in exits.items():
+        # Every rank leaves a barrier at the same moment: once the skewed node's 3 s
+        # are taken off, its wait ends with the others'; left in, 3 s late.
         assert skewed in by_node and len(by_node) == len(sandbox.nodes), (name, by_node)
         assert max(by_node.values()) - min(by_node.values()) < 0.5, (name, by_node)
 
