@@ -20,15 +20,23 @@ counter where there is one, else from integrated power. Gaps in the samples (a l
 node, a stalled sampler) are shown, never filled in.
 
 \b
-Writes RUN_DIR/report/: summary.json (every figure), plots/*.png and report.html;
-prints the summary. Nodes are read one at a time, so memory follows the largest
-node's trace, not the cluster's size.
+Writes RUN_DIR/report/: summary.json (every figure), plots/*.png (power, a
+heatmap of every GPU by time, each GPU against the cluster's median, energy per step,
+utilisation) and report.html (self-contained: open it offline); prints a summary
+that fits a screen at any cluster size: run totals, alike nodes grouped on one line,
+the devices that stand out. Nodes are read one at a time, so memory follows the
+largest node's trace, not the cluster's size.
   rtk report ~/rtk-runs/mycluster-20260101-120000
+  rtk report RUN_DIR --all           every node, device, check and note in the summary
   rtk report RUN_DIR --json          the summary as JSON on stdout
   rtk report RUN_DIR --csv           also traces.csv: every sample on the aligned timeline
 """
 
 JSON_HELP = "Print summary.json's content instead of the text summary."
+ALL_HELP = (
+    "Print every node, device, outlier, cross-check and note (the summary groups alike "
+    "nodes and shows the first few otherwise)."
+)
 CSV_HELP = (
     "Also write report/traces.csv, every sample on the head's timeline (about 10x the "
     "size of the traces, which hold the same samples)."
@@ -38,8 +46,9 @@ CSV_HELP = (
 @click.command("report", help=REPORT_HELP)
 @click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@click.option("--all", "-v", "--verbose", "show_all", is_flag=True, help=ALL_HELP)
 @click.option("--csv", "csv", is_flag=True, help=CSV_HELP)
-def report_cmd(run_dir: Path, as_json: bool, csv: bool) -> None:
+def report_cmd(run_dir: Path, as_json: bool, show_all: bool, csv: bool) -> None:
     """Build and write a run's report (help: REPORT_HELP)."""
     # Imported here: numpy and matplotlib would slow every other rtk command's start.
     from toolkit.telemetry.report import build_report, format_summary, summary_dict, write_report
@@ -49,5 +58,5 @@ def report_cmd(run_dir: Path, as_json: bool, csv: bool) -> None:
     if as_json:
         print_json(summary_dict(report))
         return
-    click.echo(format_summary(report))
+    click.echo(format_summary(report, show_all=show_all))
     click.echo(f"\nreport: {files.html}")
