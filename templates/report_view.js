@@ -229,7 +229,7 @@
   function drawNodes() {
     var band = nodeData();
     if (!nodeCanvas || !band) return;
-    var c = fit(nodeCanvas, 150), g = c.g, W = plotWidth(c.w), top = 8, H = 150 - top - 24;
+    var c = fit(nodeCanvas, 160), g = c.g, W = plotWidth(c.w), top = 18, H = 160 - top - 24;
     var ymin = Infinity, ymax = -Infinity, n = state.b1 - state.b0;
     for (var col = state.b0; col < state.b1; col++) {
       if (band.lo[col] === band.lo[col]) { ymin = Math.min(ymin, band.lo[col]); ymax = Math.max(ymax, band.hi[col]); }
@@ -253,7 +253,7 @@
     g.fillText(watts(ymax - pad), M.left - 4, yOf(ymax - pad));
     g.fillText(watts(ymin + pad), M.left - 4, yOf(ymin + pad));
     g.textAlign = "left"; g.textBaseline = "top";
-    g.fillText("node power: band min-max, line median" + (name ? ", red: " + name : ""), M.left + 4, top);
+    g.fillText("power per node: band min to max, line median" + (name ? ", red: " + name : ""), M.left, 2);
     timeAxis(g, c.w, top + H);
   }
 
@@ -399,6 +399,15 @@
     zoom: zoom,
     reset: reset,
     hover: hover,
+    at: function (row, col) {
+      var rect = heat.getBoundingClientRect(), W = plotWidth(rect.width), H = plotHeight();
+      return {
+        x: M.left + (col - state.b0 + 0.5) / (state.b1 - state.b0) * W,
+        y: M.top + (row + 0.5) / ROWS * H,
+        width: rect.width,
+        height: rect.height
+      };
+    },
     view: function () {
       return { t0_s: t0(), t1_s: t1(), b0: state.b0, b1: state.b1, layer: D.layers[state.layer].name };
     },

@@ -74,7 +74,7 @@ def _near(value: float, median: float) -> bool:
     return abs(value / median - 1.0) < ALIKE_SHARE
 
 
-def name_ranges(names: Sequence[str], max_chars: int = 48) -> str:
+def name_ranges(names: Sequence[str], max_chars: int = 60) -> str:
     """``node001-node060, node062``: consecutive numbered names as ranges, cut to fit.
 
     Names keep their order; a run of names with the same prefix and width whose numbers

@@ -206,7 +206,7 @@ def _interleaved(found: list[Outlier]) -> list[Outlier]:
     Scores of different figures do not compare (a GPU throttled all run scores far
     above one drawing 25% more), so the first of each figure come before the seconds.
     """
-    ranked = sorted(found, key=lambda o: (-o.score, o.node, o.device or "", o.metric))
+    ranked = sorted(found, key=lambda o: (-o.score, -o.devices, o.node, o.device or "", o.metric))
     place: dict[str, int] = {}
     turn = []
     for outlier in ranked:

@@ -332,7 +332,8 @@ def _note_lines(notes: list[str], show_all: bool) -> list[str]:
         "",
         f"notes ({len(notes)}):",
         *shown,
-        f"  ... and {len(notes) - i} more notes, see summary.json (or --all)",
+        f"  ... and {len(notes) - i} more note{'s' if len(notes) - i > 1 else ''}, "
+        "see summary.json (or --all)",
     ]
 
 
