@@ -26,6 +26,7 @@ from toolkit.telemetry.report.terminal import (
     check_summary,
     outlier_text,
     outliers_of,
+    rules_text,
     short_device,
     straggler_line,
     value_range,
@@ -76,7 +77,9 @@ def render_html(
         .render(
             s=summary,
             plots=links,
-            data=Markup(page_json(page_data(report, grid))),  # noqa: S704 (escaped by page_json)
+            # page_json escapes <, > and &: the JSON cannot end the script element.
+            data=Markup(page_json(page_data(report, grid))),
+            rules=rules_text(outliers),
             drawable=not grid.empty,
             rows=len(grid.rows),
             kind="GPUs" if grid.kind == "gpu" else "hosts",

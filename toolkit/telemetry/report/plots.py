@@ -89,7 +89,8 @@ def _power(report: Report, figure: Figure) -> None:
         ax.grid(alpha=0.3)
     barrier_lines(report, ax)
     time_axis(report, ax)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
 
 
 def _device_lines(report: Report, ax: Axes) -> None:

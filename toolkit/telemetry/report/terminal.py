@@ -255,8 +255,12 @@ def _kind_lines(report: Report) -> list[str]:
 
 
 def _outlier_lines(outliers: Outliers, show_all: bool) -> list[str]:
-    compared = {kind: n for kind, n in outliers.compared.items() if n}
-    if not any(any(v is not None for v in m.values()) for m in outliers.medians.values()):
+    compared = {
+        kind: n
+        for kind, n in outliers.compared.items()
+        if any(v is not None for v in outliers.medians.get(kind, {}).values())
+    }
+    if not compared:
         return []
     subjects = outliers.subjects()
     if not subjects:
@@ -273,6 +277,16 @@ def _outlier_lines(outliers: Outliers, show_all: bool) -> list[str]:
     return lines
 
 
+def rules_text(outliers: Outliers) -> str:
+    """The thresholds in words: ``avg power ±15%, energy +15%, ...``."""
+    words = []
+    for rule in outliers.rules:
+        sign = "±" if rule.below else "+"
+        size = f"{rule.threshold:.0%}" if rule.relative else f"{rule.threshold:g} {rule.unit}"
+        words.append(f"{rule.label} {sign}{size}")
+    return ", ".join(words)
+
+
 def outlier_text(outliers: Outliers, outlier: Outlier) -> str:
     """``avg power 520 W (+24% vs 420 W)``."""
     rule = outliers.rule(outlier.metric)
@@ -286,7 +300,7 @@ def _check_lines(report: Report, show_all: bool) -> list[str]:
     if not checks:
         return []
     if show_all or len(checks) <= FEW_CHECKS:
-        return ["", *(_check_line(c) for c in checks)]
+        return ["", *(line for c in checks for line in _wrap(_check_line(c), "", "  "))]
     return ["", *_wrap(check_summary(checks), "", "  ")]
 
 
