@@ -29,6 +29,7 @@ from toolkit.telemetry.report.grid import device_grid, node_power
 from toolkit.telemetry.report.grouping import group_nodes, name_ranges
 from toolkit.telemetry.report.page_data import decode, encode, page_data
 from toolkit.telemetry.report.terminal import WIDTH, short_device
+from toolkit.telemetry.report.units import joules, value_range, watts
 
 NODES = 12
 
@@ -49,6 +50,17 @@ def test_name_ranges() -> None:
     assert name_ranges(["a9", "a10", "a11"]) == "a9, a10-a11"  # widths differ: not one run
     cut = name_ranges([f"n{i}" for i in range(0, 100, 2)], max_chars=20)
     assert cut.endswith(", ...") and len(cut) <= 25
+
+
+def test_numbers_read_with_one_unit() -> None:
+    assert (joules(812.0), joules(1_234_567.0), watts(5410.0)) == ("812 J", "1.23 MJ", "5.41 kW")
+    assert value_range("J", [1.23e6, 1.27e6, None]) == "1.23-1.27 MJ"
+    assert (
+        value_range("W", [5400.0, 5600.0, 5500.0], median=True) == "5.40-5.60 kW (median 5.50 kW)"
+    )
+    assert value_range("W", [420.0, 420.04]) == "420 W"
+    assert value_range("J", [900.0, 1.5e6]) == "0.00-1.50 MJ"  # one unit: the largest's
+    assert value_range("W", [None, float("nan")]) == "-"
 
 
 def test_alike_nodes_are_grouped_and_the_others_stand_alone(many: Report) -> None:

@@ -29,8 +29,8 @@ from toolkit.telemetry.report.terminal import (
     rules_text,
     short_device,
     straggler_line,
-    value_range,
 )
+from toolkit.telemetry.report.units import value_range
 
 TEMPLATE = "report.html.j2"
 # Tables with at most this many rows are shown open; longer ones are folded.
