@@ -7,8 +7,10 @@ set -euo pipefail
 # openssh-server and tini: the sandbox's nodes; rsync: `ray up` in benchmarks/bringup.py;
 # iptables: preflight's test blocks a Ray port inside one node; slurm-wlm (slurmctld,
 # slurmd, sbatch/srun/...) and munge: `rtk sandbox up --slurm`, a real SLURM cluster
-# on the sandbox's nodes that rtk's sbatch path is tested against.
-packages=(iproute2 procps openssh-server tini rsync iptables slurm-wlm munge)
+# on the sandbox's nodes that rtk's sbatch path is tested against; chromium and
+# chromium-driver: the report page (report.html) is opened in a real headless browser
+# by tests/unit/telemetry/test_report_browser.py (selenium drives it).
+packages=(iproute2 procps openssh-server tini rsync iptables slurm-wlm munge chromium chromium-driver)
 
 missing=()
 for pkg in "${packages[@]}"; do

@@ -25,18 +25,26 @@ counter where there is one, else from integrated power. Gaps in the samples (a l
 node, a stalled sampler) are shown, never filled in.
 
 \b
-Writes RUN_DIR/report/: summary.json (every figure), plots/*.png, report.html and
-trace.json.gz (the aligned timeline for ui.perfetto.dev: each rank's steps and
-barrier waits, each GPU's power, clock and temperature); prints the summary. Nodes
+Writes RUN_DIR/report/: summary.json (every figure), plots/*.png (power, a
+heatmap of every GPU by time, each GPU against the cluster's median, energy per step,
+utilisation), report.html (self-contained: open it offline) and trace.json.gz (the
+aligned timeline for ui.perfetto.dev: each rank's steps and barrier waits, each GPU's
+power, clock and temperature); prints a summary that fits a screen at any cluster
+size: run totals, alike nodes grouped on one line, the devices that stand out. Nodes
 are read one at a time, so memory follows the largest node's trace, not the
 cluster's size.
   rtk report ~/rtk-runs/mycluster-20260101-120000
   rtk report RUN_DIR --json          the summary as JSON on stdout
+  rtk report RUN_DIR --all           every node, device, check and note in the summary
   rtk report RUN_DIR --csv           also traces.csv: every sample on the aligned timeline
   rtk report RUN_DIR --trace-window 120:180
                                      the trace of 2 minutes, every sample in them
 """
 
+ALL_HELP = (
+    "Print every node, device, outlier, cross-check and note (the summary groups alike "
+    "nodes and shows the first few otherwise)."
+)
 JSON_HELP = "Print summary.json's content instead of the text summary."
 CSV_HELP = (
     "Also write report/traces.csv, every sample on the head's timeline (about 10x the "
@@ -72,6 +80,7 @@ def _trace_window(
 @click.command("report", help=REPORT_HELP)
 @click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@click.option("--all", "-v", "--verbose", "show_all", is_flag=True, help=ALL_HELP)
 @click.option("--csv", "csv", is_flag=True, help=CSV_HELP)
 @click.option("--trace/--no-trace", default=True, show_default=True, help=TRACE_HELP)
 @click.option(
@@ -81,7 +90,12 @@ def _trace_window(
     help=TRACE_WINDOW_HELP,
 )
 def report_cmd(
-    run_dir: Path, as_json: bool, csv: bool, trace: bool, trace_window: TraceWindow | None
+    run_dir: Path,
+    as_json: bool,
+    show_all: bool,
+    csv: bool,
+    trace: bool,
+    trace_window: TraceWindow | None,
 ) -> None:
     """Build and write a run's report (help: REPORT_HELP)."""
     # Imported here: numpy and matplotlib would slow every other rtk command's start.
@@ -92,7 +106,7 @@ def report_cmd(
     if as_json:
         print_json(summary_dict(report))
         return
-    click.echo(format_summary(report))
+    click.echo(format_summary(report, show_all=show_all))
     click.echo(f"\nreport: {files.html}")
     if files.trace is not None:
         click.echo(f"trace:  {files.trace.path}")

@@ -340,16 +340,16 @@ def test_files_plots_and_html(tmp_path: Path) -> None:
     assert float(rows[0]["t_s"]) == pytest.approx(-fixture.spec.lead_s)
     assert max(float(r["t_s"]) for r in rows if r["node"] == "node2") < 8.0
 
-    assert set(files.plots) == {"power", "step_energy", "utilization"}
+    assert set(files.plots) == {"power", "heatmap", "distribution", "step_energy", "utilization"}
     for path in files.plots.values():
         assert path.read_bytes()[:8] == PNG_SIGNATURE
         image = matplotlib.image.imread(path)
         assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
 
     html = files.html.read_text()
-    for table in ("run", "nodes", "devices", "steps", "phases", "crosscheck"):
+    for table in ("run", "nodegroups", "nodes", "devices", "steps", "phases", "crosscheck"):
         assert f'<table id="{table}">' in html
-    for name in ("power", "step_energy", "utilization"):
+    for name in files.plots:
         assert f'<img src="plots/{name}.png"' in html
     assert "node2" in html and "lost" in html
 

@@ -37,9 +37,14 @@ class Buckets:
 
     @classmethod
     def over(cls, start_s: float, end_s: float, rate_hz: float) -> Buckets:
-        """At most ``MAX_BUCKETS``, and no more than one per full sample."""
+        """At most ``MAX_BUCKETS``, each at least two sample periods long.
+
+        One period would leave every other bucket empty when samples fall on the
+        buckets' edges (a steady sampler, a window that starts on a sample): the
+        views would show gaps that the samples do not have.
+        """
         duration_s = max(end_s - start_s, 1e-9)
-        count = max(1, min(MAX_BUCKETS, math.ceil(duration_s * rate_hz)))
+        count = max(1, min(MAX_BUCKETS, math.ceil(duration_s * rate_hz / 2)))
         return cls(start_s, duration_s / count, count)
 
     @property
