@@ -21,12 +21,15 @@ class SectionedCommand(click.Command):
     SECTIONS: ClassVar[Mapping[str, Sequence[str]]] = {}
 
     def unmapped(self) -> list[str]:
-        """The names of the options no section names (``--help`` aside)."""
+        """The names of the shown options no section names (``--help`` aside)."""
         known = {name for names in self.SECTIONS.values() for name in names}
         return [
             str(p.name)
             for p in self.params
-            if isinstance(p, click.Option) and p.name not in known and p.name != "help"
+            if isinstance(p, click.Option)
+            and not p.hidden
+            and p.name not in known
+            and p.name != "help"
         ]
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:

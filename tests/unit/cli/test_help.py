@@ -25,7 +25,18 @@ SECTIONS = [
 
 
 def _options(command: click.Command) -> list[click.Option]:
-    return [p for p in command.params if isinstance(p, click.Option) and p.name != "help"]
+    """The options --help shows (hidden ones, such as testing aids, are not)."""
+    return [
+        p
+        for p in command.params
+        if isinstance(p, click.Option) and p.name != "help" and not p.hidden
+    ]
+
+
+def test_hidden_options_stay_out_of_the_help() -> None:
+    hidden = [p for p in train_cmd.params if isinstance(p, click.Option) and p.hidden]
+    assert "straggle" in {p.name for p in hidden}
+    assert "--straggle" not in _help()
 
 
 def _sections(text: str) -> dict[str, str]:
