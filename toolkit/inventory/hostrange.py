@@ -3,16 +3,21 @@
 Numbers keep the zero padding of the range's first bound, several bracket groups
 expand as a cartesian product (left to right), and a comma outside brackets joins
 independent patterns (``gpu[01-02],login1``).
+
+The other way, for people to read: ``name_ranges`` names many hosts in one short line
+(``node001-node060, node062``), as reports and preflight show them.
 """
 
 from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Sequence
 
 MAX_HOSTS = 65536
 
 _BRACKET = re.compile(r"\[([^\[\]]*)\]")
+_NUMBERED = re.compile(r"^(.*?)(\d+)$")
 
 
 class HostRangeError(ValueError):
@@ -106,3 +111,29 @@ def _expand_body(body: str) -> list[str]:
         width = len(first) if first.startswith("0") else 0
         values.extend(str(n).zfill(width) for n in range(low, high + 1))
     return values
+
+
+def name_ranges(names: Sequence[str], max_chars: int = 60) -> str:
+    """``node001-node060, node062``: consecutive numbered names as ranges, cut to fit.
+
+    Names keep their order; a run of names with the same prefix and width whose numbers
+    follow each other becomes ``first-last``. Past ``max_chars`` the rest is ``...``.
+    """
+    runs: list[list[str]] = []
+    last: tuple[str, int, int] | None = None
+    for name in names:
+        match = _NUMBERED.match(name)
+        key = (match.group(1), len(match.group(2)), int(match.group(2))) if match else None
+        if key and last and key[:2] == last[:2] and key[2] == last[2] + 1 and runs:
+            runs[-1].append(name)
+        else:
+            runs.append([name])
+        last = key
+    pieces = [run[0] if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs]
+    text = ""
+    for piece in pieces:
+        candidate = piece if not text else f"{text}, {piece}"
+        if len(candidate) > max_chars and text:
+            return f"{text}, ..."
+        text = candidate
+    return text

@@ -5,6 +5,7 @@ import re
 import pytest
 
 from toolkit.inventory import HostRangeError, expand_hosts
+from toolkit.inventory.hostrange import name_ranges
 
 
 @pytest.mark.parametrize(
@@ -50,3 +51,16 @@ def test_expand_sixteen_keeps_padding() -> None:
 def test_bad_patterns(pattern: str, message: str) -> None:
     with pytest.raises(HostRangeError, match=re.escape(message)):
         expand_hosts(pattern)
+
+
+def test_name_ranges() -> None:
+    names = [f"node{i:03d}" for i in range(1, 61)] + ["node062", "gpu-a", "gpu-b"]
+    assert name_ranges(names) == "node001-node060, node062, gpu-a, gpu-b"
+    assert name_ranges(["a9", "a10", "a11"]) == "a9, a10-a11"  # widths differ: not one run
+    cut = name_ranges([f"n{i}" for i in range(0, 100, 2)], max_chars=20)
+    assert cut.endswith(", ...") and len(cut) <= 25
+
+
+def test_name_ranges_of_an_expanded_hostlist() -> None:
+    hosts = expand_hosts("gpu[01-16,18,20-21]")
+    assert name_ranges(hosts) == "gpu01-gpu16, gpu18, gpu20-gpu21"

@@ -26,7 +26,7 @@ from toolkit.telemetry.report import (
     write_report,
 )
 from toolkit.telemetry.report.grid import device_grid, node_power
-from toolkit.telemetry.report.grouping import group_nodes, name_ranges
+from toolkit.telemetry.report.grouping import group_nodes
 from toolkit.telemetry.report.page_data import decode, encode, page_data
 from toolkit.telemetry.report.terminal import WIDTH, short_device
 from toolkit.telemetry.report.units import joules, value_range, watts
@@ -42,14 +42,6 @@ def many(tmp_path_factory: pytest.TempPathFactory) -> Report:
     nodes[7] = NodeSpec("node008", gpus=2, throttle=[(2.0, 8.0, 0x40)])
     fixture = build_run(tmp_path_factory.mktemp("many"), RunSpec(nodes=nodes))
     return build_report(fixture.run_dir)
-
-
-def test_name_ranges() -> None:
-    names = [f"node{i:03d}" for i in range(1, 61)] + ["node062", "gpu-a", "gpu-b"]
-    assert name_ranges(names) == "node001-node060, node062, gpu-a, gpu-b"
-    assert name_ranges(["a9", "a10", "a11"]) == "a9, a10-a11"  # widths differ: not one run
-    cut = name_ranges([f"n{i}" for i in range(0, 100, 2)], max_chars=20)
-    assert cut.endswith(", ...") and len(cut) <= 25
 
 
 def test_numbers_read_with_one_unit() -> None:

@@ -1,4 +1,4 @@
-"""Nodes that are alike, shown as one line; names as ranges (``node001-node060``).
+"""Nodes that are alike, shown as one line (named as ranges by ``hostrange.name_ranges``).
 
 A node is alike its peers when its sampler completed, it misses no part of the
 window, it has the same devices (GPU count, host, what its total sums) and its energy
@@ -8,7 +8,6 @@ one by one.
 
 from __future__ import annotations
 
-import re
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -16,7 +15,6 @@ from dataclasses import dataclass
 from toolkit.telemetry.report.energy import NodeReport
 
 ALIKE_SHARE = 0.15
-_NUMBERED = re.compile(r"^(.*?)(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -72,29 +70,3 @@ def _near(value: float, median: float) -> bool:
     if median <= 0:
         return value <= 0
     return abs(value / median - 1.0) < ALIKE_SHARE
-
-
-def name_ranges(names: Sequence[str], max_chars: int = 60) -> str:
-    """``node001-node060, node062``: consecutive numbered names as ranges, cut to fit.
-
-    Names keep their order; a run of names with the same prefix and width whose numbers
-    follow each other becomes ``first-last``. Past ``max_chars`` the rest is ``...``.
-    """
-    runs: list[list[str]] = []
-    last: tuple[str, int, int] | None = None
-    for name in names:
-        match = _NUMBERED.match(name)
-        key = (match.group(1), len(match.group(2)), int(match.group(2))) if match else None
-        if key and last and key[:2] == last[:2] and key[2] == last[2] + 1 and runs:
-            runs[-1].append(name)
-        else:
-            runs.append([name])
-        last = key
-    pieces = [run[0] if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs]
-    text = ""
-    for piece in pieces:
-        candidate = piece if not text else f"{text}, {piece}"
-        if len(candidate) > max_chars and text:
-            return f"{text}, ..."
-        text = candidate
-    return text

@@ -15,10 +15,11 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from toolkit.inventory.hostrange import name_ranges
 from toolkit.resources import data_dir
 from toolkit.telemetry.report.build import Report
 from toolkit.telemetry.report.grid import Grid, device_grid
-from toolkit.telemetry.report.grouping import NodeGroup, devices_of, group_nodes, name_ranges
+from toolkit.telemetry.report.grouping import NodeGroup, devices_of, group_nodes
 from toolkit.telemetry.report.outliers import Outliers
 from toolkit.telemetry.report.page_data import page_data, page_json
 from toolkit.telemetry.report.summary import summary_dict
