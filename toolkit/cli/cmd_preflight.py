@@ -26,7 +26,11 @@ ray, torch and NCCL as the other nodes; its clock against the head's.
 Per pair, where Ray is up: every node reaches the Ray ports of every other node.
 Per GPU node (NVML): GPU count and UUIDs against the inventory, ECC and row-remap
 errors, persistence mode, clocks-event reasons at idle, PCIe link, NVLink, driver.
-Each line gives the measured value, what is wanted and, when not passed, a hint.
+Prints how many checks of each family passed, warned and failed, then only what
+failed or warned: a problem alike on many nodes, or on many pairs into or out of one
+node, is one line naming the nodes as ranges (at most about 40 lines at any size).
+Each gives the measured value, what is wanted and a hint; then the next step.
+--verbose prints every check; --json and --output every check too.
 
 \b
 With --bandwidth (Ray must be up; about 1 s per node plus the sweep):
@@ -40,6 +44,7 @@ With --bandwidth (Ray must be up; about 1 s per node plus the sweep):
 \b
 Examples:
   rtk preflight inv.yaml
+  rtk preflight inv.yaml --verbose
   rtk preflight inv.yaml --bandwidth --min-tcp-gbit-s 20
   rtk preflight inv.yaml --json --output runs/preflight.json
 """
@@ -48,6 +53,9 @@ Examples:
 @click.command("preflight", help=PREFLIGHT_HELP)
 @inventory_options
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@click.option(
+    "--verbose", "-v", is_flag=True, help="Print a line for every check, passed ones too."
+)
 @click.option(
     "--output-dir",
     default="~",
@@ -85,6 +93,7 @@ def preflight_cmd(
     local: bool,
     slurm: bool,
     as_json: bool,
+    verbose: bool,
     output_dir: str,
     legacy_run_dir: str | None,
     output: str | None,
@@ -114,5 +123,5 @@ def preflight_cmd(
     if as_json:
         print_json(report.to_json())
     else:
-        click.echo(report.render(), nl=False)
+        click.echo(report.render(verbose=verbose), nl=False)
     sys.exit(report.exit_code)

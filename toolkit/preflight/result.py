@@ -1,10 +1,15 @@
-"""Preflight results: one line per check, per node or per pair, with one exit status."""
+"""Preflight results: every check, per node, per pair or the cluster's, with one exit status.
+
+The terminal gets a summary that fits a screen at any node count (``summary``);
+``verbose`` gives a line per check, and the JSON record every check.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
+from toolkit.preflight.summary import MAX_LINES, failed_nodes, summary_lines
 from toolkit.rundir.preflight import Check, PreflightRecord, Status
 
 __all__ = ["ORDER", "Check", "PreflightReport", "Status"]
@@ -38,6 +43,13 @@ class PreflightReport:
         """The checks that failed."""
         return [c for c in self.checks if c.status == "fail"]
 
+    def failed_nodes(self) -> list[str]:
+        """The nodes that failed a check of their own (not a pair's), in check order.
+
+        The nodes a run could go on without: what ``rtk up --exclude`` would leave out.
+        """
+        return failed_nodes(self.checks)
+
     def to_record(self) -> PreflightRecord:
         """The record saved as ``preflight.json`` and printed by ``--json``."""
         return PreflightRecord(
@@ -53,27 +65,39 @@ class PreflightReport:
         """A JSON-ready dict (``--json``, ``preflight.json``)."""
         return self.to_record().to_json()
 
-    def render(self, only_problems: bool = False) -> str:
-        """A table for the terminal: failures and warnings first, then a count of passes.
+    def render(self, only_problems: bool = False, verbose: bool = False) -> str:
+        """The report for the terminal, within ``summary.MAX_LINES`` lines at any size.
 
-        ``only_problems`` leaves out the passed checks (``rtk up`` shows it this way).
+        Checks by family with their counts, then what failed or warned, alike problems
+        on one line, then the next step when something failed. ``only_problems`` leaves
+        out the counts by family (``rtk up`` shows it this way); ``verbose`` prints every
+        check as a line instead (``rtk preflight --verbose``).
         """
-        lines = [f"preflight of {self.cluster}: {self.status.upper()} in {self.duration_s:.1f} s"]
+        heading = f"preflight of {self.cluster}: {self.status.upper()} in {self.duration_s:.1f} s"
+        if verbose:
+            return self._every_line(heading, only_problems)
+        lines = summary_lines(self.checks, only_problems, MAX_LINES - 1)
+        return "\n".join([heading, *lines]) + "\n"
+
+    def _every_line(self, heading: str, only_problems: bool) -> str:
+        """A line per check: failures and warnings first (alike ones share a line)."""
+        lines = [heading]
         # Problems that read the same on several nodes (one limit everywhere) share a line.
-        groups: dict[tuple[str, str, str, str, str], list[str]] = {}
+        groups: dict[tuple[str, str, str, str, str], list[Check]] = {}
         for c in sorted(self.checks, key=lambda c: (-ORDER[c.status], c.name)):
             if only_problems and c.status == "pass":
                 continue
             same = c.scope if c.status == "pass" else ""
             groups.setdefault((c.status, c.name, c.measured, c.threshold, c.hint + same), [])
-            groups[(c.status, c.name, c.measured, c.threshold, c.hint + same)].append(c.scope)
-        for (status, name, measured, threshold, _), scopes in groups.items():
-            first = next(c for c in self.checks if c.name == name and c.scope == scopes[0])
-            line = f"  {status.upper():4}  {name:24} {','.join(scopes):18} {measured}"
-            if threshold and status != "pass":
-                line += f" (want {threshold})"
+            groups[(c.status, c.name, c.measured, c.threshold, c.hint + same)].append(c)
+        for alike in groups.values():
+            first = alike[0]
+            scopes = ",".join(c.scope for c in alike)
+            line = f"  {first.status.upper():4}  {first.name:24} {scopes:18} {first.measured}"
+            if first.threshold and first.status != "pass":
+                line += f" (want {first.threshold})"
             lines.append(line)
-            if first.hint and status != "pass":
+            if first.hint and first.status != "pass":
                 lines.append(f"        hint: {first.hint}")
         counts = {s: sum(c.status == s for c in self.checks) for s in ORDER}
         lines.append(f"  {counts['pass']} passed, {counts['warn']} warned, {counts['fail']} failed")

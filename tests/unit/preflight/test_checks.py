@@ -109,4 +109,8 @@ def test_report_status_and_exit_code() -> None:
     report.checks.append(Check("c", "n3", "fail", "z", "w", "fix it"))
     assert report.exit_code == 1
     text = report.render()
-    assert text.splitlines()[1].startswith("  FAIL") and "hint: fix it" in text
+    problems = [line for line in text.splitlines() if line.startswith(("  FAIL", "  WARN"))]
+    assert [line.split()[:3] for line in problems] == [["FAIL", "c", "n3"], ["WARN", "b", "n2"]]
+    assert "hint: fix it" in text
+    verbose = report.render(verbose=True).splitlines()
+    assert verbose[1].startswith("  FAIL") and verbose[-1] == "  1 passed, 1 warned, 1 failed"
