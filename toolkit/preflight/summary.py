@@ -290,12 +290,12 @@ def _next_step(checks: Sequence[Check], blocks: list[_Block]) -> list[str]:
         if len(which) > NEXT_CHECKS:
             which[NEXT_CHECKS:] = [f"{len(which) - NEXT_CHECKS} more"]
         lines.append(
-            f"next: investigate {_node_names(own, NEXT_NAMES_CHARS)}: failed checks of their "
-            f"own ({', '.join(which)})"
+            f"next: investigate {_node_names(own, NEXT_NAMES_CHARS)}, where node checks "
+            f"failed ({', '.join(which)})"
         )
     if centres:
         lead = "      and" if lines else "next: investigate"
-        lines.append(f"{lead} {_node_names(centres, NEXT_NAMES_CHARS)}: failed pairs centre on it")
+        lines.append(f"{lead} {_node_names(centres, NEXT_NAMES_CHARS)}, where failed pairs meet")
     if not lines:
         lines.append("next: investigate the failures above")
     lines.append("      every check: rtk preflight --verbose (or --json)")

@@ -51,7 +51,7 @@ def test_summary_verbose_and_json_tell_the_same_checks(
     failed = sorted({c["name"] for c in checks if c["status"] == "fail"})  # gpu.count, maybe more
     assert (
         summary[-2]
-        == f"next: investigate localhost: failed checks of their own ({', '.join(failed)})"
+        == f"next: investigate localhost, where node checks failed ({', '.join(failed)})"
     )
 
     verbose = _preflight(inventory, "--verbose", "--output-dir", str(tmp_path)).splitlines()

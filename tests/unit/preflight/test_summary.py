@@ -170,13 +170,13 @@ def test_64_nodes_fit_a_screen_naming_every_failed_node_and_grouping_alike_ones(
     # The one filtered pair is its own line, with its own reading and hint.
     assert re.search(r"FAIL +net\.port\.node_manager +node20->node21 +timed out", text)
     assert "hint: open node_manager on node21 to the cluster" in text
-    # The next step: the nodes that failed their own checks, then where pairs centre.
+    # The next step: the nodes that failed their own checks, then where failed pairs meet.
     assert lines[-3].startswith(
         "next: investigate node30-node31, node33, node40-node41, node44, node50, node60 "
-        "(8 nodes): failed checks of their own (gpu.count, gpu.ecc, host.clock_offset, "
+        "(8 nodes), where node checks failed (gpu.count, gpu.ecc, host.clock_offset, "
     )
     assert lines[-2:] == [
-        "      and node07: failed pairs centre on it",
+        "      and node07, where failed pairs meet",
         "      every check: rtk preflight --verbose (or --json)",
     ]
 
@@ -238,7 +238,7 @@ def test_problems_alike_on_many_pairs_out_of_one_node_share_a_line() -> None:
     lines = [line for line in text.splitlines() if "net.port.node_manager" in line]
     assert len(lines) == 2, text
     assert "(15 nodes) -> node05" in lines[0] and "node05 -> node01-node04" in lines[1]
-    assert "next: investigate node05: failed pairs centre on it" in text
+    assert "next: investigate node05, where failed pairs meet" in text
 
 
 def test_many_different_failures_are_summed_up_within_the_bound() -> None:
@@ -280,7 +280,7 @@ def test_many_different_failures_are_summed_up_within_the_bound() -> None:
     left = int(more.split()[2])
     assert len(shown) + left == 60 and more.startswith(f"  ... and {left} more: extra.check")
     # The next step still names every node that failed a check of its own.
-    assert lines[-2].startswith("next: investigate n000-n199 (200 nodes): failed checks of their")
+    assert lines[-2].startswith("next: investigate n000-n199 (200 nodes), where node checks fail")
     assert lines[-2].endswith("extra.check05, 55 more)")  # 60 + clock
 
 
