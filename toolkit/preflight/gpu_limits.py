@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from toolkit.preflight.hardware import Cited, GpuSpec, HardwareTable
+from toolkit.preflight.hardware_table import Cited, GpuSpec, HardwareTable
 from toolkit.rundir.preflight import Status
 
 

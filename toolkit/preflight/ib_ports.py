@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from toolkit.preflight.hardware import InterconnectSpec
+from toolkit.preflight.hardware_table import InterconnectSpec
 from toolkit.rundir.preflight import Check, Status
 
 SYS_INFINIBAND = "sys/class/infiniband"

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from toolkit.preflight.gpu_limits import Floors, Limit, gpu_limits
-from toolkit.preflight.hardware import HardwareTable, load_hardware
+from toolkit.preflight.hardware import load_hardware
+from toolkit.preflight.hardware_table import HardwareTable
 
 
 @pytest.fixture(scope="module")

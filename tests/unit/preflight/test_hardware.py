@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from toolkit.errors import HardwareError
-from toolkit.preflight.hardware import HardwareTable, default_path, load_hardware
+from toolkit.preflight.hardware import default_path, load_hardware
+from toolkit.preflight.hardware_table import HardwareTable
 
 
 def user_file(tmp_path: Path, text: str) -> Path:
