@@ -105,3 +105,7 @@ class ExperimentError(FileProblemsError):
 
 class RunDirError(RtkError):
     """A run directory's record cannot be read: unreadable, not JSON, or a field is wrong."""
+
+
+class HardwareError(FileProblemsError):
+    """The hardware expectations file is missing or invalid, or names no such model."""
