@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import posixpath
+import shutil
 import tarfile
 import uuid
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from toolkit.cluster.plan import ClusterPlan
 from toolkit.errors import ClusterError, TransportError
@@ -22,6 +23,35 @@ from toolkit.shell import join
 from toolkit.transport.base import Transport
 
 FETCH_TIMEOUT_S = 300.0
+
+
+def unpack(archive: Path, dest: Path) -> list[str]:
+    """Unpack a run's archive into ``dest``, file by file; returns the names unpacked.
+
+    Only plain files and folders below ``dest`` are taken (no links, devices, absolute
+    names or ``..``), on every Python 3.11 (``extractall``'s ``filter`` came in 3.11.4).
+
+    Raises:
+        ValueError: The archive holds something else.
+    """
+    names = []
+    with tarfile.open(archive, mode="r:gz") as tar:
+        for member in tar:
+            name = PurePosixPath(member.name)
+            if name.is_absolute() or ".." in name.parts or not (member.isfile() or member.isdir()):
+                raise ValueError(f"refusing {member.name!r}: not a plain file inside the run")
+            target = dest.joinpath(*name.parts)
+            if member.isdir():
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            source = tar.extractfile(member)
+            if source is None:
+                raise ValueError(f"refusing {member.name!r}: unreadable in the archive")
+            with source, target.open("wb") as out:
+                shutil.copyfileobj(source, out, 1 << 20)
+            names.append(str(name))
+    return names
 
 
 def fetch_run(plan: ClusterPlan, transport: Transport, run_dir: str, dest: Path) -> list[str]:
@@ -38,8 +68,7 @@ def fetch_run(plan: ClusterPlan, transport: Transport, run_dir: str, dest: Path)
     archive = dest / f".{Path(remote).name}"
     try:
         transport.get(head, remote, archive)
-        with tarfile.open(archive, mode="r:gz") as tar:
-            tar.extractall(dest, filter="data")
+        unpack(archive, dest)
     except (KeyError, ValueError, tarfile.TarError, OSError) as e:
         raise ClusterError(f"could not unpack {run_dir} from {head.name}: {e}") from e
     finally:

@@ -59,3 +59,25 @@ def test_a_missing_file_is_a_transport_error(tmp_path: Path) -> None:
     node = default_inventory().nodes[0]
     with pytest.raises(TransportError, match="cannot copy"):
         LocalTransport().get(node, str(tmp_path / "nope"), tmp_path / "out")
+
+
+@pytest.mark.parametrize("name", ["../escape.txt", "/etc/escape.txt", "link"])
+def test_an_archive_reaching_outside_the_run_is_refused(tmp_path: Path, name: str) -> None:
+    import io
+    import tarfile
+
+    from toolkit.telemetry.fetch import unpack
+
+    archive = tmp_path / "bad.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        member = tarfile.TarInfo(name)
+        if name == "link":
+            member.type, member.linkname = tarfile.SYMTYPE, "/etc/passwd"
+            tar.addfile(member)
+        else:
+            member.size = 3
+            tar.addfile(member, io.BytesIO(b"bad"))
+    dest = tmp_path / "dest"
+    with pytest.raises(ValueError, match="refusing"):
+        unpack(archive, dest)
+    assert not (tmp_path / "escape.txt").exists() and not (dest / "link").exists()
