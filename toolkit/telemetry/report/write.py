@@ -28,7 +28,8 @@ class ReportFiles:
         summary_json: Every figure, as JSON.
         traces_csv: Every sample on the aligned timeline, when asked for.
         html: The page with the tables and the plots.
-        plots: Plot name (``power``, ``step_energy``, ``utilization``) -> PNG.
+        plots: Plot name (``plots.PLOTS``: power, heatmap, distribution, step_energy,
+            utilization) -> PNG.
         trace_json: The Perfetto / Chrome trace-event file (gzip JSON), unless turned off.
         trace: What the trace holds (its span, resolution, what the slice cap left out).
     """
