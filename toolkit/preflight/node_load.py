@@ -234,16 +234,12 @@ class NvmlSampler:
     def _sample(self, i: int, handle: Any) -> None:
         nvml = self._nvml
         self._samples[i] += 1
-        try:
+        with suppress(nvml.NVMLError):
             self._clock_mhz[i].append(
                 float(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM))
             )
-        except nvml.NVMLError:
-            pass
-        try:
+        with suppress(nvml.NVMLError):
             self._power_w[i].append(nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0)
-        except nvml.NVMLError:
-            pass
         try:
             mask = int(nvml.nvmlDeviceGetCurrentClocksEventReasons(handle))
         except nvml.NVMLError:
