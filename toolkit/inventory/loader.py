@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
 from pydantic import ValidationError
 
 from toolkit.errors import InventoryError, Problem
 from toolkit.inventory.models import InventorySpec
-from toolkit.inventory.problems import format_path, problems_from_validation
+from toolkit.inventory.problems import parse_yaml, problems_from_validation
 from toolkit.inventory.resolve import resolve
 from toolkit.inventory.resolved import Inventory
-from toolkit.inventory.yamlmap import load_located
 
 EMBEDDED_SOURCE = "<embedded default>"
 
@@ -73,19 +71,7 @@ def parse_inventory(text: str, source: str, base_dir: Path) -> Inventory:
     Raises:
         InventoryError: Every problem found, one per line.
     """
-    try:
-        located = load_located(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        reason = getattr(e, "problem", None) or str(e)
-        raise InventoryError([Problem(source, line, "", f"not valid YAML: {reason}")]) from e
-    problems = [
-        Problem(
-            source, second, format_path(path), f"key given twice (also on line {first}); keep one"
-        )
-        for path, first, second in located.duplicates
-    ]
+    located, problems = parse_yaml(text, source, InventoryError)
     if not isinstance(located.data, dict):
         got = "an empty file" if located.data is None else f"a {type(located.data).__name__}"
         problems.append(

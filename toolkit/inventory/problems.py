@@ -12,11 +12,12 @@ import typing
 from collections.abc import Iterable
 from typing import Any, Union
 
+import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from toolkit.errors import Problem
-from toolkit.inventory.yamlmap import KeyPath, LocatedData
+from toolkit.errors import FileProblemsError, Problem
+from toolkit.inventory.yamlmap import KeyPath, LocatedData, load_located
 
 
 def format_path(path: KeyPath) -> str:
@@ -30,6 +31,30 @@ def format_path(path: KeyPath) -> str:
         else:
             text += f".{part}" if text else str(part)
     return text
+
+
+def parse_yaml(
+    text: str, source: str, error: type[FileProblemsError]
+) -> tuple[LocatedData, list[Problem]]:
+    """The YAML with every value's line, and one problem per key given twice.
+
+    Raises:
+        error: The text is not valid YAML (the problem names the line and why).
+    """
+    try:
+        located = load_located(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        reason = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise error([Problem(source, line, "", f"not valid YAML: {reason}")]) from e
+    twice = [
+        Problem(
+            source, second, format_path(key), f"key given twice (also on line {first}); keep one"
+        )
+        for key, first, second in located.duplicates
+    ]
+    return located, twice
 
 
 def problems_from_validation(

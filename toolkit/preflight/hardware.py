@@ -15,14 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic_core import PydanticCustomError
 
 from toolkit.errors import HardwareError, Problem
 from toolkit.fields import is_number
-from toolkit.inventory.problems import format_path, problems_from_validation
-from toolkit.inventory.yamlmap import KeyPath, LocatedData, load_located
+from toolkit.inventory.problems import format_path, parse_yaml, problems_from_validation
+from toolkit.inventory.yamlmap import KeyPath, LocatedData
 from toolkit.preflight.hardware_table import (
     Cited,
     GpuSpec,
@@ -172,17 +171,7 @@ def _read_layer(path: Path) -> _Layer:
         raise HardwareError([Problem(source, None, "", "no such file")]) from None
     except (OSError, UnicodeDecodeError) as e:
         raise HardwareError([Problem(source, None, "", f"cannot read it: {e}")]) from e
-    try:
-        located = load_located(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        reason = getattr(e, "problem", None) or str(e)
-        raise HardwareError([Problem(source, line, "", f"not valid YAML: {reason}")]) from e
-    problems = [
-        Problem(source, second, format_path(p), f"key given twice (also on line {first}); keep one")
-        for p, first, second in located.duplicates
-    ]
+    located, problems = parse_yaml(text, source, HardwareError)
     data = located.data
     if data is None:
         data = {}

@@ -30,12 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_type_hints
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from toolkit.errors import ExperimentError, Problem, RtkError
-from toolkit.inventory.problems import format_path, problems_from_validation
-from toolkit.inventory.yamlmap import load_located
+from toolkit.inventory.problems import format_path, parse_yaml, problems_from_validation
 from toolkit.train.config import TrainConfig
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -184,19 +182,7 @@ def load_experiment(path: str | Path) -> Experiment:
         text = file.read_text(encoding="utf-8")
     except OSError as e:
         raise ExperimentError([Problem(source, None, "", f"cannot read it: {e}")]) from e
-    try:
-        located = load_located(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        reason = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ExperimentError([Problem(source, line, "", f"not valid YAML: {reason}")]) from e
-    twice = [
-        Problem(
-            source, second, format_path(key), f"key given twice (also on line {first}); keep one"
-        )
-        for key, first, second in located.duplicates
-    ]
+    located, twice = parse_yaml(text, source, ExperimentError)
     if twice:
         raise ExperimentError(twice)
     if not isinstance(located.data, dict):
