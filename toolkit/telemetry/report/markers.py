@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pajson
 
-from toolkit.telemetry.report.series import FloatArray
+from toolkit.telemetry.report.series import FloatArray, value_codes
 
 # The fields the report reads of a marker record.
 _SCHEMA = pa.schema(
@@ -293,10 +293,10 @@ def _from_table(table: pa.Table) -> _Columns | None:
     step_col = table.column("step")
     has_step = pc.is_valid(step_col).to_numpy(zero_copy_only=False)
     step = pc.fill_null(step_col, _NO_STEP).to_numpy(zero_copy_only=False).astype(np.int64)
-    who_codes, who_names = _codes(pc.fill_null(table.column("node"), ""))
+    who_codes, who_names = value_codes(pc.fill_null(table.column("node"), ""))
     _, first_rows = np.unique(who_codes, return_index=True)
     hosts = pc.fill_null(table.column("hostname"), "").take(pa.array(first_rows)).to_pylist()
-    gpu_codes, gpu_names = _codes(table.column("gpu_uuid"))
+    gpu_codes, gpu_names = value_codes(table.column("gpu_uuid"))
     tokens_col = table.column("tokens")
     return _Columns(
         event=event,
@@ -313,12 +313,6 @@ def _from_table(table: pa.Table) -> _Columns | None:
         has_tokens=np.asarray(pc.is_valid(tokens_col).to_numpy(zero_copy_only=False), dtype=bool),
         wait_s=pc.fill_null(table.column("wait_s"), np.nan).to_numpy().astype(np.float64),
     )
-
-
-def _codes(column: pa.ChunkedArray) -> tuple[IntArray, list[str]]:
-    encoded = pc.dictionary_encode(column).combine_chunks()
-    indices = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
-    return indices, [str(v) for v in encoded.dictionary.to_pylist()]
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:

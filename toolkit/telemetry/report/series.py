@@ -112,14 +112,14 @@ def read_series(
     if stats.bad_lines:
         notes.append(f"{files[0]}: {stats.bad_lines} unreadable line(s) skipped")
     notes.extend(stats.truncated)
-    codes, names = _codes(table.column("device"))
+    codes, names = value_codes(table.column("device"))
     wall_s = table.column("wall_s").to_numpy()
     order = np.lexsort((wall_s, codes))  # by device, then time; stable for equal times
     codes, t_s = codes[order], wall_s[order] - offset_s
     bounds = np.searchsorted(codes, np.arange(len(names) + 1))
     readings = {name: _floats(table.column(name))[order] for name in USED_READINGS}
     sources = table.column("power_source")
-    source_codes, source_names = _codes(sources)
+    source_codes, source_names = value_codes(sources)
     source_codes = source_codes[order]
     found = {name: (int(bounds[i]), int(bounds[i + 1])) for i, name in enumerate(names)}
     out: dict[str, DeviceSeries] = {}
@@ -144,7 +144,7 @@ def read_series(
     return out
 
 
-def _codes(column: pa.ChunkedArray) -> tuple[npt.NDArray[np.int64], list[str]]:
+def value_codes(column: pa.ChunkedArray) -> tuple[npt.NDArray[np.int64], list[str]]:
     """Codes into the distinct values (-1 for null), and the values."""
     encoded = pc.dictionary_encode(column).combine_chunks()
     indices = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
