@@ -6,8 +6,15 @@ import sys
 
 import click
 
-from toolkit.cli.common import ConsoleReporter, choose_inventory, inventory_options, print_json
+from toolkit.cli.common import (
+    ConsoleReporter,
+    choose_inventory,
+    exclude_options,
+    inventory_options,
+    print_json,
+)
 from toolkit.cluster import ClusterPlan, ClusterStatus
+from toolkit.cluster.exclude import asked_exclusions
 from toolkit.errors import ClusterError, PreflightError
 from toolkit.flows import BringUpOutcome, PreflightFailedError, PreflightPolicy, Session
 from toolkit.inventory import Inventory
@@ -32,10 +39,18 @@ check makes rtk up exit 1 with the cluster left up, so you can look and fix;
 --no-preflight skips them.
 
 \b
+--exclude NODE (names or ranges like node[3-5], repeatable) and --exclude-file
+PATH (the JSON of rtk preflight --json, whose "exclude" list is used, or text:
+one node or range per line, # comments) bring up the other nodes, when they
+still number min_nodes; never the head. The commands after (status, preflight,
+train) leave them out too, until the next rtk up; rtk down stops every node.
+
+\b
 Examples:
   rtk up --local                 this machine as a one-node cluster
   rtk up inv.yaml --dry-run      show the plan
   rtk up inv.yaml --json         machine-readable result
+  rtk preflight inv.yaml --json > pf.json; rtk up inv.yaml --exclude-file pf.json
 """
 
 
@@ -44,6 +59,7 @@ Examples:
 @click.option("--dry-run", is_flag=True, help=DRY_RUN_HELP)
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.option("--no-preflight", is_flag=True, help="Skip the fast preflight checks after.")
+@exclude_options
 def up_cmd(
     inventory: str | None,
     local: bool,
@@ -51,11 +67,14 @@ def up_cmd(
     dry_run: bool,
     as_json: bool,
     no_preflight: bool,
+    exclude: tuple[str, ...],
+    exclude_file: tuple[str, ...],
 ) -> None:
     """Bring the cluster up (help: UP_HELP)."""
     inv = choose_inventory(inventory, local, slurm)
     policy = PreflightPolicy.SKIP if no_preflight else PreflightPolicy.ENFORCE
-    with Session(inv, ConsoleReporter()) as session:
+    excluded = asked_exclusions(exclude, exclude_file)
+    with Session(inv, ConsoleReporter(), excluded=excluded) as session:
         if dry_run:
             click.echo(session.up_plan(), nl=False)
             return
@@ -80,13 +99,21 @@ def render_up_result(
     """Print what ``rtk up`` did: nodes left out, the cluster's state, failed checks."""
     result = brought.up
     checked = brought.preflight.report
+    for exclusion in plan.excluded:
+        click.echo(f"rtk: excluded: {exclusion.describe()}", err=True)
     for outcome in brought.left_out:
         click.echo(
             f"rtk: {outcome.name} left out (min_nodes {inv.min_nodes} allows it): {outcome.error}",
             err=True,
         )
     if as_json:
-        print_json({**result.to_json(), "preflight": checked.to_json() if checked else None})
+        print_json(
+            {
+                **result.to_json(),
+                "excluded": [e.to_json() for e in plan.excluded],
+                "preflight": checked.to_json() if checked else None,
+            }
+        )
     else:
         status = result.status
         ready = len(status.ready) if status else 0
@@ -138,6 +165,7 @@ def render_status(status: ClusterStatus) -> str:
             f"{n.resources.get('CPU', 0):>5g} {n.resources.get('GPU', 0):>5g} {memory:>9}"
             + (f"  {n.problem}" if n.problem else "")
         )
+    lines += [f"  {e.node:<16} excluded by rtk up: {'; '.join(e.reasons)}" for e in status.excluded]
     lines.append(f"  dashboard {status.dashboard_url}")
     return "\n".join(lines)
 
@@ -154,7 +182,8 @@ def down_cmd(inventory: str | None, local: bool, slurm: bool, dry_run: bool, as_
     the head is already gone.
     """
     inv = choose_inventory(inventory, local, slurm)
-    with Session(inv, ConsoleReporter()) as session:
+    # Every node is stopped, the excluded ones too: no need to know which they were.
+    with Session(inv, ConsoleReporter(), excluded=()) as session:
         if dry_run:
             click.echo(session.down_plan(), nl=False)
             return

@@ -10,6 +10,8 @@ from typing import Any, TypeVar
 
 import click
 
+from toolkit.cli.common import exclude_options
+from toolkit.cluster.exclude import asked_exclusions
 from toolkit.inventory import load_inventory
 from toolkit.slurm.options import PREFLIGHT_MODES, merge_options
 from toolkit.slurm.render import TEMPLATES, render_script
@@ -49,6 +51,7 @@ Examples:
   rtk sbatch render inv.yaml --template train --partition gpu --account ml \\
       -- --model-size 350M --strategy fsdp2 --barrier-every 10
   rtk sbatch render inv.yaml --sbatch-arg=--qos=high --sbatch-arg=--constraint=h100
+  rtk sbatch render inv.yaml --exclude-file preflight.json    not the nodes it names
 """
 
 SUBMIT_HELP = """Render the batch script for INVENTORY and submit it with sbatch; print the job id.
@@ -130,7 +133,8 @@ def job_options(func: F) -> F:
     ]
     for option in reversed(options):
         func = option(func)
-    return func
+    # Nodes SLURM must not allocate: #SBATCH --exclude=<hostlist>.
+    return exclude_options(func)
 
 
 @click.group("sbatch", help=SBATCH_HELP)
@@ -202,6 +206,8 @@ def _script_and_names(given: dict[str, Any]) -> tuple[str, str, str]:
     inventory_path = given.pop("inventory")
     template = given.pop("template")
     command = tuple(given.pop("command"))
+    asked = asked_exclusions(given.pop("exclude"), given.pop("exclude_file"))
+    given["exclude"] = tuple(e.node for e in asked)
     inventory = load_inventory(inventory_path)
     options = merge_options(inventory, given)
     if template == "train":

@@ -35,6 +35,23 @@ def inventory_options(func: F) -> F:
     return click.argument("inventory", required=False, type=click.Path(dir_okay=False))(func)
 
 
+def exclude_options(func: F) -> F:
+    """Add ``--exclude NODE`` and ``--exclude-file PATH`` (both repeatable)."""
+    func = click.option(
+        "--exclude-file",
+        multiple=True,
+        type=click.Path(exists=True, dir_okay=False),
+        help="Leave out the nodes in this file: rtk preflight --json's output (its "
+        '"exclude" list) or text, one node or range per line, # comments.',
+    )(func)
+    return click.option(
+        "--exclude",
+        multiple=True,
+        metavar="NODE",
+        help="Leave out this node, or a range like node[3-5] (repeatable).",
+    )(func)
+
+
 DRY_RUN_HELP = "Print what would run (commands, job, environment) and touch nothing."
 
 

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import json
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from toolkit.cluster.exclude import inventory_without
 from toolkit.inventory import Inventory, Node
 from toolkit.node import AGENT
 from toolkit.ray_resources import host_resource
+from toolkit.rundir.preflight import Exclusion
 from toolkit.shell import join, with_env_file
 from toolkit.transport import transport_class
 
@@ -81,7 +83,11 @@ class NodePlan:
 
 @dataclass(frozen=True)
 class ClusterPlan:
-    """The whole bring-up (and teardown) of one cluster."""
+    """The whole bring-up (and teardown) of one cluster.
+
+    ``inventory`` and ``nodes`` are the nodes brought up; ``excluded`` the inventory's
+    nodes left out (``rtk up --exclude``), and why.
+    """
 
     inventory: Inventory
     paths: ClusterPaths
@@ -89,6 +95,7 @@ class ClusterPlan:
     dashboard_url: str
     head_address: str
     nodes: tuple[NodePlan, ...]
+    excluded: tuple[Exclusion, ...] = ()
 
     @property
     def head(self) -> NodePlan:
@@ -119,8 +126,14 @@ class ClusterPlan:
         )
 
 
-def build_plan(inventory: Inventory) -> ClusterPlan:
-    """Plan the cluster: head first, then workers in inventory order."""
+def build_plan(inventory: Inventory, excluded: Sequence[Exclusion] = ()) -> ClusterPlan:
+    """Plan the cluster: head first, then workers in inventory order, none of ``excluded``.
+
+    Raises:
+        ExcludeError: ``excluded`` names a node not in the inventory, the head, or
+            leaves fewer than ``min_nodes`` nodes.
+    """
+    inventory = inventory_without(inventory, excluded)
     paths = ClusterPaths(inventory.temp_dir)
     head = inventory.head
     head_address = f"{head.address}:{inventory.ports.gcs}"
@@ -135,6 +148,7 @@ def build_plan(inventory: Inventory) -> ClusterPlan:
         dashboard_url=f"http://{_bracket(url_host)}:{inventory.ports.dashboard}",
         head_address=head_address,
         nodes=tuple(nodes),
+        excluded=tuple(excluded),
     )
 
 

@@ -54,6 +54,7 @@ def render_up(plan: ClusterPlan) -> str:
         f"  wait       until {inv.min_nodes} of {len(plan.nodes)} node(s) are alive with their "
         f"GPUs and resources, at most {inv.ray.wait_timeout_s:g} s",
     ]
+    lines += [f"  excluded   {e.describe()}" for e in plan.excluded]
     for index, node_plan in enumerate(plan.nodes):
         if index == 1:
             lines += ["", "workers start in parallel once the head is up"]

@@ -10,6 +10,7 @@ from toolkit.errors import ClusterError, TransportError
 from toolkit.inventory import Node
 from toolkit.node import call_agent
 from toolkit.ray_resources import host_resource
+from toolkit.rundir.preflight import Exclusion
 from toolkit.transport.base import Transport
 
 STATUS_TIMEOUT_S = 60.0
@@ -47,6 +48,8 @@ class ClusterStatus:
     nodes: list[NodeStatus]
     ray_version: str | None = None
     error: str | None = None
+    # The inventory's nodes left out by rtk up --exclude: not in ``nodes``, not missed.
+    excluded: list[Exclusion] = field(default_factory=list)
 
     @property
     def ready(self) -> list[str]:
@@ -70,6 +73,7 @@ def cluster_status(plan: ClusterPlan, transport: Transport) -> ClusterStatus:
             NodeStatus(n.node.name, n.role, n.node.address, expected_resources(n.node))
             for n in plan.nodes
         ],
+        excluded=list(plan.excluded),
     )
     try:
         answer = call_agent(transport, plan.head.node, plan.status_command(), STATUS_TIMEOUT_S)

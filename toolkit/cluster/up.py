@@ -124,6 +124,8 @@ def up(plan: ClusterPlan, transport: Transport, store: StateStore, reporter: Rep
             "dashboard_url": plan.dashboard_url,
             "temp_dir": plan.paths.temp_dir,
             "nodes": [n.node.name for n in plan.nodes],
+            # Read back by the commands after (status, train, preflight) until rtk down.
+            "excluded": [e.to_json() for e in plan.excluded],
             "up_at": time.time(),
         }
     )

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from toolkit.flows.outcome import PreflightPolicy
 from toolkit.flows.workload import JobRequest
+from toolkit.rundir.preflight import Exclusion
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,7 @@ class RunPlan:
         preflight: What a failed check would do (``SKIP``: no checks).
         job: The Ray job that runs the workload.
         report: Whether the run's telemetry is collected and reported after the job.
+        excluded: The inventory's nodes ``rtk up`` left out, and why.
     """
 
     cluster: str
@@ -27,11 +29,13 @@ class RunPlan:
     preflight: PreflightPolicy
     job: JobRequest
     report: bool
+    excluded: tuple[Exclusion, ...] = ()
 
     def render(self) -> str:
         """The plan as text (``--dry-run``)."""
         run_dir = self.job.run_dir
         lines = [f"cluster {self.cluster!r}: {len(self.nodes)} node(s), head {self.head}"]
+        lines += [f"   excluded: {e.describe()}" for e in self.excluded]
         if self.preflight is PreflightPolicy.SKIP:
             lines.append("1. preflight: skipped")
         else:

@@ -26,6 +26,7 @@ from toolkit.cluster import (
 )
 from toolkit.cluster.command import NodeRun, command_line, run_everywhere
 from toolkit.cluster.connect import make_transport
+from toolkit.cluster.exclude import ExcludeError, excluded_from_state
 from toolkit.cluster.jobs import job_client, run_job
 from toolkit.cluster.report import Reporter
 from toolkit.errors import RtkError
@@ -48,6 +49,7 @@ from toolkit.flows.workload import (
 )
 from toolkit.inventory import Inventory
 from toolkit.rundir import RunDir
+from toolkit.rundir.preflight import Exclusion
 from toolkit.telemetry.fetch import fetch_run
 from toolkit.train.submit import remember_run
 from toolkit.transport.base import Transport
@@ -74,18 +76,38 @@ class Session:
         reporter: Reporter | None = None,
         log: Log | None = None,
         store: StateStore | None = None,
+        excluded: Sequence[Exclusion] | None = None,
     ) -> None:
-        """Plan the cluster (pure); nothing is opened or touched yet.
+        """Plan the cluster; nothing is opened or touched yet (the state file is read).
 
         Args:
             inventory: The cluster.
             reporter: Receives progress of bring-up and teardown.
             log: Receives a job's log as it streams.
             store: rtk's state of the cluster (default: the inventory's name's).
+            excluded: The nodes to leave out (``rtk up --exclude``); None: those the last
+                ``rtk up`` left out, as the state store keeps them, so the commands after
+                it (status, preflight, train) work on the nodes brought up.
+
+        Raises:
+            ExcludeError: ``excluded`` names an unknown node or the head, or leaves
+                fewer than ``min_nodes`` nodes.
+            StateError: The state store cannot be read.
         """
         self.inventory = inventory
-        self.plan = build_plan(inventory)
         self.store = store or StateStore(inventory.name)
+        remembered = excluded is None
+        if excluded is None:
+            excluded = excluded_from_state(self.store.load(), inventory)
+        try:
+            self.plan = build_plan(inventory, excluded)
+        except ExcludeError as e:
+            if not remembered:
+                raise
+            raise ExcludeError(
+                f"{e} (the last rtk up left them out, as {self.store.state_file} keeps it; "
+                "run rtk up again, or rtk down)"
+            ) from e
         self.reporter: Reporter = reporter or _Quiet()
         self.log: Log = log or (lambda line: None)
         self._transport: Transport | None = None
@@ -119,7 +141,7 @@ class Session:
 
     def subset(self, inventory: Inventory) -> Session:
         """A session on part of this cluster (``inventory``) sharing this one's transport."""
-        child = Session(inventory, self.reporter, self.log, self.store)
+        child = Session(inventory, self.reporter, self.log, self.store, excluded=())
         child._parent = self
         return child
 
@@ -131,7 +153,7 @@ class Session:
 
     def down_plan(self) -> str:
         """What ``tear_down`` would run, as text."""
-        return render_down(self.plan)
+        return render_down(build_plan(self.inventory))
 
     def job_request(self, workload: Workload) -> JobRequest:
         """The Ray job ``run_workload`` would submit."""
@@ -160,6 +182,7 @@ class Session:
             preflight,
             self.job_request(workload),
             report,
+            self.plan.excluded,
         )
 
     # Steps.
@@ -265,5 +288,5 @@ class Session:
         return ReportOutcome(collected.path, format_summary(report), Path(files.html))
 
     def tear_down(self) -> DownResult:
-        """Stop rtk's Ray on every node."""
-        return down(self.plan, self.transport, self.store, self.reporter)
+        """Stop rtk's Ray on every node of the inventory, the excluded ones too (harmless)."""
+        return down(build_plan(self.inventory), self.transport, self.store, self.reporter)

@@ -5,7 +5,8 @@ expand as a cartesian product (left to right), and a comma outside brackets join
 independent patterns (``gpu[01-02],login1``).
 
 The other way, for people to read: ``name_ranges`` names many hosts in one short line
-(``node001-node060, node062``), as reports and preflight show them.
+(``node001-node060, node062``), as reports and preflight show them; for SLURM,
+``compress_hosts`` writes a hostlist ``expand_hosts`` (and sbatch) reads back.
 """
 
 from __future__ import annotations
@@ -137,3 +138,39 @@ def name_ranges(names: Sequence[str], max_chars: int = 60) -> str:
             return f"{text}, ..."
         text = candidate
     return text
+
+
+def compress_hosts(names: Sequence[str]) -> str:
+    """The hostlist of ``names``: ``node[03-05,07],login1``, as SLURM's options take it.
+
+    Names ending in a number are grouped by what comes before it and the number's width
+    (so zero padding survives), in the order each group is first named; numbers are
+    sorted and runs become ranges; duplicates go. ``expand_hosts`` gives the names back.
+    """
+    groups: dict[tuple[str, int], set[str]] = {}
+    for name in names:
+        match = _NUMBERED.match(name)
+        if match is None:
+            groups.setdefault((name, -1), set())
+        else:
+            groups.setdefault((match.group(1), len(match.group(2))), set()).add(match.group(2))
+    parts = []
+    for (prefix, width), numbers in groups.items():
+        if width < 0:
+            parts.append(prefix)
+        elif len(numbers) == 1:
+            parts.append(prefix + numbers.pop())
+        else:
+            parts.append(f"{prefix}[{_number_ranges(sorted(numbers, key=int))}]")
+    return ",".join(parts)
+
+
+def _number_ranges(numbers: list[str]) -> str:
+    """``01,02,03,07`` -> ``01-03,07`` (same-width numbers, sorted)."""
+    runs: list[list[str]] = []
+    for number in numbers:
+        if runs and int(number) == int(runs[-1][-1]) + 1:
+            runs[-1].append(number)
+        else:
+            runs.append([number])
+    return ",".join(run[0] if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)

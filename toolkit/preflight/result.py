@@ -9,21 +9,33 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from toolkit.preflight.exclude import bad_links, exclusions
 from toolkit.preflight.summary import MAX_LINES, failed_nodes, summary_lines
-from toolkit.rundir.preflight import Check, PreflightRecord, Status
+from toolkit.rundir.preflight import Check, Exclusion, PreflightRecord, Status
 
 __all__ = ["ORDER", "Check", "PreflightReport", "Status"]
 
 ORDER: dict[str, int] = {"pass": 0, "warn": 1, "fail": 2}
+EXCLUDED_CHARS = 200  # the line naming the nodes left out is cut past this
 
 
 @dataclass
 class PreflightReport:
-    """Every check of one preflight run."""
+    """Every check of one preflight run.
+
+    Attributes:
+        cluster: The inventory's name.
+        checks: Every check.
+        duration_s: How long the checks took.
+        head: The head's name ('' when not known): an exclusion of it is marked.
+        excluded: The nodes left out before the checks ran (``rtk up --exclude``).
+    """
 
     cluster: str
     checks: list[Check] = field(default_factory=list)
     duration_s: float = 0.0
+    head: str = ""
+    excluded: list[Exclusion] = field(default_factory=list)
 
     @property
     def status(self) -> Status:
@@ -50,16 +62,34 @@ class PreflightReport:
         """
         return failed_nodes(self.checks)
 
+    def exclusions(self) -> list[Exclusion]:
+        """The nodes to go on without and why (``toolkit.preflight.exclude``)."""
+        return exclusions(self.checks, self.head or None)
+
     def to_record(self) -> PreflightRecord:
         """The record saved as ``preflight.json`` and printed by ``--json``."""
+        exclude = self.exclusions()
         return PreflightRecord(
-            self.cluster, self.status, round(self.duration_s, 3), tuple(self.checks)
+            self.cluster,
+            self.status,
+            round(self.duration_s, 3),
+            tuple(self.checks),
+            head=self.head,
+            exclude=tuple(exclude),
+            links=tuple(bad_links(self.checks, [e.node for e in exclude])),
+            excluded=tuple(self.excluded),
         )
 
     @classmethod
     def from_record(cls, record: PreflightRecord) -> PreflightReport:
-        """The report a saved record describes."""
-        return cls(record.cluster, list(record.checks), record.duration_s)
+        """The report a saved record describes (its exclusions derive from the checks)."""
+        return cls(
+            record.cluster,
+            list(record.checks),
+            record.duration_s,
+            record.head,
+            list(record.excluded),
+        )
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (``--json``, ``preflight.json``)."""
@@ -74,9 +104,14 @@ class PreflightReport:
         check as a line instead (``rtk preflight --verbose``).
         """
         heading = f"preflight of {self.cluster}: {self.status.upper()} in {self.duration_s:.1f} s"
+        if self.excluded:
+            left_out = "; ".join(e.describe() for e in self.excluded)
+            if len(left_out) > EXCLUDED_CHARS:
+                left_out = left_out[: EXCLUDED_CHARS - 3] + "..."
+            heading += f"\n  run without {left_out}"
         if verbose:
             return self._every_line(heading, only_problems)
-        lines = summary_lines(self.checks, only_problems, MAX_LINES - 1)
+        lines = summary_lines(self.checks, only_problems, MAX_LINES - heading.count("\n") - 1)
         return "\n".join([heading, *lines]) + "\n"
 
     def _every_line(self, heading: str, only_problems: bool) -> str:

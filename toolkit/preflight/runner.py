@@ -137,7 +137,7 @@ def run_preflight(
     has just asked Ray (``rtk up``); otherwise preflight asks.
     """
     began = time.monotonic()
-    report = PreflightReport(plan.inventory.name)
+    report = PreflightReport(plan.inventory.name, head=plan.head.name, excluded=[*plan.excluded])
     if alive is None:
         alive = {n.name for n in cluster_status(plan, transport).nodes if n.alive}
     up = alive

@@ -16,6 +16,7 @@ from typing import Any
 
 from toolkit.errors import RtkError
 from toolkit.inventory import Inventory
+from toolkit.inventory.hostrange import compress_hosts
 
 DEFAULT_JOB_OUTPUT = "rtk-%x-%j.out"
 DEFAULT_OUTPUT_DIR = "rtk-runs"
@@ -26,6 +27,7 @@ TIME_PATTERN = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
 _PARTITION = re.compile(r"^[A-Za-z0-9._-]+(,[A-Za-z0-9._-]+)*$")
 _OUTPUT_PATTERN = re.compile(r"^[A-Za-z0-9._%/+~@=,:-]+$")
+_HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _EXTRA_ARG = re.compile(r"^--([a-z][a-z0-9-]*)(=[A-Za-z0-9._%/+~@=,:*-]*)?$")
 # Options rtk writes itself; an --sbatch-arg may not repeat them.
@@ -40,6 +42,7 @@ _MANAGED = {
     "output": "--job-output",
     "exclusive": "--exclusive",
     "signal": "--grace-s",
+    "exclude": "--exclude",
 }
 
 
@@ -62,6 +65,8 @@ class SbatchOptions:
         time: ``#SBATCH --time`` (minutes, HH:MM:SS, D-HH:MM:SS...), left out when None.
         job_output: ``#SBATCH --output``: the job's log, relative to the submit directory.
         exclusive: ``#SBATCH --exclusive``: no other job shares the nodes.
+        exclude: ``#SBATCH --exclude``: nodes SLURM must not allocate (written as one
+            compressed hostlist, ``node[3-5]``), left out when empty.
         grace_s: Seconds before the time limit at which SLURM sends SIGUSR1 to the
             batch shell (``--signal=B:USR1@grace_s``) and teardown begins.
         extra_args: Further ``#SBATCH`` options, each ``--name=value`` or ``--flag``.
@@ -80,6 +85,7 @@ class SbatchOptions:
     time: str | None = None
     job_output: str = DEFAULT_JOB_OUTPUT
     exclusive: bool = False
+    exclude: tuple[str, ...] = ()
     grace_s: int = DEFAULT_GRACE_S
     extra_args: tuple[str, ...] = field(default_factory=tuple)
     output_dir: str = DEFAULT_OUTPUT_DIR
@@ -109,6 +115,8 @@ class SbatchOptions:
         lines.append(f"--output={self.job_output}")
         if self.exclusive:
             lines.append("--exclusive")
+        if self.exclude:
+            lines.append(f"--exclude={compress_hosts(self.exclude)}")
         lines.append(f"--signal=B:USR1@{self.grace_s}")
         lines.extend(self.extra_args)
         return lines
@@ -168,6 +176,9 @@ def merge_options(inventory: Inventory, given: Mapping[str, Any]) -> SbatchOptio
     grace_s = DEFAULT_GRACE_S if grace_s is None else grace_s
     if not 10 <= grace_s <= 65535:
         problems.append(f"--grace-s: got {grace_s}; give 10 to 65535 seconds (teardown needs time)")
+    exclude = tuple(given.get("exclude") or ())
+    for host in exclude:
+        _check(problems, _HOST, host, "--exclude", "a host name: letters, digits and . _ -")
     extra_args = tuple(given.get("extra_args") or ())
     problems.extend(_extra_arg_problems(extra_args))
 
@@ -194,6 +205,7 @@ def merge_options(inventory: Inventory, given: Mapping[str, Any]) -> SbatchOptio
         time=time,
         job_output=job_output,
         exclusive=bool(given.get("exclusive")),
+        exclude=exclude,
         grace_s=grace_s,
         extra_args=extra_args,
         output_dir=output_dir,
