@@ -61,6 +61,7 @@ class ClusterStatus:
         data = asdict(self)
         data["alive"] = [n.name for n in self.nodes if n.alive]
         data["expected"] = len(self.nodes)
+        data["excluded"] = [e.to_json() for e in self.excluded]
         return data
 
 

@@ -20,7 +20,9 @@ from toolkit.rundir.preflight import BadLink, Check, Exclusion, PreflightRecord
 NODES = ("n1", "n2", "n3", "n4")
 
 
-def mesh(nodes: tuple[str, ...] = NODES, failing: set[tuple[str, str]] | None = None) -> list[Check]:
+def mesh(
+    nodes: tuple[str, ...] = NODES, failing: set[tuple[str, str]] | None = None
+) -> list[Check]:
     """A passing check per node and per port of every ordered pair; ``failing`` pairs fail."""
     failing = failing or set()
     checks = [Check("host.dev_shm", n, "pass", "64 GiB") for n in nodes]
