@@ -307,7 +307,7 @@ def kernel_xids(since: str = KERNEL_LOG_SINCE, limit: int = XID_LINES_MAX) -> di
         lines = [line for line in lines if not line.startswith("-- ")]
         if done.returncode != 0 or not lines:
             said = [line for line in done.stderr.splitlines() if line.strip()]
-            why = said[-1] if said else f"exit status {done.returncode}"
+            why = said[-1].removeprefix(f"{source}: ") if said else f"exit status {done.returncode}"
             tried.append(f"{source}: {_clip(why) if said or done.returncode else 'no entries'}")
             continue
         xids = [line[:LINE_CHARS_MAX] for line in lines if XID_MARK in line]
