@@ -25,7 +25,10 @@ directory; pinned Ray ports outside the kernel's ephemeral range; the same Pytho
 ray, torch and NCCL as the other nodes; its clock against the head's.
 Per pair, where Ray is up: every node reaches the Ray ports of every other node.
 Per GPU node (NVML): GPU count and UUIDs against the inventory, ECC and row-remap
-errors, persistence mode, clocks-event reasons at idle, PCIe link, NVLink, driver.
+errors, persistence mode, clocks-event reasons at idle, PCIe link, NVLink, driver;
+XIDs in the kernel log (journalctl -k or dmesg); with --dcgm-level, DCGM's
+diagnostic (dcgmi diag). Per node with RDMA devices: each InfiniBand/RoCE port's
+state, rate and error counters, against network.profile and NCCL_IB_HCA.
 Prints how many checks of each family passed, warned and failed, then only what
 failed or warned: a problem alike on many nodes, or on many pairs into or out of one
 node, is one line naming the nodes as ranges (at most about 40 lines at any size).
@@ -88,6 +91,14 @@ Examples:
     show_default=True,
     help="Measure a failing pair again this many times before it fails.",
 )
+@click.option(
+    "--dcgm-level",
+    type=click.IntRange(0, 2),
+    default=0,
+    show_default=True,
+    help="Run dcgmi diag -r LEVEL on GPU nodes that have DCGM: 1 is the quick "
+    "diagnostic (about 1 min), 2 the medium one (a few min); 0: none.",
+)
 def preflight_cmd(
     inventory: str | None,
     local: bool,
@@ -101,6 +112,7 @@ def preflight_cmd(
     min_tcp_gbit_s: float,
     min_busbw_gb_s: float,
     bandwidth_retries: int,
+    dcgm_level: int,
 ) -> None:
     """Check the nodes (help: PREFLIGHT_HELP)."""
     inv = choose_inventory(inventory, local, slurm)
@@ -116,7 +128,9 @@ def preflight_cmd(
         else None
     )
     with Session(inv) as session:
-        report = run_preflight(session.plan, session.transport, run_dir, thresholds, measure)
+        report = run_preflight(
+            session.plan, session.transport, run_dir, thresholds, measure, dcgm_level=dcgm_level
+        )
     if output:
         Path(output).parent.mkdir(parents=True, exist_ok=True)
         Path(output).write_text(json.dumps(report.to_json(), indent=2) + "\n")

@@ -1,9 +1,14 @@
 """What preflight needs to know about a node, gathered on the node (stdlib only).
 
 Fed to ``python -`` over the transport like ``agent.py``:
-``python - RUN_DIR PEERS`` where PEERS is ``name=host:port,...`` (the ports this node
-must reach). Prints one JSON object. GPU facts come from ``pynvml`` (nvidia-ml-py) when
-the node's Python has it; without it, or without a GPU, ``gpus.available`` is false.
+``python - RUN_DIR PEERS DCGM_LEVEL`` where PEERS is ``name=host:port,...`` (the ports
+this node must reach) and DCGM_LEVEL is the ``dcgmi diag -r`` level to run (0, the
+default: none). Prints one JSON object. GPU facts come from ``pynvml`` (nvidia-ml-py)
+when the node's Python has it; without it, or without a GPU, ``gpus.available`` is false.
+
+The node's error history is sent raw and bounded, and parsed on the host: the kernel
+log's XID lines (``kernel_xids``), DCGM's diagnostic JSON (``dcgm_diag``) and the
+InfiniBand/RoCE ports' sysfs files (``ib_port_files``).
 """
 
 from __future__ import annotations
@@ -16,7 +21,9 @@ import json
 import os
 import platform
 import resource
+import shutil
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -24,6 +31,29 @@ from typing import Any
 
 PACKAGES = ("ray", "torch", "nvidia-nccl-cu12", "nvidia-nccl-cu13", "deepspeed")
 CONNECT_TIMEOUT_S = 2.0
+XID_MARK = "NVRM: Xid"
+XID_LINES_MAX = 200
+LINE_CHARS_MAX = 400
+KERNEL_LOG_SINCE = "-7 days"
+KERNEL_LOG_TIMEOUT_S = 10.0
+# How long ``dcgmi diag -r LEVEL`` may take (the host adds them to its own limit).
+DCGM_TIMEOUT_S = {1: 120.0, 2: 600.0}
+DCGM_OUTPUT_MAX_CHARS = 512 * 1024
+# The same files ``toolkit.preflight.ib_ports.read_port_files`` reads (a test holds
+# the two to the same answer); parsed on the host.
+IB_CLASS = "sys/class/infiniband"
+IB_PORT_FILES = ("state", "phys_state", "rate", "link_layer")
+IB_COUNTERS = (
+    "symbol_error",
+    "link_error_recovery",
+    "link_downed",
+    "port_rcv_errors",
+    "port_rcv_remote_physical_errors",
+    "local_link_integrity_errors",
+    "excessive_buffer_overrun_errors",
+)
+IB_PORTS_MAX = 64
+IB_VALUE_MAX_CHARS = 80
 
 
 def host_facts(run_dir: str) -> dict[str, Any]:
@@ -152,6 +182,9 @@ def _read_gpu(nvml: Any, handle: Any, index: int, query: Callable[..., Any]) -> 
     if name is not None:
         gpu["name"] = _text(name)
     put("index", nvml.nvmlDeviceGetIndex)
+    pci = query(errors, "pci_bus_id", nvml.nvmlDeviceGetPciInfo, handle)
+    if pci is not None:
+        gpu["pci_bus_id"] = _text(pci.busId)
     enabled = nvml.NVML_FEATURE_ENABLED
     persistence = query(errors, "persistence_mode", nvml.nvmlDeviceGetPersistenceMode, handle)
     if persistence is not None:
@@ -231,13 +264,154 @@ def reach(peers_text: str) -> dict[str, dict[str, Any]]:
     return results
 
 
+def _clip(text: str, limit: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def kernel_xids(since: str = KERNEL_LOG_SINCE, limit: int = XID_LINES_MAX) -> dict[str, Any]:
+    """The kernel log's NVIDIA XID lines, the last ``limit`` of them, and where read.
+
+    ``journalctl -k`` (this boot, since ``since``) when it answers with kernel lines,
+    else ``dmesg --time-format iso``; both print an ISO time first on each line.
+    Neither readable (not installed, refused to this user, timed out): ``source`` is
+    None and ``error`` says what each answered. ``xid_lines_total`` counts the XID
+    lines before the cap.
+    """
+    commands = (
+        ("journalctl", ["journalctl", "-k", "-o", "short-iso", "--no-pager", "--since", since]),
+        ("dmesg", ["dmesg", "--time-format", "iso"]),
+    )
+    tried = []
+    for source, argv in commands:
+        if shutil.which(argv[0]) is None:
+            tried.append(f"{source}: not found")
+            continue
+        try:
+            done = subprocess.run(
+                argv,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                errors="replace",
+                timeout=KERNEL_LOG_TIMEOUT_S,
+            )
+        except subprocess.TimeoutExpired:
+            tried.append(f"{source}: timed out after {KERNEL_LOG_TIMEOUT_S:g} s")
+            continue
+        except OSError as e:
+            tried.append(f"{source}: {e.strerror or e}")
+            continue
+        # journalctl's own lines ("-- No entries --", "-- Boot ... --") are not the kernel's.
+        lines = [line for line in done.stdout.splitlines() if line.strip()]
+        lines = [line for line in lines if not line.startswith("-- ")]
+        if done.returncode != 0 or not lines:
+            said = [line for line in done.stderr.splitlines() if line.strip()]
+            why = said[-1].removeprefix(f"{source}: ") if said else f"exit status {done.returncode}"
+            tried.append(f"{source}: {_clip(why) if said or done.returncode else 'no entries'}")
+            continue
+        xids = [line[:LINE_CHARS_MAX] for line in lines if XID_MARK in line]
+        return {
+            "source": source,
+            "xid_lines": xids[-limit:] if limit > 0 else [],
+            "xid_lines_total": len(xids),
+            "error": None,
+        }
+    return {"source": None, "xid_lines": [], "xid_lines_total": 0, "error": "; ".join(tried)}
+
+
+def dcgm_diag(level: int) -> dict[str, Any] | None:
+    """``dcgmi diag -r LEVEL -j``'s answer, raw; None when ``level`` is 0 (not asked).
+
+    ``available`` is false when ``dcgmi`` is not on PATH. ``dcgmi`` exits non-zero when
+    a test fails, so the exit status is recorded, not judged; ``error`` is set only
+    when it did not run to the end (timed out, could not start). JSON output is sent
+    compacted, at most ``DCGM_OUTPUT_MAX_CHARS``.
+    """
+    if level <= 0:
+        return None
+    out: dict[str, Any] = {
+        "level": level,
+        "available": False,
+        "exit_code": None,
+        "output": "",
+        "stderr": "",
+        "error": None,
+    }
+    path = shutil.which("dcgmi")
+    if path is None:
+        return out | {"error": "dcgmi is not on the node's PATH"}
+    out["available"] = True
+    timeout_s = DCGM_TIMEOUT_S.get(level, max(DCGM_TIMEOUT_S.values()))
+    try:
+        done = subprocess.run(
+            [path, "diag", "-r", str(level), "-j"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout_s,
+        )
+    except subprocess.TimeoutExpired:
+        return out | {"error": f"dcgmi diag -r {level} timed out after {timeout_s:g} s"}
+    except OSError as e:
+        return out | {"error": f"dcgmi did not start: {e.strerror or e}"}
+    text = done.stdout.strip()
+    with contextlib.suppress(ValueError):
+        text = json.dumps(json.loads(text), separators=(",", ":"))
+    return out | {
+        "exit_code": done.returncode,
+        "output": text[:DCGM_OUTPUT_MAX_CHARS],
+        "stderr": _clip(done.stderr, 400),
+    }
+
+
+def ib_port_files(root: str = "/") -> dict[str, str]:
+    """Every RDMA port's state, rate, link layer and error counters, as raw text.
+
+    Keyed ``mlx5_0/1/state`` and ``mlx5_0/1/counters/symbol_error`` (the form
+    ``toolkit.preflight.ib_ports.parse_ports`` reads); empty without RDMA devices. A
+    file that cannot be read is left out; at most ``IB_PORTS_MAX`` ports.
+    """
+    base = os.path.join(root, IB_CLASS)
+    names = [*IB_PORT_FILES, *(f"counters/{c}" for c in IB_COUNTERS)]
+    found: dict[str, str] = {}
+    seen = 0
+    for hca in _listdir(base):
+        ports = os.path.join(base, hca, "ports")
+        for port in _listdir(ports):
+            seen += 1
+            if seen > IB_PORTS_MAX:
+                return found
+            for name in names:
+                try:
+                    with open(os.path.join(ports, port, name)) as f:
+                        found[f"{hca}/{port}/{name}"] = f.read(IB_VALUE_MAX_CHARS).strip()
+                except (OSError, UnicodeDecodeError):
+                    continue
+    return found
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
 def main(argv: list[str]) -> int:
     """Print this node's facts as JSON."""
     run_dir = argv[0] if argv else "~"
     peers = argv[1] if len(argv) > 1 else ""
+    dcgm_level = int(argv[2]) if len(argv) > 2 and argv[2].strip() else 0
     facts = host_facts(run_dir)
     facts["reach"] = reach(peers)
     facts["gpus"] = gpu_facts()
+    facts["kernel_log"] = kernel_xids()
+    facts["ib_ports"] = ib_port_files()
+    dcgm = dcgm_diag(dcgm_level)
+    if dcgm is not None:
+        facts["dcgm"] = dcgm
     print(json.dumps(facts))
     return 0
 

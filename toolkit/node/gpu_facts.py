@@ -33,6 +33,7 @@ class GpuDeviceFacts:
         uuid: NVML's UUID (``GPU-...``).
         index: NVML's index on the node.
         name: The product name.
+        pci_bus_id: The PCI address NVML gives (``00000000:18:00.0``).
         persistence_mode: Persistence mode is on.
         mig_enabled: MIG mode is on.
         ecc_enabled: ECC is on now.
@@ -51,6 +52,7 @@ class GpuDeviceFacts:
     uuid: str
     index: int | None = None
     name: str | None = None
+    pci_bus_id: str | None = None
     persistence_mode: bool | None = None
     mig_enabled: bool | None = None
     ecc_enabled: bool | None = None
@@ -78,6 +80,7 @@ class GpuDeviceFacts:
             uuid=uuid,
             index=f.integer_or_none("index"),
             name=f.text_or_none("name"),
+            pci_bus_id=f.text_or_none("pci_bus_id"),
             persistence_mode=f.flag_or_none("persistence_mode"),
             mig_enabled=f.flag_or_none("mig_enabled"),
             ecc_enabled=f.flag_or_none("ecc_enabled"),
@@ -119,6 +122,7 @@ class GpuDeviceFacts:
 _DEVICE_FIELDS = (
     "index",
     "name",
+    "pci_bus_id",
     "persistence_mode",
     "mig_enabled",
     "ecc_enabled",

@@ -14,6 +14,7 @@ from typing import Any
 from toolkit.fields import Fields
 from toolkit.node.fields import answer_fields
 from toolkit.node.gpu_facts import GpuFacts
+from toolkit.node.history_facts import DcgmFacts, KernelLogFacts
 
 WHAT = "preflight facts"
 
@@ -132,6 +133,10 @@ class NodeFacts:
         wall_s: The node's clock (``time.time()``) when it gathered the facts.
         reach: ``dst:port-name`` -> the connection attempt to it.
         gpus: The node's GPUs.
+        kernel_log: The kernel log's XID lines (None: not sent).
+        dcgm: The DCGM diagnostic's run (None: not asked for).
+        ib_ports: The RDMA ports' sysfs files, ``mlx5_0/1/state`` -> text (None: not
+            sent; empty: no RDMA device).
     """
 
     node: str
@@ -140,6 +145,9 @@ class NodeFacts:
     wall_s: float
     reach: Mapping[str, PortReach] = field(default_factory=dict)
     gpus: GpuFacts = field(default_factory=GpuFacts)
+    kernel_log: KernelLogFacts | None = None
+    dcgm: DcgmFacts | None = None
+    ib_ports: Mapping[str, str] | None = None
 
     @classmethod
     def from_json(cls, node: str, data: Any) -> NodeFacts:
@@ -150,6 +158,8 @@ class NodeFacts:
         """
         f = answer_fields(node, WHAT, data)
         gpus = f.nested_or_none("gpus")
+        kernel_log = f.nested_or_none("kernel_log")
+        dcgm = f.nested_or_none("dcgm")
         return cls(
             node=node,
             host=HostFacts.read(f),
@@ -157,14 +167,24 @@ class NodeFacts:
             wall_s=f.number("wall_s"),
             reach={k: PortReach.read(v) for k, v in f.children("reach").items()},
             gpus=GpuFacts() if gpus is None else GpuFacts.read(gpus),
+            kernel_log=None if kernel_log is None else KernelLogFacts.read(kernel_log),
+            dcgm=None if dcgm is None else DcgmFacts.read(dcgm),
+            ib_ports=f.text_map("ib_ports") if f.data.get("ib_ports") is not None else None,
         )
 
     def to_json(self) -> dict[str, Any]:
         """The answer as ``facts.py`` prints it (``from_json`` reads it back)."""
-        return self.host.to_json() | {
+        out = self.host.to_json() | {
             "versions": dict(self.software.versions),
             "python_executable": self.software.python_executable,
             "wall_s": self.wall_s,
             "reach": {k: r.to_json() for k, r in self.reach.items()},
             "gpus": self.gpus.to_json(),
         }
+        if self.kernel_log is not None:
+            out["kernel_log"] = self.kernel_log.to_json()
+        if self.ib_ports is not None:
+            out["ib_ports"] = dict(self.ib_ports)
+        if self.dcgm is not None:
+            out["dcgm"] = self.dcgm.to_json()
+        return out

@@ -23,6 +23,7 @@ from toolkit.node import FACTS
 from toolkit.node.host_facts import NodeFacts
 from toolkit.preflight import checks, gpu_checks
 from toolkit.preflight.bandwidth import DEFAULT_SIZES_BYTES, PROGRESS_PREFIX, RESULT_PREFIX
+from toolkit.preflight.history import dcgm_timeout_s, expectation_for, history_checks
 from toolkit.preflight.result import Check, PreflightReport
 from toolkit.rundir import RunDir
 from toolkit.shell import join
@@ -129,12 +130,14 @@ def run_preflight(
     thresholds: checks.Thresholds = checks.Thresholds(),  # noqa: B008 - frozen
     bandwidth: BandwidthOptions | None = None,
     alive: set[str] | None = None,
+    dcgm_level: int = 0,
 ) -> PreflightReport:
     """Check every node of ``plan``; never raises for an unfit node (that is a result).
 
     With ``bandwidth``, also measure TCP per pair of a ring and an all-reduce sweep
     (a Ray job: Ray must be up). ``alive`` names the nodes alive in Ray when the caller
-    has just asked Ray (``rtk up``); otherwise preflight asks.
+    has just asked Ray (``rtk up``); otherwise preflight asks. ``dcgm_level`` > 0 runs
+    ``dcgmi diag -r LEVEL`` on every node that has it.
     """
     began = time.monotonic()
     report = PreflightReport(plan.inventory.name, head=plan.head.name, excluded=[*plan.excluded])
@@ -145,10 +148,11 @@ def run_preflight(
     def gather(node_plan: NodePlan) -> _Answer:
         node = node_plan.node
         peers = ",".join(f"{k}={v}" for k, v in targets(plan, node.name, up).items())
-        command = FACTS.command(node, run_dir, peers)
+        command = FACTS.command(node, run_dir, peers, str(dcgm_level))
         source = FACTS.source()
         sent = time.time()
-        result = transport.run(node, command, stdin=source, timeout_s=FACTS_TIMEOUT_S)
+        limit_s = FACTS_TIMEOUT_S + dcgm_timeout_s(dcgm_level)
+        result = transport.run(node, command, stdin=source, timeout_s=limit_s)
         received = time.time()
         return _Answer(NodeFacts.from_json(node.name, FACTS.answer(node, result)), sent, received)
 
@@ -179,6 +183,8 @@ def run_preflight(
         report.checks.append(checks.port_range_check(name, facts.host, pinned))
         report.checks += gpu_checks.gpu_checks(name, facts.gpus, node_plan.node.gpus)
         report.checks += checks.reach_checks(name, facts.reach)
+        expect = expectation_for(plan.inventory, node_plan.node, dcgm_level)
+        report.checks += history_checks(name, facts, expect)
     report.checks += checks.version_checks(
         {n: a.facts.software for n, a in answers.results.items()}
     )

@@ -54,6 +54,7 @@ def test_facts_of_healthy_gpus() -> None:
     first = facts["devices"][gpu(0).uuid]
     assert first == {
         "index": 0,
+        "pci_bus_id": gpu(0).pci_bus_id,
         "name": "NVIDIA H100 80GB HBM3",
         "persistence_mode": True,
         "mig_enabled": False,
