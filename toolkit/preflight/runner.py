@@ -8,13 +8,11 @@ node that is up. The grading is pure (``toolkit.preflight.checks``).
 from __future__ import annotations
 
 import json
-import shlex
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from toolkit.cluster.jobs import job_client, run_job
 from toolkit.cluster.plan import ClusterPlan, NodePlan
 from toolkit.cluster.state import StateStore
 from toolkit.cluster.status import cluster_status
@@ -23,6 +21,7 @@ from toolkit.node import FACTS
 from toolkit.node.host_facts import NodeFacts
 from toolkit.preflight import checks, gpu_checks
 from toolkit.preflight.bandwidth import DEFAULT_SIZES_BYTES, PROGRESS_PREFIX, RESULT_PREFIX
+from toolkit.preflight.jobs import PreflightJob, run_preflight_job
 from toolkit.preflight.result import Check, PreflightReport
 from toolkit.rundir import RunDir
 from toolkit.shell import join
@@ -80,8 +79,6 @@ def run_bandwidth(
     Raises:
         ClusterError: The job failed or printed no result.
     """
-    from toolkit.train.submit import package_dir
-
     job_options = {
         "nodes": [n.node.name for n in plan.nodes],
         "duration_s": options.duration_s,
@@ -89,37 +86,10 @@ def run_bandwidth(
         "sizes_bytes": list(options.sizes_bytes),
         "thresholds": asdict(thresholds),
     }
-    python = plan.head.node.python
-    entrypoint = shlex.join(
-        [python, "-m", "toolkit.preflight.bandwidth_job", json.dumps(job_options)]
+    job = PreflightJob(
+        "bandwidth", "toolkit.preflight.bandwidth_job", job_options, PROGRESS_PREFIX, RESULT_PREFIX
     )
-    logs: list[str] = []
-
-    def keep(text: str) -> None:
-        logs.append(text)
-        for line in text.splitlines():
-            if line.startswith(PROGRESS_PREFIX):  # not Ray's own lines nor c10d warnings
-                options.echo(line)
-
-    outcome = run_job(
-        job_client(plan, options.store),
-        entrypoint,
-        {"py_modules": [package_dir()]},
-        f"rtk-bandwidth-{int(time.time() * 1000)}",
-        keep,
-    )
-    found = [
-        line[len(RESULT_PREFIX) :]
-        for line in "\n".join(logs).splitlines()
-        if line.startswith(RESULT_PREFIX)
-    ]
-    if not outcome.ok or not found:
-        raise ClusterError(
-            f"the bandwidth job {outcome.job_id} ended {outcome.status} without a result"
-            + (f": {outcome.message}" if outcome.message else "")
-        )
-    result: dict[str, Any] = json.loads(found[-1])
-    return result
+    return run_preflight_job(plan, options.store, job, options.echo)
 
 
 def run_preflight(
