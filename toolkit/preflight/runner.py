@@ -16,11 +16,13 @@ from typing import Any
 from toolkit.cluster.plan import ClusterPlan, NodePlan
 from toolkit.cluster.state import StateStore
 from toolkit.cluster.status import cluster_status
-from toolkit.errors import ClusterError
+from toolkit.errors import ClusterError, RunDirError
 from toolkit.node import FACTS
 from toolkit.node.host_facts import NodeFacts
-from toolkit.preflight import checks, gpu_checks
+from toolkit.preflight import checks, gpu_checks, load_result
 from toolkit.preflight.bandwidth import DEFAULT_SIZES_BYTES, PROGRESS_PREFIX, RESULT_PREFIX
+from toolkit.preflight.hardware import load_hardware
+from toolkit.preflight.intra_checks import load_result_checks, model_limits
 from toolkit.preflight.jobs import PreflightJob, run_preflight_job
 from toolkit.preflight.result import Check, PreflightReport
 from toolkit.rundir import RunDir
@@ -71,6 +73,16 @@ class BandwidthOptions:
     sizes_bytes: tuple[int, ...] = field(default=DEFAULT_SIZES_BYTES)
 
 
+@dataclass(frozen=True)
+class LoadOptions:
+    """How ``--load`` tests each node: the GEMM's precision (CPUs: fp32) and seconds."""
+
+    store: StateStore
+    echo: Callable[[str], None]
+    precision: str = "bf16"
+    duration_s: float = 2.0
+
+
 def run_bandwidth(
     plan: ClusterPlan, options: BandwidthOptions, thresholds: checks.Thresholds
 ) -> dict[str, Any]:
@@ -99,12 +111,14 @@ def run_preflight(
     thresholds: checks.Thresholds = checks.Thresholds(),  # noqa: B008 - frozen
     bandwidth: BandwidthOptions | None = None,
     alive: set[str] | None = None,
+    load: LoadOptions | None = None,
 ) -> PreflightReport:
     """Check every node of ``plan``; never raises for an unfit node (that is a result).
 
     With ``bandwidth``, also measure TCP per pair of a ring and an all-reduce sweep
     (a Ray job: Ray must be up). ``alive`` names the nodes alive in Ray when the caller
-    has just asked Ray (``rtk up``); otherwise preflight asks.
+    has just asked Ray (``rtk up``); otherwise preflight asks. With ``load``, also
+    load-test every node and run its own all-reduce (a Ray job too).
     """
     began = time.monotonic()
     report = PreflightReport(plan.inventory.name)
@@ -170,6 +184,8 @@ def run_preflight(
         )
     if bandwidth is not None:
         report.checks += _bandwidth_checks(plan, up, bandwidth, thresholds)
+    if load is not None:
+        report.checks += _load_checks(plan, up, load)
     report.duration_s = time.monotonic() - began
     return report
 
@@ -194,6 +210,39 @@ def _bandwidth_checks(
         first = str(e).splitlines()[0][:200]
         return [Check("net.bandwidth", "cluster", "fail", first, "the job runs", "see above")]
     return checks.bandwidth_checks(result, thresholds)
+
+
+def _load_checks(plan: ClusterPlan, up: set[str], options: LoadOptions) -> list[Check]:
+    if plan.head.node.name not in up:
+        return [
+            Check(
+                "load.run",
+                "cluster",
+                "fail",
+                "Ray is not up on the head",
+                "Ray up",
+                "the load test is a Ray job: rtk up first",
+            )
+        ]
+    job_options = {
+        "nodes": [n.node.name for n in plan.nodes],
+        "precision": options.precision,
+        "duration_s": options.duration_s,
+    }
+    job = PreflightJob(
+        "load",
+        "toolkit.preflight.load_job",
+        job_options,
+        load_result.PROGRESS_PREFIX,
+        load_result.RESULT_PREFIX,
+    )
+    try:
+        answer = run_preflight_job(plan, options.store, job, options.echo)
+        result = load_result.LoadResult.from_json(answer)
+    except (ClusterError, RunDirError) as e:
+        first = str(e).splitlines()[0][:200]
+        return [Check("load.run", "cluster", "fail", first, "the job runs", "see above")]
+    return load_result_checks(result, model_limits(result, load_hardware()))
 
 
 _SAVE = (
