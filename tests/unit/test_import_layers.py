@@ -70,10 +70,12 @@ RUNS_ON: dict[str, str] = {
     "toolkit.train.job": JOB_DRIVER,
     "toolkit.telemetry.record": JOB_DRIVER,
     "toolkit.preflight.bandwidth_job": JOB_DRIVER,
+    "toolkit.preflight.load_job": JOB_DRIVER,
     "toolkit.profile.vllm_bench": JOB_DRIVER,
     "toolkit.train.ray_worker": RAY_WORKER,
     "toolkit.telemetry.session": RAY_WORKER,
     "toolkit.telemetry.sampler": RAY_WORKER,  # in the NodeSampler actor (and python -m)
+    "toolkit.preflight.ray_ranks": RAY_WORKER,  # Rank actors, for the preflight jobs
 }
 
 # What code that runs under Ray must never reach: host-only packages and libraries.

@@ -12,7 +12,8 @@ from toolkit.cli.common import choose_inventory, inventory_options, print_json
 from toolkit.cluster import StateStore
 from toolkit.flows import Session
 from toolkit.preflight.checks import Thresholds
-from toolkit.preflight.runner import BandwidthOptions, run_preflight
+from toolkit.preflight.node_load import PRECISIONS
+from toolkit.preflight.runner import BandwidthOptions, LoadOptions, run_preflight
 
 RUN_DIR_HELP = "Deprecated: the old name of --output-dir."
 
@@ -45,10 +46,21 @@ With --bandwidth (Ray must be up; about 1 s per node plus the sweep):
   nccl-tests reports them; fails below --min-busbw-gb-s.
 
 \b
+With --load (Ray must be up; about --load-seconds plus half a minute):
+  On every node at once, a GEMM on each GPU in --precision for --load-seconds
+  (fp32 on CPU-only nodes), with SM clock, power and throttle reasons read during
+  it; host->device and device->host copies; a device-memory copy. Then each node's
+  own all-reduce (1 to 256 MiB over its GPUs with NCCL; 1 to 16 MiB over two CPU
+  ranks with gloo). A device or node below 80% of the median of its peers of the
+  same hardware warns, below 60% fails; known GPU models are also held to the
+  hardware table's limits; a hardware throttle reason under load fails.
+
+\b
 Examples:
   rtk preflight inv.yaml
   rtk preflight inv.yaml --verbose
   rtk preflight inv.yaml --bandwidth --min-tcp-gbit-s 20
+  rtk preflight inv.yaml --load --precision fp16 --load-seconds 5
   rtk preflight inv.yaml --json --output runs/preflight.json
 """
 
@@ -99,6 +111,21 @@ Examples:
     help="Run dcgmi diag -r LEVEL on GPU nodes that have DCGM: 1 is the quick "
     "diagnostic (about 1 min), 2 the medium one (a few min); 0: none.",
 )
+@click.option("--load", is_flag=True, help="Also load-test every node and run its own all-reduce.")
+@click.option(
+    "--load-seconds",
+    type=click.FloatRange(min=0.1, max=600),
+    default=2.0,
+    show_default=True,
+    help="How long each node's GEMM runs.",
+)
+@click.option(
+    "--precision",
+    type=click.Choice(PRECISIONS),
+    default="bf16",
+    show_default=True,
+    help="The GEMM's precision on GPUs (CPU-only nodes use fp32).",
+)
 def preflight_cmd(
     inventory: str | None,
     local: bool,
@@ -113,6 +140,9 @@ def preflight_cmd(
     min_busbw_gb_s: float,
     bandwidth_retries: int,
     dcgm_level: int,
+    load: bool,
+    load_seconds: float,
+    precision: str,
 ) -> None:
     """Check the nodes (help: PREFLIGHT_HELP)."""
     inv = choose_inventory(inventory, local, slurm)
@@ -127,9 +157,25 @@ def preflight_cmd(
         if bandwidth
         else None
     )
+    load_test = (
+        LoadOptions(
+            StateStore(inv.name),
+            lambda line: click.echo(line, err=True),
+            precision=precision,
+            duration_s=load_seconds,
+        )
+        if load
+        else None
+    )
     with Session(inv) as session:
         report = run_preflight(
-            session.plan, session.transport, run_dir, thresholds, measure, dcgm_level=dcgm_level
+            session.plan,
+            session.transport,
+            run_dir,
+            thresholds,
+            measure,
+            dcgm_level=dcgm_level,
+            load=load_test,
         )
     if output:
         Path(output).parent.mkdir(parents=True, exist_ok=True)

@@ -8,22 +8,23 @@ node that is up. The grading is pure (``toolkit.preflight.checks``).
 from __future__ import annotations
 
 import json
-import shlex
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from toolkit.cluster.jobs import job_client, run_job
 from toolkit.cluster.plan import ClusterPlan, NodePlan
 from toolkit.cluster.state import StateStore
 from toolkit.cluster.status import cluster_status
-from toolkit.errors import ClusterError
+from toolkit.errors import ClusterError, RunDirError
 from toolkit.node import FACTS
 from toolkit.node.host_facts import NodeFacts
-from toolkit.preflight import checks, gpu_checks
+from toolkit.preflight import checks, gpu_checks, load_result
 from toolkit.preflight.bandwidth import DEFAULT_SIZES_BYTES, PROGRESS_PREFIX, RESULT_PREFIX
+from toolkit.preflight.hardware import load_hardware
 from toolkit.preflight.history import dcgm_timeout_s, expectation_for, history_checks
+from toolkit.preflight.intra_checks import load_result_checks, model_limits
+from toolkit.preflight.jobs import PreflightJob, run_preflight_job
 from toolkit.preflight.result import Check, PreflightReport
 from toolkit.rundir import RunDir
 from toolkit.shell import join
@@ -73,6 +74,16 @@ class BandwidthOptions:
     sizes_bytes: tuple[int, ...] = field(default=DEFAULT_SIZES_BYTES)
 
 
+@dataclass(frozen=True)
+class LoadOptions:
+    """How ``--load`` tests each node: the GEMM's precision (CPUs: fp32) and seconds."""
+
+    store: StateStore
+    echo: Callable[[str], None]
+    precision: str = "bf16"
+    duration_s: float = 2.0
+
+
 def run_bandwidth(
     plan: ClusterPlan, options: BandwidthOptions, thresholds: checks.Thresholds
 ) -> dict[str, Any]:
@@ -81,8 +92,6 @@ def run_bandwidth(
     Raises:
         ClusterError: The job failed or printed no result.
     """
-    from toolkit.train.submit import package_dir
-
     job_options = {
         "nodes": [n.node.name for n in plan.nodes],
         "duration_s": options.duration_s,
@@ -90,37 +99,10 @@ def run_bandwidth(
         "sizes_bytes": list(options.sizes_bytes),
         "thresholds": asdict(thresholds),
     }
-    python = plan.head.node.python
-    entrypoint = shlex.join(
-        [python, "-m", "toolkit.preflight.bandwidth_job", json.dumps(job_options)]
+    job = PreflightJob(
+        "bandwidth", "toolkit.preflight.bandwidth_job", job_options, PROGRESS_PREFIX, RESULT_PREFIX
     )
-    logs: list[str] = []
-
-    def keep(text: str) -> None:
-        logs.append(text)
-        for line in text.splitlines():
-            if line.startswith(PROGRESS_PREFIX):  # not Ray's own lines nor c10d warnings
-                options.echo(line)
-
-    outcome = run_job(
-        job_client(plan, options.store),
-        entrypoint,
-        {"py_modules": [package_dir()]},
-        f"rtk-bandwidth-{int(time.time() * 1000)}",
-        keep,
-    )
-    found = [
-        line[len(RESULT_PREFIX) :]
-        for line in "\n".join(logs).splitlines()
-        if line.startswith(RESULT_PREFIX)
-    ]
-    if not outcome.ok or not found:
-        raise ClusterError(
-            f"the bandwidth job {outcome.job_id} ended {outcome.status} without a result"
-            + (f": {outcome.message}" if outcome.message else "")
-        )
-    result: dict[str, Any] = json.loads(found[-1])
-    return result
+    return run_preflight_job(plan, options.store, job, options.echo)
 
 
 def run_preflight(
@@ -131,13 +113,15 @@ def run_preflight(
     bandwidth: BandwidthOptions | None = None,
     alive: set[str] | None = None,
     dcgm_level: int = 0,
+    load: LoadOptions | None = None,
 ) -> PreflightReport:
     """Check every node of ``plan``; never raises for an unfit node (that is a result).
 
     With ``bandwidth``, also measure TCP per pair of a ring and an all-reduce sweep
     (a Ray job: Ray must be up). ``alive`` names the nodes alive in Ray when the caller
     has just asked Ray (``rtk up``); otherwise preflight asks. ``dcgm_level`` > 0 runs
-    ``dcgmi diag -r LEVEL`` on every node that has it.
+    ``dcgmi diag -r LEVEL`` on every node that has it. With ``load``, also load-test
+    every node and run its own all-reduce (a Ray job too).
     """
     began = time.monotonic()
     report = PreflightReport(plan.inventory.name, head=plan.head.name, excluded=[*plan.excluded])
@@ -206,6 +190,8 @@ def run_preflight(
         )
     if bandwidth is not None:
         report.checks += _bandwidth_checks(plan, up, bandwidth, thresholds)
+    if load is not None:
+        report.checks += _load_checks(plan, up, load)
     report.duration_s = time.monotonic() - began
     return report
 
@@ -230,6 +216,39 @@ def _bandwidth_checks(
         first = str(e).splitlines()[0][:200]
         return [Check("net.bandwidth", "cluster", "fail", first, "the job runs", "see above")]
     return checks.bandwidth_checks(result, thresholds)
+
+
+def _load_checks(plan: ClusterPlan, up: set[str], options: LoadOptions) -> list[Check]:
+    if plan.head.node.name not in up:
+        return [
+            Check(
+                "load.run",
+                "cluster",
+                "fail",
+                "Ray is not up on the head",
+                "Ray up",
+                "the load test is a Ray job: rtk up first",
+            )
+        ]
+    job_options = {
+        "nodes": [n.node.name for n in plan.nodes],
+        "precision": options.precision,
+        "duration_s": options.duration_s,
+    }
+    job = PreflightJob(
+        "load",
+        "toolkit.preflight.load_job",
+        job_options,
+        load_result.PROGRESS_PREFIX,
+        load_result.RESULT_PREFIX,
+    )
+    try:
+        answer = run_preflight_job(plan, options.store, job, options.echo)
+        result = load_result.LoadResult.from_json(answer)
+    except (ClusterError, RunDirError) as e:
+        first = str(e).splitlines()[0][:200]
+        return [Check("load.run", "cluster", "fail", first, "the job runs", "see above")]
+    return load_result_checks(result, model_limits(result, load_hardware()))
 
 
 _SAVE = (
