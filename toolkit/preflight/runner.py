@@ -11,7 +11,7 @@ import json
 import shlex
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from toolkit.cluster.jobs import job_client, run_job
@@ -22,7 +22,7 @@ from toolkit.errors import ClusterError
 from toolkit.node import FACTS
 from toolkit.node.host_facts import NodeFacts
 from toolkit.preflight import checks, gpu_checks
-from toolkit.preflight.bandwidth import DEFAULT_SIZES_BYTES, PROGRESS_PREFIX, RESULT_PREFIX
+from toolkit.preflight.bandwidth import PROGRESS_PREFIX, RESULT_PREFIX
 from toolkit.preflight.result import Check, PreflightReport
 from toolkit.rundir import RunDir
 from toolkit.shell import join
@@ -63,13 +63,19 @@ def targets(plan: ClusterPlan, src: str, up: set[str]) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class BandwidthOptions:
-    """How ``--bandwidth`` measures: seconds per TCP pair, retries, all-reduce sizes."""
+    """How ``--bandwidth`` measures: seconds per TCP pair, retries, all-reduce sizes.
+
+    ``sizes_bytes`` None: by backend, 1 MiB to 1 GiB on GPUs (NCCL), 1 to 64 MiB on
+    CPUs (gloo). ``busbw_expected_min_gb_s``: the least busbw the hardware should
+    reach, where it is known; below it the all-reduce fails and is localised.
+    """
 
     store: StateStore
     echo: Callable[[str], None]
     duration_s: float = 1.0
     retries: int = 2
-    sizes_bytes: tuple[int, ...] = field(default=DEFAULT_SIZES_BYTES)
+    sizes_bytes: tuple[int, ...] | None = None
+    busbw_expected_min_gb_s: float | None = None
 
 
 def run_bandwidth(
@@ -86,7 +92,8 @@ def run_bandwidth(
         "nodes": [n.node.name for n in plan.nodes],
         "duration_s": options.duration_s,
         "retries": options.retries,
-        "sizes_bytes": list(options.sizes_bytes),
+        "sizes_bytes": None if options.sizes_bytes is None else list(options.sizes_bytes),
+        "busbw_expected_min_gb_s": options.busbw_expected_min_gb_s,
         "thresholds": asdict(thresholds),
     }
     python = plan.head.node.python

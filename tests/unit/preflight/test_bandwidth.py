@@ -119,7 +119,10 @@ def test_allreduce_is_graded_at_its_largest_size() -> None:
     result = {"tcp": [], "allreduce": {"backend": "gloo", "ranks": 3, "sizes": sizes}}
     (check,) = bandwidth_checks(result)
     assert check.status == "pass"
-    assert check.measured == "busbw 0.990 GB/s, algbw 0.740 GB/s at 64 MiB (gloo, 3 ranks)"
+    assert check.measured == (
+        "busbw 0.990 GB/s, algbw 0.740 GB/s at 64 MiB (gloo, 3 ranks); "
+        "plateau from 64 MiB (within 10% of the best, 0.990 GB/s)"
+    )
     (strict,) = bandwidth_checks(result, Thresholds(busbw_min_gb_s=5))
     assert strict.status == "fail"
     failed = {"tcp": [], "allreduce": {"backend": "nccl", "ranks": 8, "error": "NCCL error"}}
