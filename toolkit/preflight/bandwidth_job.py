@@ -85,7 +85,7 @@ def measure_tcp(
                 localise(
                     names,
                     probe,
-                    bl.tcp_verdict(thresholds),
+                    bl.tcp_verdict(thresholds, results),
                     bl.tcp_measured(results, thresholds),
                     bl.OPTIONS,
                 ),

@@ -16,10 +16,12 @@ search share is here, free of Ray, so it is tested without a cluster:
   the lower of its two rates (known good: a partner for the suspects). A good ring
   pair is not given as a pair: ``a -> b`` good says nothing of ``b``'s sending, and
   a node slow only one way would be cleared by it.
-- The verdicts: a TCP group is bad below the absolute floor, or below the fraction
-  of the median of the groups measured in the same round (the ring's rule, measured
-  alike: parallel streams share switch ports and would be unfair against the serial
-  ring's median). An all-reduce group likewise, on busbw.
+- The verdicts: a TCP group is bad below the fraction of the median of the groups
+  measured in the same round (the ring's rule, among tests measured alike: parallel
+  streams share switch ports, and CPUs on small hosts, so they would be unfair
+  against the serial ring's median), or below a floor: the absolute threshold, or a
+  quarter of the ring's (which judges a group measured without peers). An all-reduce
+  group likewise, on busbw against its threshold or the hardware's.
 - ``localisation_json`` writes what was found into the job's result, which
   ``localise_checks`` grades.
 """
@@ -30,7 +32,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from toolkit.preflight.checks import Thresholds, slow_pairs
+from toolkit.preflight.checks import Thresholds, slow_pairs, tcp_floor_gbit_s
 from toolkit.preflight.localise import (
     Failed,
     Group,
@@ -41,6 +43,7 @@ from toolkit.preflight.localise import (
     Verdict,
 )
 
+RING_SHARE = 0.25  # of the ring's floor: the least a pair measured in parallel may reach
 ALLREDUCE_FRACTION = 0.5  # a group's busbw below half its peers' median is bad
 OPTIONS = LocaliseOptions(retries=1, fanout=2, references=True, seed=None)
 Stream = tuple[str, str]  # (src, dst): src sends to dst
@@ -81,13 +84,17 @@ def tcp_group_results(
     return found
 
 
-def tcp_verdict(t: Thresholds) -> Verdict:
-    """Bad below ``tcp_min_gbit_s``, or below ``tcp_min_fraction`` of the round's median."""
-    return Verdict(
-        floor=t.tcp_min_gbit_s or None,
-        fraction=t.tcp_min_fraction or None,
-        higher_is_better=True,
-    )
+def tcp_verdict(t: Thresholds, tcp: Sequence[Mapping[str, Any]] = ()) -> Verdict:
+    """Bad below a floor, or below ``tcp_min_fraction`` of the round's median.
+
+    The floor is ``tcp_min_gbit_s``, or a share (``RING_SHARE``) of the floor the ring
+    ``tcp`` set (half its median): parallel streams share switch ports and, on small
+    hosts, CPUs, so they are judged against each other first; the floor judges a group
+    measured without peers and catches a round where everything is far too slow.
+    """
+    ring_floor = RING_SHARE * tcp_floor_gbit_s(tcp, t) if tcp else 0.0
+    floor = max(t.tcp_min_gbit_s, ring_floor)
+    return Verdict(floor=floor or None, fraction=t.tcp_min_fraction or None)
 
 
 def tcp_measured(
@@ -193,20 +200,24 @@ def culprit_summary(found: Localisation, nodes: Group, unit: str) -> str:
     judged = [r for r in found.readings if r.bad is not None]
     with_it = [r for r in judged if ends <= set(r.group)]
     bad = [r for r in with_it if r.bad]
+    failed = sum(1 for r in bad if r.value is None)
+    how = "failed" if bad and failed == len(bad) else "slow"
     if len(nodes) == 1:
         fine = [r for r in judged if not r.bad and not ends & set(r.group)]
-        words = f"slow in {len(bad)} of {len(with_it)} tests with it"
+        words = f"{how} in {len(bad)} of {len(with_it)} tests with it"
         apart = "without it"
     else:  # a link: each end was good with others
         fine = [r for r in judged if not r.bad and len(ends & set(r.group)) == 1]
-        words = f"slow in {len(bad)} of {len(with_it)} tests of the pair"
+        words = f"{how} in {len(bad)} of {len(with_it)} tests of the pair"
         apart = "apart"
-    failed = sum(1 for r in bad if r.value is None)
-    if failed:
+    if failed and how == "slow":
         words += f" ({failed} failed)"
     bad_values = [r.value for r in bad if r.value is not None]
     fine_values = [r.value for r in fine if r.value is not None]
     if fine_values:
-        worst = f"{statistics.median(bad_values):.3g}" if bad_values else "failed"
-        words += f", fine {apart}: {worst} vs {statistics.median(fine_values):.3g} {unit}"
+        fine_at = f"{statistics.median(fine_values):.3g} {unit}"
+        if bad_values:
+            words += f", fine {apart}: {statistics.median(bad_values):.3g} vs {fine_at}"
+        else:
+            words += f", fine {apart}: {fine_at}"
     return words

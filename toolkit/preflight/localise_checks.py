@@ -41,7 +41,7 @@ def kind_checks(kind: str, found: Mapping[str, Any]) -> list[Check]:
     """One test kind's checks: a failed one per culprit, or a warning when none is named."""
     name = f"net.localise.{kind}"
     what = WHAT.get(kind, kind)
-    spent = f"{found.get('rounds', 0)} rounds, {found.get('probes', 0)} probes"
+    spent = f"{_count(found.get('rounds', 0), 'round')}, {_count(found.get('probes', 0), 'probe')}"
     if "error" in found:
         return [
             Check(
@@ -122,3 +122,7 @@ def _culprit(name: str, what: str, look_at: str, culprit: Mapping[str, Any], spe
         f"{node} is slow with every partner: check {look_at}; "
         f"or go on without it: rtk up --exclude {node}",
     )
+
+
+def _count(n: object, what: str) -> str:
+    return f"{n} {what}" if n == 1 else f"{n} {what}s"

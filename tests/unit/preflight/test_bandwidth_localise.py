@@ -84,7 +84,8 @@ DEFAULT = Thresholds()
 def localise_tcp(net: Network, t: Thresholds = DEFAULT) -> tuple[Any, list[dict[str, Any]]]:
     ring = net.ring(t)
     assert slow_pairs(ring, t), "the ring should have caught something"
-    found = localise(net.nodes, net.probe, bl.tcp_verdict(t), bl.tcp_measured(ring, t), bl.OPTIONS)
+    verdict = bl.tcp_verdict(t, ring)
+    found = localise(net.nodes, net.probe, verdict, bl.tcp_measured(ring, t), bl.OPTIONS)
     return found, ring
 
 
@@ -125,13 +126,18 @@ def test_the_ring_starts_the_search_with_slow_pairs_and_nodes_good_both_ways() -
     assert isinstance(dict(bl.tcp_measured(failed, Thresholds()))[("a", "b")], Failed)
 
 
-def test_the_tcp_verdict_is_the_rings_rule_against_the_round() -> None:
+def test_the_tcp_verdict_is_the_rings_rule_against_the_round_with_a_floor() -> None:
     verdict = bl.tcp_verdict(Thresholds(tcp_min_gbit_s=2.0, tcp_min_fraction=0.5))
     assert verdict.is_bad(1.9, [9.0]) and verdict.is_bad(4.4, [9.0, 9.2])
     assert verdict.is_bad(4.6, [9.0, 9.2]) is False
     relative = bl.tcp_verdict(Thresholds())  # no floor: only against the round's peers
     assert relative.floor is None and relative.is_bad(4.0, []) is None
     assert bl.tcp_verdict(Thresholds(tcp_min_fraction=0)).fraction is None
+    # the ring's floor (half its median, 4.9) shared out: a pair alone is judged by it
+    ring = Network(names(6), slow_in={"node2"}, noise=0.0).ring(Thresholds())
+    anchored = bl.tcp_verdict(Thresholds(), ring)
+    assert anchored.floor == pytest.approx(bl.RING_SHARE * 0.5 * HEALTHY_GBIT_S)
+    assert anchored.is_bad(SHAPED_GBIT_S, []) and anchored.is_bad(2.0, []) is False
 
 
 # -- localising TCP on a simulated network -------------------------------------------
@@ -165,6 +171,15 @@ def test_a_node_slow_outbound_and_a_dead_node_are_named() -> None:
     assert blamed(found) == {("node", ("node5",))}
     found, _ = localise_tcp(Network(nodes, dead={"node3"}, seed=2))
     assert blamed(found) == {("node", ("node3",))}
+
+
+def test_in_a_small_cluster_a_pair_without_peers_is_judged_by_the_rings_floor() -> None:
+    """4 nodes, one refusing: the partners run out, and a lone good pair still clears."""
+    net = Network(names(4), dead={"node3"}, contention=0.2, seed=4)
+    found, _ = localise_tcp(net)
+    assert blamed(found) == {("node", ("node3",))}
+    assert found.unresolved == ()
+    assert set(found.cleared) == {"node1", "node2", "node4"}
 
 
 def test_a_slow_link_between_two_good_nodes_is_named_as_the_link() -> None:

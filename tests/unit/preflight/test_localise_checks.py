@@ -59,8 +59,8 @@ def test_a_link_culprit_is_scoped_to_both_ends_and_excludes_neither() -> None:
     )
     (check,) = kind_checks("allreduce", bl.localisation_json(found, "GB/s busbw"))
     assert (check.name, check.scope, check.status) == ("net.localise.allreduce", "a<->b", "fail")
-    assert check.measured.startswith(
-        "slow in 2 of 2 tests of the pair (2 failed), fine apart: failed vs 9.2 GB/s busbw (link;"
+    assert check.measured == (
+        "failed in 2 of 2 tests of the pair, fine apart: 9.2 GB/s busbw (link; 2 rounds, 3 probes)"
     )
     assert scope_nodes(link_scope("a", "b")) == ("a", "b")
     assert failed_nodes([check]) == []  # a pair's check: which end goes is for the user
