@@ -11,6 +11,7 @@ import click
 from toolkit.cli.common import choose_inventory, inventory_options, print_json
 from toolkit.cluster import StateStore
 from toolkit.flows import Session
+from toolkit.preflight.bandwidth import parse_sizes
 from toolkit.preflight.checks import Thresholds
 from toolkit.preflight.node_load import PRECISIONS
 from toolkit.preflight.runner import BandwidthOptions, LoadOptions, run_preflight
@@ -41,9 +42,13 @@ With --bandwidth (Ray must be up; about 1 s per node plus the sweep):
   TCP throughput per pair of a ring (node1->node2, ..., nodeN->node1), which covers
   every node in N tests; a pair fails below --min-tcp-gbit-s or below half the
   median pair, after up to --bandwidth-retries more tries.
-  An all-reduce sweep (1 to 64 MiB) over every GPU with NCCL, or over every node
-  with gloo where there are no GPUs: algbw and busbw = algbw x 2(n-1)/n, as
-  nccl-tests reports them; fails below --min-busbw-gb-s.
+  An all-reduce sweep (1 MiB to 1 GiB) over every GPU with NCCL, or (1 to 64 MiB)
+  over every node with gloo where there are no GPUs: algbw and busbw = algbw x
+  2(n-1)/n, as nccl-tests reports them, and the size where busbw plateaus; fails
+  below --min-busbw-gb-s. --allreduce-sizes 1M,16M,256M,1G picks the sizes.
+  A pair still slow after its retries, or a failed or slow all-reduce, is
+  localised: tests on disjoint groups at once until the node or link is named
+  (net.localise.tcp, net.localise.allreduce).
 
 \b
 With --load (Ray must be up; about --load-seconds plus half a minute):
@@ -63,6 +68,13 @@ Examples:
   rtk preflight inv.yaml --load --precision fp16 --load-seconds 5
   rtk preflight inv.yaml --json --output runs/preflight.json
 """
+
+
+def _sizes(value: str | None) -> tuple[int, ...] | None:
+    try:
+        return None if value is None else parse_sizes(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from e
 
 
 @click.command("preflight", help=PREFLIGHT_HELP)
@@ -126,6 +138,11 @@ Examples:
     show_default=True,
     help="The GEMM's precision on GPUs (CPU-only nodes use fp32).",
 )
+@click.option(
+    "--allreduce-sizes",
+    callback=lambda _ctx, _param, value: _sizes(value),
+    help="All-reduce sizes, e.g. 1M,16M,256M,1G (default: 1M-1G on GPUs, 1M-64M on CPUs).",
+)
 def preflight_cmd(
     inventory: str | None,
     local: bool,
@@ -143,6 +160,7 @@ def preflight_cmd(
     load: bool,
     load_seconds: float,
     precision: str,
+    allreduce_sizes: tuple[int, ...] | None,
 ) -> None:
     """Check the nodes (help: PREFLIGHT_HELP)."""
     inv = choose_inventory(inventory, local, slurm)
@@ -153,6 +171,7 @@ def preflight_cmd(
             StateStore(inv.name),
             lambda line: click.echo(line, err=True),
             retries=bandwidth_retries,
+            sizes_bytes=allreduce_sizes,
         )
         if bandwidth
         else None

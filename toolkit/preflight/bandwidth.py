@@ -18,7 +18,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 RESULT_PREFIX = "rtk-bandwidth: "  # the job's last line: this, then the result as JSON
@@ -26,7 +26,11 @@ PROGRESS_PREFIX = "rtk bandwidth: "  # the job's progress lines, shown to the us
 CHUNK_BYTES = 1 << 20
 ANSWER = struct.Struct("!Q")
 CONNECT_TIMEOUT_S = 5.0
-DEFAULT_SIZES_BYTES = (1 << 20, 1 << 22, 1 << 24, 1 << 26)
+CPU_SIZES_BYTES = (1 << 20, 1 << 22, 1 << 24, 1 << 26)  # gloo: 1 to 64 MiB, kept short
+GPU_SIZES_BYTES = (1 << 20, 1 << 22, 1 << 24, 1 << 26, 1 << 28, 1 << 30)  # NCCL: to 1 GiB
+MAX_SIZE_BYTES = 1 << 34  # 16 GiB: past any GPU's share of an all-reduce
+PLATEAU_FRACTION = 0.9  # busbw within 10% of the best has reached its plateau
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 SWEEP_BYTES = 1 << 27  # per message size, about this much data is reduced (2..20 times)
 
 
@@ -40,6 +44,60 @@ def ring_pairs(names: Sequence[str]) -> list[tuple[str, str]]:
     if len(names) < 2:
         return []
     return [(names[i], names[(i + 1) % len(names)]) for i in range(len(names))]
+
+
+def default_sizes(backend: str) -> tuple[int, ...]:
+    """The sweep's sizes when none are given: to 1 GiB on GPUs (NCCL), 64 MiB on CPUs."""
+    return GPU_SIZES_BYTES if backend == "nccl" else CPU_SIZES_BYTES
+
+
+def parse_sizes(text: str) -> tuple[int, ...]:
+    """``1M,16M,256M,1G`` as bytes, ascending and distinct (K, M, G are powers of 1024).
+
+    A size may end in ``K``, ``M``, ``G`` (or ``KiB``, ``MiB``, ``GiB``, ``B``) or be
+    plain bytes; each must be a multiple of 4 (float32 elements) up to 16 GiB.
+
+    Raises:
+        ValueError: A size that is not one of these, naming it and the text.
+    """
+    found: set[int] = set()
+    for item in text.split(","):
+        word = item.strip().upper().removesuffix("IB").removesuffix("B")
+        unit = word[-1:] if word[-1:] in _UNITS else ""
+        digits = word[: len(word) - len(unit)]
+        if not digits.isdigit():
+            raise ValueError(
+                f"{item.strip()!r} in {text!r} is not a size: give sizes like 1M,16M,256M,1G "
+                "(K, M, G: KiB, MiB, GiB) or bytes"
+            )
+        size = int(digits) * _UNITS[unit]
+        if size < 4 or size % 4 or size > MAX_SIZE_BYTES:
+            raise ValueError(
+                f"{item.strip()!r} in {text!r} is {size} bytes: a size must be a multiple "
+                "of 4 bytes (float32), from 4 bytes to 16G"
+            )
+        found.add(size)
+    return tuple(sorted(found))
+
+
+def plateau(sizes: Sequence[Mapping[str, Any]]) -> dict[str, float] | None:
+    """Where busbw plateaus: the smallest size within 10% of the best busbw.
+
+    ``sizes`` are ``allreduce_sweep``'s entries. Returns ``bytes`` (that size),
+    ``busbw_gb_s`` (its busbw) and ``best_gb_s``; None for no sizes.
+    """
+    if not sizes:
+        return None
+    best = max(float(s["busbw_gb_s"]) for s in sizes)
+    first = min(
+        (s for s in sizes if float(s["busbw_gb_s"]) >= PLATEAU_FRACTION * best),
+        key=lambda s: int(s["bytes"]),
+    )
+    return {
+        "bytes": int(first["bytes"]),
+        "busbw_gb_s": float(first["busbw_gb_s"]),
+        "best_gb_s": best,
+    }
 
 
 def iterations(size_bytes: int) -> int:

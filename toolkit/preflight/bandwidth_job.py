@@ -9,7 +9,13 @@ attempt is kept, so one unlucky second does not fail a node.
 The ring runs one pair at a time: parallel tests would share CPUs and switch ports
 and measure each other. The all-reduce uses one rank per GPU (NCCL) or, on nodes
 without GPUs, one rank per node (gloo); on a node, every rank sees all of the node's
-GPUs (as Ray Train arranges), so NCCL may use NVLink and P2P between them.
+GPUs (as Ray Train arranges), so NCCL may use NVLink and P2P between them. Its sizes
+are the options' ``sizes_bytes``, or by backend (``bandwidth.default_sizes``).
+
+When a pair is still slow after its retries, or the all-reduce fails or falls below
+its floor, the job localises (``toolkit.preflight.localise``): rounds of tests on
+disjoint groups at once (``bandwidth_probes``) until the node or link is named. What
+it found goes in the result's ``localise`` section, per test kind.
 """
 
 from __future__ import annotations
@@ -17,39 +23,20 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
+from collections.abc import Callable
 from typing import Any
 
 import ray
 
 from toolkit.preflight import bandwidth
+from toolkit.preflight import bandwidth_localise as bl
 from toolkit.preflight.bandwidth import PROGRESS_PREFIX, RESULT_PREFIX
+from toolkit.preflight.bandwidth_probes import AllreduceProbe, Peer, TcpProbe
 from toolkit.preflight.checks import Thresholds, slow_pairs
-from toolkit.preflight.ray_ranks import (
-    CALL_TIMEOUT_S,
-    RankGroup,
-    alive_nodes,
-    error_text,
-    gpu_count,
-    pinned,
-    start_sweeps,
-)
-
-
-@ray.remote(num_cpus=0, max_restarts=0)
-class Peer:
-    """One node's end of the TCP tests."""
-
-    def __init__(self) -> None:
-        self.sink: bandwidth.TcpSink | None = None
-
-    def listen(self) -> int:
-        """Start the receiver; its port."""
-        self.sink = self.sink or bandwidth.TcpSink()
-        return self.sink.port
-
-    def send(self, host: str, port: int, duration_s: float) -> dict[str, Any]:
-        """Send to another node's receiver for ``duration_s``."""
-        return bandwidth.tcp_send(host, port, duration_s)
+from toolkit.preflight.localise import localise
+from toolkit.preflight.ray_ranks import CALL_TIMEOUT_S, alive_nodes, pinned
+from toolkit.preflight.ray_ranks import error_text as short_error
 
 
 def _say(line: str) -> None:
@@ -58,27 +45,63 @@ def _say(line: str) -> None:
 
 def measure_tcp(
     nodes: dict[str, dict[str, Any]], order: list[str], options: dict[str, Any]
-) -> list[dict[str, Any]]:
-    """The ring, then the retries of pairs below the thresholds."""
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The ring, the retries of pairs below the thresholds, then localisation if any stayed."""
     names = [n for n in order if n in nodes]
     pairs = bandwidth.ring_pairs(names)
     if not pairs:
-        return []
+        return [], None
     peers = {n: Peer.options(scheduling_strategy=pinned(nodes[n])).remote() for n in names}  # type: ignore[attr-defined]
-    ports = {n: ray.get(p.listen.remote(), timeout=CALL_TIMEOUT_S) for n, p in peers.items()}
-    duration_s = float(options["duration_s"])
+    try:
+        ports = {n: ray.get(p.listen.remote(), timeout=CALL_TIMEOUT_S) for n, p in peers.items()}
+        hosts = {n: str(nodes[n]["NodeManagerAddress"]) for n in names}
+        duration_s = float(options["duration_s"])
+        thresholds = Thresholds(**options["thresholds"])
+        results = _ring(peers, ports, hosts, pairs, duration_s, thresholds, int(options["retries"]))
+        if not slow_pairs(results, thresholds):
+            return results, None
+        probe = TcpProbe(peers, ports, hosts, duration_s, _say)
+        return results, _localise(
+            "tcp",
+            lambda: bl.localisation_json(
+                localise(
+                    names,
+                    probe,
+                    bl.tcp_verdict(thresholds, results),
+                    bl.tcp_measured(results, thresholds),
+                    bl.OPTIONS,
+                ),
+                "Gbit/s",
+            ),
+            probe.tests,
+            "pairs",
+        )
+    finally:
+        for peer in peers.values():
+            ray.kill(peer)
 
+
+def _ring(
+    peers: dict[str, Any],
+    ports: dict[str, int],
+    hosts: dict[str, str],
+    pairs: list[tuple[str, str]],
+    duration_s: float,
+    thresholds: Thresholds,
+    retries: int,
+) -> list[dict[str, Any]]:
     def one(src: str, dst: str, attempt: int) -> dict[str, Any]:
-        host = nodes[dst]["NodeManagerAddress"]
-        ref = peers[src].send.remote(host, ports[dst], duration_s)
-        result: dict[str, Any] = ray.get(ref, timeout=CALL_TIMEOUT_S)
+        ref = peers[src].send.remote(hosts[dst], ports[dst], duration_s)
+        try:
+            result: dict[str, Any] = ray.get(ref, timeout=CALL_TIMEOUT_S)
+        except Exception as e:  # noqa: BLE001 - a failed test is a result
+            result = {"error": short_error(e)}
         shown = f"{result['gbit_s']:.2f} Gbit/s" if "gbit_s" in result else result["error"]
         _say(f"tcp {src} -> {dst}: {shown}" + (f" (try {attempt})" if attempt > 1 else ""))
         return result
 
     results = [{"src": s, "dst": d, "attempts": 1, **one(s, d, 1)} for s, d in pairs]
-    thresholds = Thresholds(**options["thresholds"])
-    for _ in range(int(options["retries"])):
+    for _ in range(retries):
         again = slow_pairs(results, thresholds)
         if not again:
             break
@@ -90,43 +113,97 @@ def measure_tcp(
             if retry.get("gbit_s", -1.0) > entry.get("gbit_s", -1.0):
                 entry.pop("error", None)
                 entry.update(retry)
-    for peer in peers.values():
-        ray.kill(peer)
     return results
 
 
 def measure_allreduce(
     nodes: dict[str, dict[str, Any]], order: list[str], options: dict[str, Any]
-) -> dict[str, Any]:
-    """All-reduce sweep over every GPU (NCCL), or every node (gloo) without GPUs."""
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """All-reduce sweep over every GPU (NCCL), or every node (gloo); localise if it is bad."""
     names = [n for n in order if n in nodes]
-    gpus = {n: gpu_count(nodes[n]) for n in names}
-    use_gpus = all(count > 0 for count in gpus.values())
-    counts = [(n, gpus[n] if use_gpus else 1) for n in names]
-    group = RankGroup.place(nodes, counts, use_gpus, options["sizes_bytes"])
-    world = len(group.ranks)
-    result: dict[str, Any] = {"backend": group.backend, "ranks": world}
+    gpus = {n: int(nodes[n].get("Resources", {}).get("GPU", 0)) for n in names}
+    use_gpus = bool(names) and all(count > 0 for count in gpus.values())
+    per_node = {n: gpus[n] if use_gpus else 1 for n in names}
+    backend = "nccl" if use_gpus else "gloo"
+    sizes = list(options.get("sizes_bytes") or bandwidth.default_sizes(backend))
+    thresholds = Thresholds(**options["thresholds"])
+    expected = options.get("busbw_expected_min_gb_s")
+    floor_gb_s = bl.allreduce_floor_gb_s(thresholds, expected)
+    world = sum(per_node.values())
+    result: dict[str, Any] = {"backend": backend, "ranks": world, "floor_gb_s": floor_gb_s}
+    if expected:
+        result["expected_min_gb_s"] = float(expected)
     if world < 2:
-        group.kill()
         result["error"] = "fewer than 2 ranks: nothing to reduce across"
-        return result
+        return result, None
+    probe = AllreduceProbe(nodes, per_node, use_gpus, max(sizes), _say)
     try:
-        (started,) = start_sweeps([group], CALL_TIMEOUT_S)
-        if isinstance(started, str):
-            raise RuntimeError(started)
-        sweeps = ray.get(started, timeout=CALL_TIMEOUT_S)
-        result["sizes"] = sweeps[0]
-        for size in sweeps[0]:
-            _say(
-                f"all-reduce {size['bytes'] / 2**20:g} MiB over {world} ranks: "
-                f"algbw {size['algbw_gb_s']:.3f} GB/s, busbw {size['busbw_gb_s']:.3f} GB/s"
-            )
-    except Exception as e:  # noqa: BLE001 - any failure is the measurement's result
-        result["error"] = error_text(e)
-        _say(f"all-reduce failed: {result['error']}")
+        attempts = 0
+        while True:
+            attempts += 1
+            result.pop("error", None)
+            sweep = _sweep(probe, names, sizes)
+            if isinstance(sweep, str):
+                result["error"] = sweep
+                _say(f"all-reduce failed: {sweep}")
+                probe.restart(names)
+            else:
+                result["sizes"] = sweep
+                result["plateau"] = bandwidth.plateau(sweep)
+            if "error" not in result or attempts > min(1, int(options["retries"])):
+                break
+        result["attempts"] = attempts
+        if not bl.allreduce_is_bad(result, floor_gb_s):
+            return result, None
+        given = [(tuple(names), bl.allreduce_measured(result))]
+        verdict = bl.allreduce_verdict(floor_gb_s)
+        return result, _localise(
+            "allreduce",
+            lambda: bl.localisation_json(
+                localise(names, probe, verdict, given, bl.OPTIONS), "GB/s busbw"
+            ),
+            probe.tests,
+            "groups",
+        )
     finally:
-        group.kill()
-    return result
+        probe.close()
+
+
+def _sweep(
+    probe: AllreduceProbe, names: list[str], sizes: list[int]
+) -> list[dict[str, float]] | str:
+    """The sweep over every rank, or why it failed."""
+    deadline_s = time.monotonic() + CALL_TIMEOUT_S
+    try:
+        found = probe.finish(probe.launch(names, deadline_s, sizes), deadline_s)
+    except Exception as e:  # noqa: BLE001 - any failure is the measurement's result
+        return short_error(e)
+    if not isinstance(found, list):
+        return found.error
+    world = sum(probe.ranks_per_node.values())
+    for size in found:
+        _say(
+            f"all-reduce {size['bytes'] / 2**20:g} MiB over {world} ranks: "
+            f"algbw {size['algbw_gb_s']:.3f} GB/s, busbw {size['busbw_gb_s']:.3f} GB/s"
+        )
+    return found
+
+
+def _localise(
+    kind: str, run: Callable[[], dict[str, Any]], tests: list[dict[str, Any]], tests_key: str
+) -> dict[str, Any]:
+    """Run a localisation; its JSON section with the probe's tests, or the error that stopped it."""
+    _say(f"localise {kind}: searching for the node or link")
+    try:
+        section: dict[str, Any] = run()
+    except Exception as e:  # noqa: BLE001 - the measurements stand without it
+        section = {"error": short_error(e)}
+        _say(f"localise {kind} stopped: {section['error']}")
+    else:
+        for line in section["describe"]:
+            _say(f"localise {kind}: {line.strip()}")
+    section[tests_key] = tests
+    return section
 
 
 def main(options: dict[str, Any]) -> dict[str, Any]:
@@ -137,16 +214,14 @@ def main(options: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = {
         "nodes": [n for n in order if n in nodes],
         "missing": [n for n in order if n not in nodes],
+        "localise": {},
     }
-    result["tcp"] = measure_tcp(nodes, order, options)
-    attempts = 0
-    while True:
-        attempts += 1
-        result["allreduce"] = measure_allreduce(nodes, order, options)
-        failed = "error" in result["allreduce"] and result["allreduce"]["ranks"] >= 2
-        if not failed or attempts > min(1, int(options["retries"])):
-            break
-    result["allreduce"]["attempts"] = attempts
+    result["tcp"], found = measure_tcp(nodes, order, options)
+    if found is not None:
+        result["localise"]["tcp"] = found
+    result["allreduce"], found = measure_allreduce(nodes, order, options)
+    if found is not None:
+        result["localise"]["allreduce"] = found
     return result
 
 

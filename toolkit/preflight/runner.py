@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from toolkit.cluster.plan import ClusterPlan, NodePlan
@@ -20,7 +20,7 @@ from toolkit.errors import ClusterError, RunDirError
 from toolkit.node import FACTS
 from toolkit.node.host_facts import NodeFacts
 from toolkit.preflight import checks, gpu_checks, load_result
-from toolkit.preflight.bandwidth import DEFAULT_SIZES_BYTES, PROGRESS_PREFIX, RESULT_PREFIX
+from toolkit.preflight.bandwidth import PROGRESS_PREFIX, RESULT_PREFIX
 from toolkit.preflight.hardware import load_hardware
 from toolkit.preflight.history import dcgm_timeout_s, expectation_for, history_checks
 from toolkit.preflight.intra_checks import load_result_checks, model_limits
@@ -65,13 +65,19 @@ def targets(plan: ClusterPlan, src: str, up: set[str]) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class BandwidthOptions:
-    """How ``--bandwidth`` measures: seconds per TCP pair, retries, all-reduce sizes."""
+    """How ``--bandwidth`` measures: seconds per TCP pair, retries, all-reduce sizes.
+
+    ``sizes_bytes`` None: by backend, 1 MiB to 1 GiB on GPUs (NCCL), 1 to 64 MiB on
+    CPUs (gloo). ``busbw_expected_min_gb_s``: the least busbw the hardware should
+    reach, where it is known; below it the all-reduce fails and is localised.
+    """
 
     store: StateStore
     echo: Callable[[str], None]
     duration_s: float = 1.0
     retries: int = 2
-    sizes_bytes: tuple[int, ...] = field(default=DEFAULT_SIZES_BYTES)
+    sizes_bytes: tuple[int, ...] | None = None
+    busbw_expected_min_gb_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -96,7 +102,8 @@ def run_bandwidth(
         "nodes": [n.node.name for n in plan.nodes],
         "duration_s": options.duration_s,
         "retries": options.retries,
-        "sizes_bytes": list(options.sizes_bytes),
+        "sizes_bytes": None if options.sizes_bytes is None else list(options.sizes_bytes),
+        "busbw_expected_min_gb_s": options.busbw_expected_min_gb_s,
         "thresholds": asdict(thresholds),
     }
     job = PreflightJob(

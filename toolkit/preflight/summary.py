@@ -54,9 +54,15 @@ def family(name: str) -> str:
 
 
 def scope_nodes(scope: str) -> tuple[str, ...]:
-    """The nodes a scope names: ``(node,)``, ``(source, target)`` of a pair, or none."""
+    """The nodes a scope names: ``(node,)``, ``(source, target)`` of a pair, or none.
+
+    A link's scope ``a<->b`` (localisation's, either way) names ``(a, b)``.
+    """
     if scope == CLUSTER:
         return ()
+    a, link, b = scope.partition("<->")  # a link, either way (localisation's)
+    if link:
+        return (a, b)
     src, arrow, dst = scope.partition("->")
     return (src, dst) if arrow else (scope,)
 

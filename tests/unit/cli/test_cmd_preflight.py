@@ -60,3 +60,13 @@ def test_summary_verbose_and_json_tell_the_same_checks(
         f"  {statuses.count('pass')} passed, {statuses.count('warn')} warned, "
         f"{statuses.count('fail')} failed"
     )
+
+
+def test_a_bad_allreduce_size_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    inventory = tmp_path / "inv.yaml"
+    inventory.write_text(UNFIT_INVENTORY)
+    done = CliRunner().invoke(preflight_cmd, [str(inventory), "--allreduce-sizes", "1M,1.5G"])
+    assert done.exit_code == 2
+    assert "Invalid value for '--allreduce-sizes': '1.5G' in '1M,1.5G' is not a size" in (
+        done.output
+    )

@@ -119,9 +119,48 @@ def test_allreduce_is_graded_at_its_largest_size() -> None:
     result = {"tcp": [], "allreduce": {"backend": "gloo", "ranks": 3, "sizes": sizes}}
     (check,) = bandwidth_checks(result)
     assert check.status == "pass"
-    assert check.measured == "busbw 0.990 GB/s, algbw 0.740 GB/s at 64 MiB (gloo, 3 ranks)"
+    assert check.measured == (
+        "busbw 0.990 GB/s, algbw 0.740 GB/s at 64 MiB (gloo, 3 ranks); "
+        "plateau from 64 MiB (within 10% of the best, 0.990 GB/s)"
+    )
     (strict,) = bandwidth_checks(result, Thresholds(busbw_min_gb_s=5))
     assert strict.status == "fail"
     failed = {"tcp": [], "allreduce": {"backend": "nccl", "ranks": 8, "error": "NCCL error"}}
     (check,) = bandwidth_checks(failed)
     assert check.status == "fail" and "NCCL error" in check.measured
+
+
+def test_sizes_parse_with_binary_units_ascending_and_distinct() -> None:
+    assert bandwidth.parse_sizes("1M,16M,256M,1G") == (1 << 20, 1 << 24, 1 << 28, 1 << 30)
+    assert bandwidth.parse_sizes(" 64MiB, 4k,1048576,1M ") == (4096, 1 << 20, 1 << 26)
+    assert bandwidth.default_sizes("nccl")[-1] == 1 << 30
+    assert bandwidth.default_sizes("gloo")[-1] == 1 << 26
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("1.5G", "'1.5G' in '1.5G' is not a size"),
+        ("1M,,4M", "'' in '1M,,4M' is not a size"),
+        ("10", "'10' in '10' is 10 bytes: a size must be a multiple of 4"),
+        ("32G", "'32G' in '32G' is 34359738368 bytes"),
+        ("1T", "'1T' in '1T' is not a size"),
+    ],
+)
+def test_a_bad_size_is_named_with_what_is_wanted(text: str, words: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        bandwidth.parse_sizes(text)
+    assert str(caught.value).startswith(words)
+
+
+def test_busbw_plateaus_at_the_smallest_size_within_ten_percent_of_the_best() -> None:
+    curve = [(1, 5.0), (4, 21.0), (16, 60.0), (64, 130.0), (256, 171.0), (1024, 180.0)]
+    sizes = [{"bytes": mib << 20, "busbw_gb_s": gb_s} for mib, gb_s in curve]
+    assert bandwidth.plateau(sizes) == {
+        "bytes": 256 << 20,
+        "busbw_gb_s": 171.0,
+        "best_gb_s": 180.0,
+    }
+    dip = [*sizes[:-1], {"bytes": 1 << 30, "busbw_gb_s": 150.0}]  # the best need not be last
+    assert bandwidth.plateau(dip) == {"bytes": 256 << 20, "busbw_gb_s": 171.0, "best_gb_s": 171.0}
+    assert bandwidth.plateau([]) is None
