@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from toolkit.sandbox import cpu_share
 from toolkit.sandbox.errors import SandboxError
 from toolkit.sandbox.layout import NodeLayout
 
@@ -56,6 +57,7 @@ def start_node(node: NodeLayout, tools: dict[str, str]) -> int:
 
     The starter is ``ip netns exec NS unshare --pid --fork ... tini -s -- bash INIT``;
     after ``exec``s it is the ``unshare`` process, whose child is the node's PID 1.
+    Where the host allows it, it first joins the node's own CPU share (``cpu_share``).
 
     Raises:
         SandboxError: The command cannot be started.
@@ -66,7 +68,7 @@ def start_node(node: NodeLayout, tools: dict[str, str]) -> int:
         "--propagation", "private",
         tools["tini"], "-s", "--", "bash", str(node.init_script),
     ]  # fmt: skip
-    return spawn(argv, node.log_file, NODE_ENV, f"{node.name}: its init")
+    return spawn(cpu_share.wrap(argv, node), node.log_file, NODE_ENV, f"{node.name}: its init")
 
 
 def children(pid: int) -> list[int]:

@@ -6,7 +6,7 @@ import logging
 import shutil
 from pathlib import Path
 
-from toolkit.sandbox import network, procs, slurm_host
+from toolkit.sandbox import cpu_share, network, procs, slurm_host
 from toolkit.sandbox.errors import SandboxError
 from toolkit.sandbox.hostcheck import check_host
 from toolkit.sandbox.layout import (
@@ -99,6 +99,8 @@ def destroy(name: str) -> list[str]:
                 removed.append(f"netns {ns}")
         except SandboxError as e:
             failures.append(str(e))
+        if cpu_share.remove(ns):
+            removed.append(f"cpu cgroup {ns}")
 
     if record and record.sysctl:
         others = [other for other in list_sandboxes() if other != name]
