@@ -1,5 +1,7 @@
-"""``rtk preflight`` on the 3-node sandbox: a healthy cluster passes, each fault is caught
-by name on the right node, and every fault is undone after its test."""
+"""``rtk preflight`` on a 6-node sandbox: a healthy cluster passes with a summary that
+fits a screen, each fault is caught by name on the right node (a slowed link and a
+CPU-starved node localised among their peers), every fault is undone after its test,
+and the last test goes on without the bad node (``rtk up --exclude-file``)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from typing import Any
 import pytest
 from conftest import require, require_sandbox_host, rtk
 
-from toolkit.sandbox import Sandbox
+from toolkit.sandbox import Sandbox, cpu_share, procs
 
 pytestmark = pytest.mark.ray
 
@@ -25,7 +27,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, ray_available: None) -> It
 
     require_sandbox_host()
     destroy("sbpf")
-    sandbox = create(3, name="sbpf", subnet="10.77.9")
+    sandbox = create(6, name="sbpf", subnet="10.77.9")
     env = {"RTK_STATE_DIR": str(tmp_path_factory.mktemp("pf-state"))}
     sandbox.env = env  # type: ignore[attr-defined]
     try:
@@ -50,6 +52,7 @@ def test_a_healthy_cluster_passes(cluster: Sandbox) -> None:
     code, result = preflight(cluster)
     assert code == 0, result
     assert failures(result) == set()
+    assert result["exclude"] == [] and result["links"] == []
     names = [n.name for n in cluster.nodes]
     pairs = {c["scope"] for c in result["checks"] if c["name"].startswith("net.port.")}
     assert pairs == {f"{a}->{b}" for a in names for b in names if a != b}
@@ -63,6 +66,15 @@ def test_a_healthy_cluster_passes(cluster: Sandbox) -> None:
         "software.ray",
         "software.python",
     }
+    # On the terminal: a summary that fits a screen, not a line per pair and port.
+    shown = rtk("preflight", str(cluster.inventory_path), env=cluster.env)  # type: ignore[attr-defined]
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    lines = shown.stdout.splitlines()
+    assert 3 <= len(lines) <= 24 and max(len(line) for line in lines) <= 100, shown.stdout
+    assert len(result["checks"]) > 100  # 6 x 5 pairs into their ports, and per node
+    verbose = rtk("preflight", str(cluster.inventory_path), "--verbose", env=cluster.env)  # type: ignore[attr-defined]
+    passed = [c for c in result["checks"] if c["status"] == "pass"]
+    assert len(verbose.stdout.splitlines()) > len(passed)  # a line each, and the warnings
 
 
 def test_a_host_name_resolving_to_loopback_is_caught_on_its_node(cluster: Sandbox) -> None:
@@ -97,7 +109,7 @@ def test_a_tiny_dev_shm_is_caught_on_its_node(cluster: Sandbox) -> None:
     assert re.search(rf"FAIL +host\.dev_shm +{node} +16 MiB", again.stdout), again.stdout
 
     assert "is up, but preflight failed" in again.stderr
-    assert "3/3 node(s) alive" in again.stdout
+    assert "6/6 node(s) alive" in again.stdout
     assert skipped.returncode == 0, skipped.stderr
     assert "preflight of" not in skipped.stdout
 
@@ -147,6 +159,9 @@ def test_a_firewalled_ray_port_is_caught_on_every_pair_into_that_node(cluster: S
         if c["scope"] == f"{others[0]}->{node}" and c["name"] == "net.port.object_manager"
     )
     assert "timed out" in blocked["measured"]
+    # Every pair into that node failed, so the node is the one to go on without.
+    assert [e["node"] for e in result["exclude"]] == [node], result["exclude"]
+    assert result["links"] == []
     assert preflight(cluster)[0] == 0  # undone
 
 
@@ -158,10 +173,53 @@ def test_bandwidth_on_a_healthy_ring_and_an_all_reduce_passes(cluster: Sandbox) 
     assert set(tcp) == {f"{a}->{b}" for a, b in zip(names, names[1:] + names[:1], strict=True)}
     reduce = next(c for c in result["checks"] if c["name"] == "net.bandwidth.allreduce")
     assert reduce["status"] == "pass"
-    assert reduce["measured"].startswith("busbw ") and "(gloo, 3 ranks)" in reduce["measured"]
+    assert reduce["measured"].startswith("busbw ") and "(gloo, 6 ranks)" in reduce["measured"]
 
 
-def test_a_slowed_link_is_caught_on_its_pair(cluster: Sandbox) -> None:
+def test_a_cpu_starved_node_is_named_by_the_load_test(cluster: Sandbox) -> None:
+    require(cpu_share.available(), "a writable cpu cgroup controller for the sandbox's nodes")
+    node = cluster.layout.nodes[3]
+    group = cpu_share.group_path(node)
+    assert group is not None
+    # Two busy processes inside the node, in its CPU share, competing with its work.
+    hog = ["python3", "-c", "while True: pass"]
+    join = 'echo $$ > "$1" && shift && exec "$@"'
+    init_pid = cluster.node(node.name).init_pid
+    hogs = [
+        subprocess.Popen(
+            [
+                "sh",
+                "-c",
+                join,
+                "sh",
+                str(group / "cgroup.procs"),
+                *procs.nsenter_argv(init_pid, hog),
+            ]
+        )  # fmt: skip
+        for _ in range(2)
+    ]
+    try:
+        code, result = preflight(cluster, "--load", "--load-seconds", "3")
+    finally:
+        for p in hogs:
+            p.kill()
+            p.wait()
+    assert code == 1, result
+    # Named against its peers by its GEMM; on a shared host a peer's memory copies may
+    # be noisy too, so only the GEMM must single it out.
+    assert {scope for name, scope in failures(result) if name == "load.gemm"} == {node.name}
+    gemm = {c["scope"]: c for c in result["checks"] if c["name"] == "load.gemm"}
+    assert set(gemm) == {n.name for n in cluster.nodes}
+    assert "of the median" in gemm[node.name]["measured"]
+    intra = {c["scope"] for c in result["checks"] if c["name"] == "intra.allreduce"}
+    assert intra == {n.name for n in cluster.nodes}  # each node's own gloo all-reduce ran
+    assert node.name in [e["node"] for e in result["exclude"]]
+
+
+def test_a_slowed_link_is_localised_and_the_cluster_goes_on_without_its_node(
+    cluster: Sandbox, tmp_path: Path
+) -> None:
+    """Last in the module: it leaves the cluster up without the slowed node."""
     node = cluster.layout.nodes[1]  # traffic into node2 passes its veth's host end
     shape = ["root", "tbf", "rate", "500mbit", "burst", "256kb", "latency", "50ms"]
     added = subprocess.run(["tc", "qdisc", "add", "dev", node.veth, *shape], check=False)
@@ -172,12 +230,32 @@ def test_a_slowed_link_is_caught_on_its_pair(cluster: Sandbox) -> None:
         subprocess.run(["tc", "qdisc", "del", "dev", node.veth, "root"], check=True)
     assert code == 1
     before = cluster.nodes[0].name
-    assert failures(result) == {("net.bandwidth.tcp", f"{before}->{node.name}")}
+    assert failures(result) == {
+        ("net.bandwidth.tcp", f"{before}->{node.name}"),
+        ("net.localise.tcp", node.name),
+    }
     slow = next(
         c
         for c in result["checks"]
         if c["name"] == "net.bandwidth.tcp" and c["scope"] == f"{before}->{node.name}"
     )
-
     assert float(slow["measured"].split()[0]) < 0.55  # the shaped 500 Mbit/s
     assert "(best of 2)" in slow["measured"]  # measured again before failing
+    named = next(c for c in result["checks"] if c["name"] == "net.localise.tcp")
+    assert named["measured"].startswith("slow in ") and "tests with it" in named["measured"]
+    assert f"rtk up --exclude {node.name}" in named["hint"]
+    assert [e["node"] for e in result["exclude"]] == [node.name]
+
+    # Go on without it: the preflight's JSON is the exclude file.
+    found = tmp_path / "preflight.json"
+    found.write_text(json.dumps(result))
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(cluster.inventory_path.read_text() + "min_nodes: 5\n")
+    env = cluster.env  # type: ignore[attr-defined]
+    assert rtk("down", str(inventory), env=env).returncode == 0
+    up = rtk("up", str(inventory), "--exclude-file", str(found), "--json", env=env)
+    assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+    status = rtk("status", str(inventory), "--json", env=env)
+    alive = set(json.loads(status.stdout)["alive"])
+    assert alive == {n.name for n in cluster.nodes} - {node.name}, status.stdout
+    assert cluster.run_in(node.name, ["pgrep", "-f", "raylet"]).returncode == 1  # no Ray there

@@ -3,9 +3,10 @@
 ``python -m toolkit.preflight.load_job OPTIONS_JSON`` tests every alive inventory
 node at once, in two phases so that the two tests never share a node's devices:
 
-1. the load test (``node_load.run_node_load``): one task per node, pinned to it, that
+1. the load test (``node_load.run_node_load``): one actor per node, pinned to it, that
    holds all of the node's GPUs (so that Ray shows it every GPU, and nothing else of
-   Ray's runs on them meanwhile);
+   Ray's runs on them meanwhile); every node's actor loads torch first, then all
+   start their GEMMs together;
 2. an all-reduce sweep over the node's own ranks: one rank per GPU with NCCL, or two
    CPU ranks with gloo on a node without GPUs; each node its own process group, with
    its rendezvous on the node's own address, all nodes' groups at once.
@@ -52,7 +53,7 @@ from toolkit.preflight.ray_ranks import (
 from toolkit.rundir.record import record_fields
 
 MiB = 1 << 20
-CPU_SIZES_BYTES = (MiB, 4 * MiB, 16 * MiB)
+CPU_SIZES_BYTES = (MiB, 4 * MiB)
 GPU_SIZES_BYTES = (MiB, 16 * MiB, 64 * MiB, 256 * MiB)
 CPU_RANKS = 2
 PER_NODE_LINES = 8  # above this many nodes, progress is counts, not a line per node
@@ -64,18 +65,29 @@ def _say(line: str) -> None:
     print(f"{PROGRESS_PREFIX}{line}", flush=True)
 
 
-@ray.remote(num_cpus=0, max_retries=0)
-def node_load_task(precision: str, duration_s: float) -> dict[str, Any]:
-    """The load test of the node this task runs on, as JSON.
+@ray.remote(num_cpus=0, max_restarts=0)
+class NodeLoader:
+    """The load test of the node this actor runs on.
 
-    Ray limits a task without CPUs to one thread; the CPU GEMM uses every CPU the
-    task may run on, so that a node whose CPUs are busy with something else shows it.
+    ``ready`` loads torch (seconds on a busy node) before any node starts its GEMM, so
+    that ``run`` starts on every node within milliseconds of the others: nodes that
+    share anything (a switch, a PDU, or in a sandbox the host's CPUs) are measured
+    under the same conditions, and a node slow to start is not measured alone.
     """
-    with suppress(ImportError):
-        import torch
 
-        torch.set_num_threads(len(os.sched_getaffinity(0)))
-    return run_node_load(precision, duration_s).to_json()
+    def ready(self) -> bool:
+        """Load what the test needs; True when done."""
+        with suppress(ImportError):
+            import torch
+
+            # Ray limits an actor without CPUs to one thread; the CPU GEMM uses every
+            # CPU it may run on, so that a node whose CPUs are busy shows it.
+            torch.set_num_threads(len(os.sched_getaffinity(0)))
+        return True
+
+    def run(self, precision: str, duration_s: float) -> dict[str, Any]:
+        """The load test, as JSON."""
+        return run_node_load(precision, duration_s).to_json()
 
 
 def intra_shape(node: Mapping[str, Any]) -> tuple[int, bool]:
@@ -191,17 +203,36 @@ def _point(data: Any) -> SweepPoint:
 def run_loads(
     nodes: Mapping[str, dict[str, Any]], precision: str, duration_s: float
 ) -> dict[str, list[Any] | str]:
-    """Phase 1: the load test on every node at once; per node its JSON or the error."""
-    refs = {
-        name: [
-            node_load_task.options(
-                scheduling_strategy=pinned(node), num_gpus=gpu_count(node)
-            ).remote(precision, duration_s)
-        ]
+    """Phase 1: the load test on every node at once; per node its JSON or the error.
+
+    Every node's loader is made ready first; the GEMMs then start together.
+    """
+    loaders = {
+        name: NodeLoader.options(  # type: ignore[attr-defined]
+            scheduling_strategy=pinned(node), num_gpus=gpu_count(node)
+        ).remote()
         for name, node in nodes.items()
     }
-    progress = Progress("load test", len(refs))
-    return gather(refs, LOAD_TIMEOUT_S + duration_s, progress, describe_load)
+    try:
+        warm = gather(
+            {name: [a.ready.remote()] for name, a in loaders.items()},
+            LOAD_TIMEOUT_S,
+            Progress("loading torch", len(loaders), say=lambda _line: None),
+            lambda _values: "ready",
+        )
+        out: dict[str, list[Any] | str] = {n: v for n, v in warm.items() if isinstance(v, str)}
+        refs = {
+            name: [loader.run.remote(precision, duration_s)]
+            for name, loader in loaders.items()
+            if name not in out
+        }
+        progress = Progress("load test", len(refs))
+        out.update(gather(refs, LOAD_TIMEOUT_S + duration_s, progress, describe_load))
+        return out
+    finally:
+        for loader in loaders.values():
+            with suppress(Exception):
+                ray.kill(loader)
 
 
 def run_intra(

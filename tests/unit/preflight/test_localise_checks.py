@@ -94,3 +94,31 @@ def test_the_bandwidth_checks_carry_the_localise_section() -> None:
     found = bandwidth_checks({"tcp": ring, "localise": section})
     failed = {(c.name, c.scope) for c in found if c.status == "fail"}
     assert failed == {("net.bandwidth.tcp", "node1->node2"), ("net.localise.tcp", "node2")}
+
+
+def test_a_slow_ring_pair_measured_fine_again_by_localisation_only_warns() -> None:
+    ring = [
+        {"src": "n1", "dst": "n2", "gbit_s": 0.4, "attempts": 2},
+        {"src": "n2", "dst": "n3", "gbit_s": 9.0, "attempts": 1},
+        {"src": "n3", "dst": "n4", "gbit_s": 1.0, "attempts": 2},
+        {"src": "n4", "dst": "n1", "gbit_s": 9.5, "attempts": 1},
+    ]
+    found = {
+        "conclusion": "localised",
+        "culprits": [{"kind": "node", "nodes": ["n2"], "summary": "slow in 2 of 2 tests"}],
+        "readings": [
+            {"round": 1, "group": ["n1", "n2"], "role": "test", "value": 0.4, "bad": True},
+            {"round": 1, "group": ["n3", "n4"], "role": "test", "value": 8.0, "bad": False},
+        ],
+    }
+    checks = bandwidth_checks({"tcp": ring, "localise": {"tcp": found}})
+    status = {(c.name, c.scope): c.status for c in checks}
+    assert status[("net.bandwidth.tcp", "n1->n2")] == "fail"  # its end is the culprit
+    assert status[("net.bandwidth.tcp", "n3->n4")] == "warn"  # measured fine again
+    assert status[("net.localise.tcp", "n2")] == "fail"
+    # Without a good reading of both ends, a slow pair stays failed.
+    found["readings"] = found["readings"][:1]
+    checks = bandwidth_checks({"tcp": ring, "localise": {"tcp": found}})
+    assert {(c.scope, c.status) for c in checks if c.name == "net.bandwidth.tcp"} >= {
+        ("n3->n4", "fail")
+    }
