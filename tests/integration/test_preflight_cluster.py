@@ -166,7 +166,9 @@ def test_a_firewalled_ray_port_is_caught_on_every_pair_into_that_node(cluster: S
 
 
 def test_bandwidth_on_a_healthy_ring_and_an_all_reduce_passes(cluster: Sandbox) -> None:
-    code, result = preflight(cluster, "--bandwidth")
+    # Small sizes: the sweep's default sizes are the unit tests' business; here the
+    # question is whether every node takes part.
+    code, result = preflight(cluster, "--bandwidth", "--allreduce-sizes", "1M,4M")
     assert code == 0, failures(result)
     names = [n.name for n in cluster.nodes]
     tcp = {c["scope"]: c for c in result["checks"] if c["name"] == "net.bandwidth.tcp"}
@@ -225,7 +227,9 @@ def test_a_slowed_link_is_localised_and_the_cluster_goes_on_without_its_node(
     added = subprocess.run(["tc", "qdisc", "add", "dev", node.veth, *shape], check=False)
     assert added.returncode == 0
     try:
-        code, result = preflight(cluster, "--bandwidth", "--bandwidth-retries", "1")
+        code, result = preflight(
+            cluster, "--bandwidth", "--bandwidth-retries", "1", "--allreduce-sizes", "1M"
+        )
     finally:
         subprocess.run(["tc", "qdisc", "del", "dev", node.veth, "root"], check=True)
     assert code == 1
