@@ -48,7 +48,11 @@ STAGES: tuple[StageSpec, ...] = (
         "power-clocks", "power limit and locked clocks: set, train, restore", "power", 150, 120
     ),
     StageSpec(
-        "preflight", "preflight's GPU checks against nvidia-smi and dcgmi", "preflight", 45, 45
+        "preflight",
+        "preflight's GPU checks against nvidia-smi and dcgmi, and its load test",
+        "preflight",
+        90,
+        75,
     ),
     StageSpec("vllm", "vLLM on a tiny local model over two power limits", "vllm", 240, 180),
 )

@@ -165,6 +165,26 @@ def _preflight_with_ray(ctx: StageContext, io: Any) -> list[dict[str, Any]]:
         procs.run([ctx.python, "-m", "toolkit", "down", "--local"], 120, env=env, cwd=ctx.repo)
 
 
+# The per-node load test preflight's --load runs on every node, here on its own (no Ray).
+NODE_LOAD = (
+    "import json; from toolkit.preflight.node_load import run_node_load; "
+    "print(json.dumps(run_node_load('bf16', 3.0).to_json()))"
+)
+
+
+def _node_load(ctx: StageContext, io: Any) -> None:
+    """Preflight's load test on this node's GPUs: GEMM, copies, clocks, throttle reasons."""
+    done = procs.run([ctx.python, "-c", NODE_LOAD], 60, env=ctx.env(), cwd=ctx.repo)
+    if done.rc != 0:
+        io.error(f"preflight's load test failed: {done.why()}")
+        return
+    load = json.loads(done.stdout.strip().splitlines()[-1])
+    io.measure("node_load", load)
+    for device in load.get("devices", []):
+        if not device.get("gemm_tflops"):
+            io.error(f"load test: no GEMM rate on {device.get('name', 'a device')}")
+
+
 def run(ctx: StageContext, io: Any) -> None:
     """Collect the facts and checks; compare with the peers."""
     if not ctx.has("pynvml"):
@@ -213,6 +233,8 @@ def run(ctx: StageContext, io: Any) -> None:
             io.error(f"dcgmi lists {count} GPU(s), rtk {facts.get('count')}")
     else:
         io.measure("dcgmi", "not installed")
+    if ctx.has("torch"):
+        _node_load(ctx, io)
     statuses = [c.get("status") for c in checks]
     mismatches = io.result.measurements.get("against_nvidia_smi", {}).get("mismatches", [])
     io.summary(
