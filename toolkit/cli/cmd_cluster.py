@@ -19,7 +19,11 @@ from toolkit.errors import ClusterError, PreflightError
 from toolkit.flows import BringUpOutcome, PreflightFailedError, PreflightPolicy, Session
 from toolkit.inventory import Inventory
 
-DRY_RUN_HELP = "Print the plan (commands, files, environment, ports) and touch nothing."
+DRY_RUN_HELP = (
+    "Print the plan (commands, files, environment, ports) and touch nothing: one block "
+    "per command shape, headed by its nodes as a host list."
+)
+FULL_HELP = "With --dry-run: print every node's commands, not one block per command shape."
 JSON_HELP = "Print the result as JSON on stdout (progress stays on stderr)."
 
 
@@ -48,7 +52,8 @@ train) leave them out too, until the next rtk up; rtk down stops every node.
 \b
 Examples:
   rtk up --local                 this machine as a one-node cluster
-  rtk up inv.yaml --dry-run      show the plan
+  rtk up inv.yaml --dry-run      show the plan, one block per command shape
+  rtk up inv.yaml --dry-run --full   every node's commands
   rtk up inv.yaml --json         machine-readable result
   rtk preflight inv.yaml --json > pf.json; rtk up inv.yaml --exclude-file pf.json
 """
@@ -57,6 +62,7 @@ Examples:
 @click.command("up", help=UP_HELP)
 @inventory_options
 @click.option("--dry-run", is_flag=True, help=DRY_RUN_HELP)
+@click.option("--full", is_flag=True, help=FULL_HELP)
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.option("--no-preflight", is_flag=True, help="Skip the fast preflight checks after.")
 @exclude_options
@@ -65,18 +71,21 @@ def up_cmd(
     local: bool,
     slurm: bool,
     dry_run: bool,
+    full: bool,
     as_json: bool,
     no_preflight: bool,
     exclude: tuple[str, ...],
     exclude_file: tuple[str, ...],
 ) -> None:
     """Bring the cluster up (help: UP_HELP)."""
+    check_full(full, dry_run)
     inv = choose_inventory(inventory, local, slurm)
     policy = PreflightPolicy.SKIP if no_preflight else PreflightPolicy.ENFORCE
     excluded = asked_exclusions(exclude, exclude_file)
     with Session(inv, ConsoleReporter(), excluded=excluded) as session:
         if dry_run:
-            click.echo(session.up_plan(), nl=False)
+            # --json keeps every node: there is no summary to parse.
+            click.echo(session.up_plan(full=full or as_json), nl=False)
             return
         failed: PreflightFailedError | None = None
         try:
@@ -91,6 +100,12 @@ def up_cmd(
             f"cluster {inv.name} is up, but preflight failed (the FAIL lines above); "
             "fix it and run rtk preflight, or rtk down"
         ) from failed
+
+
+def check_full(full: bool, dry_run: bool) -> None:
+    """``--full`` says how much of the plan ``--dry-run`` prints; alone it means nothing."""
+    if full and not dry_run:
+        raise click.UsageError("--full goes with --dry-run (it prints every node's plan)")
 
 
 def render_up_result(
@@ -173,19 +188,23 @@ def render_status(status: ClusterStatus) -> str:
 @click.command("down")
 @inventory_options
 @click.option("--dry-run", is_flag=True, help=DRY_RUN_HELP)
+@click.option("--full", is_flag=True, help=FULL_HELP)
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
-def down_cmd(inventory: str | None, local: bool, slurm: bool, dry_run: bool, as_json: bool) -> None:
+def down_cmd(
+    inventory: str | None, local: bool, slurm: bool, dry_run: bool, full: bool, as_json: bool
+) -> None:
     """Stop the Ray that rtk started on every node of INVENTORY, and remove its files.
 
     Only processes started from this cluster's env file are stopped; another Ray on
     the same machine keeps running (plain `ray stop` would kill it). Works also when
     the head is already gone.
     """
+    check_full(full, dry_run)
     inv = choose_inventory(inventory, local, slurm)
     # Every node is stopped, the excluded ones too: no need to know which they were.
     with Session(inv, ConsoleReporter(), excluded=()) as session:
         if dry_run:
-            click.echo(session.down_plan(), nl=False)
+            click.echo(session.down_plan(full=full or as_json), nl=False)
             return
         result = session.tear_down()
     if as_json:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from toolkit.cluster.down import DownResult, down
 from toolkit.cluster.plan import ClusterPlan, build_plan
-from toolkit.cluster.render import render_down, render_up
+from toolkit.cluster.render import render_down, render_down_summary, render_up, render_up_summary
 from toolkit.cluster.report import Reporter
 from toolkit.cluster.state import StateStore
 from toolkit.cluster.status import ClusterStatus, cluster_status
@@ -21,6 +21,8 @@ __all__ = [
     "cluster_status",
     "down",
     "render_down",
+    "render_down_summary",
     "render_up",
+    "render_up_summary",
     "up",
 ]

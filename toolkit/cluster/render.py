@@ -3,11 +3,28 @@
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from toolkit.cluster.plan import NETWORK_AFTER, ClusterPlan, Detect, NodePlan
+from toolkit.cluster.plan_summary import (
+    ADDRESS,
+    NAME,
+    SSH_PORT,
+    PlanBlock,
+    RenderedNode,
+    Token,
+    cut_hostlist,
+    group_nodes,
+)
 from toolkit.netenv import describe_profile
 from toolkit.resources import render
+from toolkit.rundir.preflight import Exclusion
+from toolkit.shell import join
+
+WORKERS_AFTER_HEAD = "workers start in parallel once the head is up"
+AGENT_NOTE = "(rtk node agent on stdin)"
+# Reasons to exclude nodes are shown one line each, up to this many.
+MAX_EXCLUDED_LINES = 8
 
 
 def env_file(plan: ClusterPlan, node_plan: NodePlan, env: Mapping[str, str]) -> str:
@@ -31,10 +48,44 @@ def python_bin_dir(python: str) -> str:
 
 
 def render_up(plan: ClusterPlan) -> str:
-    """The bring-up plan, node by node, in the order rtk runs it."""
+    """The bring-up plan, node by node, in the order rtk runs it (``--dry-run --full``)."""
+    lines = _up_header(plan)
+    lines += [f"  excluded   {e.describe()}" for e in plan.excluded]
+    for index, node_plan in enumerate(plan.nodes):
+        if index == 1:
+            lines += ["", WORKERS_AFTER_HEAD]
+        lines += ["", *_render_node(plan, node_plan)]
+    return "\n".join(lines) + "\n"
+
+
+def render_up_summary(plan: ClusterPlan) -> str:
+    """The bring-up plan in one block per command shape (``--dry-run``): a screen at any N.
+
+    Nodes whose commands differ only in their own name, address and SSH port share a
+    block (``plan_summary.group_nodes``), headed by their host list; the head is a
+    block of its own. Then the excluded nodes, grouped by reason, and a total.
+    """
+    blocks = group_nodes([_rendered_up(plan, n) for n in plan.nodes])
+    lines = _up_header(plan)
+    for index, block in enumerate(blocks, start=1):
+        if block.role != "head" and all(b.role == "head" for b in blocks[: index - 1]):
+            lines += ["", WORKERS_AFTER_HEAD]
+        lines += ["", _block_heading(index, block), *block.lines]
+    lines += _excluded_lines(plan.excluded)
+    workers = len(plan.workers)
+    lines.append(
+        f"total: {len(plan.nodes):,} node(s) ({'1 head' if plan.nodes else 'no head'}, "
+        f"{workers:,} worker(s)) in {len(blocks)} block(s)"
+        + (f", {len(plan.excluded):,} excluded" if plan.excluded else "")
+        + "; --full shows every node"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def _up_header(plan: ClusterPlan) -> list[str]:
     inv = plan.inventory
     p = inv.ports
-    lines = [
+    return [
         f"plan: rtk up, cluster {inv.name!r} from {inv.source}",
         f"  transport  {inv.transport}, {len(plan.nodes)} node(s), head {inv.head_name}",
         f"  temp dir   {plan.paths.temp_dir} (Ray's --temp-dir; rtk's files in "
@@ -54,12 +105,63 @@ def render_up(plan: ClusterPlan) -> str:
         f"  wait       until {inv.min_nodes} of {len(plan.nodes)} node(s) are alive with their "
         f"GPUs and resources, at most {inv.ray.wait_timeout_s:g} s",
     ]
-    lines += [f"  excluded   {e.describe()}" for e in plan.excluded]
-    for index, node_plan in enumerate(plan.nodes):
-        if index == 1:
-            lines += ["", "workers start in parallel once the head is up"]
-        lines += ["", *_render_node(plan, node_plan)]
-    return "\n".join(lines) + "\n"
+
+
+def _rendered_up(plan: ClusterPlan, node_plan: NodePlan) -> RenderedNode:
+    """A node's bring-up lines, with how rtk reaches it, and the values that are its own."""
+    node = node_plan.node
+    lines = _render_node(plan, node_plan)
+    reach = _reach(plan, node_plan)
+    if reach:
+        lines.insert(1, f"  reach: {reach}")
+    return RenderedNode(node.name, node_plan.role, tuple(lines), _own_tokens(node_plan))
+
+
+def _reach(plan: ClusterPlan, node_plan: NodePlan) -> str:
+    """How rtk reaches the node, as the ``ssh`` line that would (``''`` if not over SSH)."""
+    if plan.inventory.transport != "ssh":
+        return ""
+    node = node_plan.node
+    ssh = node.ssh
+    argv = ["ssh", "-p", str(ssh.port)]
+    if ssh.jump_host:
+        argv += ["-J", ssh.jump_host]
+    if ssh.key_file:
+        argv += ["-i", ssh.key_file]
+    argv.append(f"{ssh.user}@{node.address}" if ssh.user else node.address)
+    return join(argv)
+
+
+def _own_tokens(node_plan: NodePlan) -> tuple[Token, ...]:
+    node = node_plan.node
+    return (
+        Token(NAME, node.name),
+        Token(ADDRESS, node.address),
+        Token(SSH_PORT, str(node.ssh.port), prefix="-p "),
+    )
+
+
+def _block_heading(index: int, block: PlanBlock) -> str:
+    count = len(block.nodes)
+    what = block.role if count == 1 else f"{count:,} {block.role}s"
+    own = f"; {', '.join(block.varying)}: each node's own" if block.varying else ""
+    return f"block {index}: {what} {block.hostlist()}{own}"
+
+
+def _excluded_lines(excluded: Sequence[Exclusion]) -> list[str]:
+    """The excluded nodes, one line per reason, at most ``MAX_EXCLUDED_LINES``."""
+    by_reason: dict[tuple[str, ...], list[str]] = {}
+    for exclusion in excluded:
+        by_reason.setdefault(exclusion.reasons, []).append(exclusion.node)
+    groups = list(by_reason.items())
+    lines = [
+        f"excluded {cut_hostlist(nodes)} ({len(nodes):,}): {'; '.join(reasons) or 'asked'}"
+        for reasons, nodes in groups[:MAX_EXCLUDED_LINES]
+    ]
+    rest = sum(len(nodes) for _, nodes in groups[MAX_EXCLUDED_LINES:])
+    if rest:
+        lines.append(f"excluded {rest:,} more node(s) for other reasons; --full lists each")
+    return ["", *lines] if lines else []
 
 
 def _render_node(plan: ClusterPlan, node_plan: NodePlan) -> list[str]:
@@ -71,7 +173,7 @@ def _render_node(plan: ClusterPlan, node_plan: NodePlan) -> list[str]:
     gpus = f"{node.gpus} GPU(s) expected, detected by Ray" if node.gpus else "no GPU expected"
     lines = [
         f"[{node.name}] {node_plan.role} at {node.address}, {gpus}",
-        f"  1. probe: {node_plan.probe_command}  (rtk node agent on stdin)",
+        f"  1. probe: {node_plan.probe_command}  {AGENT_NOTE}",
     ]
     step = 2
     if plan.auth:
@@ -91,12 +193,32 @@ def _render_node(plan: ClusterPlan, node_plan: NodePlan) -> list[str]:
 
 
 def render_down(plan: ClusterPlan) -> str:
-    """The teardown plan."""
-    lines = [
+    """The teardown plan, a line per node (``--dry-run --full``)."""
+    lines = _down_header(plan)
+    lines += [f"  [{n.node.name}] {n.stop_command}  {AGENT_NOTE}" for n in plan.nodes]
+    return "\n".join(lines) + "\n"
+
+
+def render_down_summary(plan: ClusterPlan) -> str:
+    """The teardown plan, a line per command shape with its host list (``--dry-run``)."""
+    blocks = group_nodes(
+        [RenderedNode(n.name, "node", (n.stop_command,), _own_tokens(n)[:2]) for n in plan.nodes]
+    )
+    lines = _down_header(plan)
+    for block in blocks:
+        count = f" ({len(block.nodes):,} nodes)" if len(block.nodes) > 1 else ""
+        own = f"; {', '.join(block.varying)}: each node's own" if block.varying else ""
+        lines.append(f"  [{block.hostlist()}]{count} {block.lines[0]}  {AGENT_NOTE}{own}")
+    lines.append(
+        f"total: {len(plan.nodes):,} node(s) in {len(blocks)} block(s); --full shows every node"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def _down_header(plan: ClusterPlan) -> list[str]:
+    return [
         f"plan: rtk down, cluster {plan.inventory.name!r} from {plan.inventory.source}",
         "  on every node, in parallel: stop the processes carrying "
         f"RTK_CLUSTER_DIR={plan.paths.temp_dir} (SIGTERM, then SIGKILL), then remove "
         f"{plan.paths.temp_dir}; any other Ray on the node is left alone",
     ]
-    lines += [f"  [{n.node.name}] {n.stop_command}  (rtk node agent on stdin)" for n in plan.nodes]
-    return "\n".join(lines) + "\n"

@@ -22,7 +22,9 @@ from toolkit.cluster import (
     cluster_status,
     down,
     render_down,
+    render_down_summary,
     render_up,
+    render_up_summary,
 )
 from toolkit.cluster.command import NodeRun, command_line, run_everywhere
 from toolkit.cluster.connect import make_transport
@@ -147,13 +149,14 @@ class Session:
 
     # Plans: pure, printable, nothing touched.
 
-    def up_plan(self) -> str:
-        """What ``bring_up`` would run, as text."""
-        return render_up(self.plan)
+    def up_plan(self, full: bool = False) -> str:
+        """What ``bring_up`` would run, as text: a block per command shape, or every node."""
+        return render_up(self.plan) if full else render_up_summary(self.plan)
 
-    def down_plan(self) -> str:
-        """What ``tear_down`` would run, as text."""
-        return render_down(build_plan(self.inventory))
+    def down_plan(self, full: bool = False) -> str:
+        """What ``tear_down`` would run, as text: a line per command shape, or every node."""
+        plan = build_plan(self.inventory)
+        return render_down(plan) if full else render_down_summary(plan)
 
     def job_request(self, workload: Workload) -> JobRequest:
         """The Ray job ``run_workload`` would submit."""
