@@ -103,20 +103,23 @@ def group_nodes(nodes: Sequence[RenderedNode]) -> tuple[PlanBlock, ...]:
     Returns:
         The blocks; each node is in exactly one.
     """
-    members: dict[tuple[str, tuple[str, ...]], list[RenderedNode]] = {}
+    members: dict[tuple[str, bool, tuple[str, ...]], list[RenderedNode]] = {}
     for node in nodes:
-        members.setdefault((node.role, masked_lines(node)), []).append(node)
+        lines, tokens = _masked(node)
+        # An unmasked node never joins a masked one whose text reads the same.
+        members.setdefault((node.role, bool(tokens), lines), []).append(
+            RenderedNode(node.name, node.role, lines, tokens)
+        )
     blocks = []
-    for (role, lines), group in members.items():
+    for (role, _, lines), group in members.items():
         same = _same_values(group)
         shown = tuple(_unmask(line, same) for line in lines)
-        varying = tuple(p for p in PLACEHOLDERS if any(p in line for line in shown))
         blocks.append(
             PlanBlock(
                 role=role,
                 nodes=tuple(n.name for n in group),
                 lines=shown,
-                varying=varying,
+                varying=tuple(p for p in PLACEHOLDERS if any(p in line for line in shown)),
                 tokens=tuple(n.tokens for n in group),
             )
         )
@@ -124,17 +127,24 @@ def group_nodes(nodes: Sequence[RenderedNode]) -> tuple[PlanBlock, ...]:
 
 
 def masked_lines(node: RenderedNode) -> tuple[str, ...]:
-    """``node``'s lines with its own values masked (unmasked if that would be ambiguous)."""
+    """``node``'s lines with its own values as placeholders (as they are if ambiguous)."""
+    return _masked(node)[0]
+
+
+def _masked(node: RenderedNode) -> tuple[tuple[str, ...], tuple[Token, ...]]:
+    """The masked lines and the tokens masked; none where a line spells a placeholder."""
     if any(p in line for p in PLACEHOLDERS for line in node.lines):
-        return node.lines
-    pattern = _mask_pattern(node.tokens)
-    if pattern is None:
-        return node.lines
+        return node.lines, ()
     by_text = _by_text(node.tokens)
-    return tuple(
+    if not by_text:
+        return node.lines, ()
+    texts = sorted(by_text, key=len, reverse=True)
+    pattern = re.compile(_BEFORE + "(?:" + "|".join(re.escape(t) for t in texts) + ")" + _AFTER)
+    lines = tuple(
         pattern.sub(lambda m: by_text[m.group(0)].prefix + by_text[m.group(0)].placeholder, line)
         for line in node.lines
     )
+    return lines, node.tokens
 
 
 def cut_hostlist(names: Sequence[str], max_chars: int = 120) -> str:
@@ -153,13 +163,6 @@ def _by_text(tokens: Sequence[Token]) -> dict[str, Token]:
         if token.value:
             found.setdefault(token.prefix + token.value, token)
     return found
-
-
-def _mask_pattern(tokens: Sequence[Token]) -> re.Pattern[str] | None:
-    texts = sorted(_by_text(tokens), key=len, reverse=True)
-    if not texts:
-        return None
-    return re.compile(_BEFORE + "(?:" + "|".join(re.escape(t) for t in texts) + ")" + _AFTER)
 
 
 def _same_values(group: Sequence[RenderedNode]) -> tuple[Token, ...]:

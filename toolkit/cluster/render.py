@@ -148,6 +148,14 @@ def _block_heading(index: int, block: PlanBlock) -> str:
     return f"block {index}: {what} {block.hostlist()}{own}"
 
 
+def _excluded_group(nodes: Sequence[str], reasons: Sequence[str]) -> str:
+    """``n3 (why)`` as ``Exclusion.describe`` reads, or ``n[3-5] (3 nodes: why)``."""
+    why = "; ".join(reasons)
+    if len(nodes) == 1:
+        return f"{nodes[0]} ({why})" if why else nodes[0]
+    return f"{cut_hostlist(nodes)} ({len(nodes):,} nodes{': ' + why if why else ''})"
+
+
 def _excluded_lines(excluded: Sequence[Exclusion]) -> list[str]:
     """The excluded nodes, one line per reason, at most ``MAX_EXCLUDED_LINES``."""
     by_reason: dict[tuple[str, ...], list[str]] = {}
@@ -155,12 +163,12 @@ def _excluded_lines(excluded: Sequence[Exclusion]) -> list[str]:
         by_reason.setdefault(exclusion.reasons, []).append(exclusion.node)
     groups = list(by_reason.items())
     lines = [
-        f"excluded {cut_hostlist(nodes)} ({len(nodes):,}): {'; '.join(reasons) or 'asked'}"
+        f"  excluded   {_excluded_group(nodes, reasons)}"
         for reasons, nodes in groups[:MAX_EXCLUDED_LINES]
     ]
     rest = sum(len(nodes) for _, nodes in groups[MAX_EXCLUDED_LINES:])
     if rest:
-        lines.append(f"excluded {rest:,} more node(s) for other reasons; --full lists each")
+        lines.append(f"  excluded   {rest:,} more node(s) for other reasons; --full lists each")
     return ["", *lines] if lines else []
 
 

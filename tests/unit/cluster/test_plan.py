@@ -80,12 +80,12 @@ def test_interface_override_needs_no_detection(in_data: None) -> None:
 def test_cli_dry_run_prints_the_plan_and_touches_nothing(
     in_data: None, state_dir: Path, tmp_path: Path
 ) -> None:
-    done = rtk("up", "plan-3node.yaml", "--dry-run")
+    done = rtk("up", "plan-3node.yaml", "--dry-run", "--full")
     assert done.returncode == 0, done.stderr
     assert done.stdout == (GOLDEN / "plan-3node.up.txt").read_text()
     assert not state_dir.exists()
     done = rtk("up", "plan-single.yaml", "--dry-run")
     assert done.returncode == 0, done.stderr
     assert not Path("/tmp/rtk-single").exists()
-    done = rtk("down", "plan-single.yaml", "--dry-run")
+    done = rtk("down", "plan-single.yaml", "--dry-run", "--full")
     assert done.stdout == (GOLDEN / "plan-single.down.txt").read_text()

@@ -363,7 +363,7 @@ def test_make_transport_takes_the_job_from_the_environment(
 
 
 def test_cli_dry_run_plans_the_allocations_nodes(inventory: Inventory, state_dir: Path) -> None:
-    done = rtk("up", "--slurm", "inv.yaml", "--dry-run", env=JOB_ENV)
+    done = rtk("up", "--slurm", "inv.yaml", "--dry-run", "--full", env=JOB_ENV)
     assert done.returncode == 0, done.stderr
     golden = GOLDEN / "slurm-job.up.txt"
     if os.environ.get("RTK_UPDATE_GOLDEN"):
