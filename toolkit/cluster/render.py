@@ -71,7 +71,7 @@ def render_up_summary(plan: ClusterPlan) -> str:
         if block.role != "head" and all(b.role == "head" for b in blocks[: index - 1]):
             lines += ["", WORKERS_AFTER_HEAD]
         lines += ["", _block_heading(index, block), *block.lines]
-    lines += _excluded_lines(plan.excluded)
+    lines += ["", *_excluded_lines(plan.excluded)]
     workers = len(plan.workers)
     lines.append(
         f"total: {len(plan.nodes):,} node(s) ({'1 head' if plan.nodes else 'no head'}, "
@@ -169,7 +169,7 @@ def _excluded_lines(excluded: Sequence[Exclusion]) -> list[str]:
     rest = sum(len(nodes) for _, nodes in groups[MAX_EXCLUDED_LINES:])
     if rest:
         lines.append(f"  excluded   {rest:,} more node(s) for other reasons; --full lists each")
-    return ["", *lines] if lines else []
+    return lines
 
 
 def _render_node(plan: ClusterPlan, node_plan: NodePlan) -> list[str]:

@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 from conftest import REPO, rtk
 
-from toolkit.cluster import build_plan, render_down, render_up
+from toolkit.cluster import (
+    build_plan,
+    render_down,
+    render_down_summary,
+    render_up,
+    render_up_summary,
+)
 from toolkit.cluster.plan import fill_env
 from toolkit.inventory import load_inventory
 
@@ -32,6 +38,13 @@ def in_data(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_up_plan_text(name: str, in_data: None) -> None:
     plan = build_plan(load_inventory(f"{name}.yaml"))
     check_golden(f"{name}.up.txt", render_up(plan))
+
+
+@pytest.mark.parametrize("name", ["plan-3node", "plan-single"])
+def test_summary_plan_text(name: str, in_data: None) -> None:
+    plan = build_plan(load_inventory(f"{name}.yaml"))
+    check_golden(f"{name}.up-summary.txt", render_up_summary(plan))
+    check_golden(f"{name}.down-summary.txt", render_down_summary(plan))
 
 
 @pytest.mark.parametrize("name", ["plan-3node", "plan-single"])
