@@ -25,6 +25,7 @@ import re
 import shlex
 import threading
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -119,10 +120,12 @@ class SimulatedCluster:
         self.model = model or LatencyModel()
         self.faults = faults or Faults()
         self.files: dict[tuple[str, str], bytes] = {}
-        self.ray: dict[str, _RayNode] = {}  # node name -> Ray's entry for it
+        self.processes: set[str] = set()  # nodes where this cluster's Ray processes run
+        self.ray: dict[str, _RayNode] = {}  # Ray's view: node name -> its entry in the GCS
         self.head: str | None = None
         self.ray_starts = 0
         self.connections = 0
+        self.operations: Counter[str] = Counter()  # probe, put, ray start, status, ...
         self.sim_cpu_s = 0.0  # the simulation's own CPU time, to tell it from rtk's
         self.lock = threading.Lock()
 
@@ -131,7 +134,7 @@ class SimulatedCluster:
     def running(self) -> set[str]:
         """Nodes where this cluster's Ray runs."""
         with self.lock:
-            return {name for name, entry in self.ray.items() if entry.alive}
+            return set(self.processes)
 
     def registered(self) -> list[str]:
         """Nodes Ray lists as alive now."""
@@ -176,6 +179,7 @@ class SimulatedCluster:
         resources.update(node.resources)
         with self.lock:
             self.ray_starts += 1
+            self.processes.add(name)
             self.ray[name] = _RayNode(
                 f"{self.ray_starts:056x}",
                 node.address,
@@ -191,8 +195,9 @@ class SimulatedCluster:
         """The agent's ``stop``: this cluster's processes there end; Ray marks it dead."""
         self.model.sleep(self.model.stop_s)
         with self.lock:
+            was_running = node.name in self.processes
+            self.processes.discard(node.name)
             entry = self.ray.get(node.name)
-            was_running = entry is not None and entry.alive
             if entry is not None:
                 entry.alive = False
             if node.name == self.head:
@@ -259,6 +264,7 @@ class SimulatedCluster:
             data = {
                 "head": self.head,
                 "ray_starts": self.ray_starts,
+                "processes": sorted(self.processes),
                 "files": [[n, p, d.decode("latin-1")] for (n, p), d in self.files.items()],
                 "ray": {
                     name: {**vars(e), "registers_at": max(0.0, e.registers_at - now)}
@@ -274,6 +280,7 @@ class SimulatedCluster:
         with self.lock:
             self.head = data["head"]
             self.ray_starts = data["ray_starts"]
+            self.processes = set(data["processes"])
             self.files = {(n, p): d.encode("latin-1") for n, p, d in data["files"]}
             self.ray = {
                 name: _RayNode(**{**e, "registers_at": now + e["registers_at"]})
@@ -325,6 +332,7 @@ class SimulatedTransport(Transport):
         self._connect(node)
         model = self.cluster.model
         model.sleep(model.round_trip_s + model.put_s)
+        self._count("put")
         with self.cluster.lock:
             self.cluster.files[(node.name, path)] = data
 
@@ -369,10 +377,15 @@ class SimulatedTransport(Transport):
         with self.cluster.lock:
             self.cluster.sim_cpu_s += spent
 
+    def _count(self, operation: str) -> None:
+        with self.cluster.lock:
+            self.cluster.operations[operation] += 1
+
     def _answer(self, node: Node, command: str, stdin: str | None) -> CommandResult:
         cluster = self.cluster
         if stdin is not None and stdin == AGENT.source():
             word, args = _script_args(command)
+            self._count(word or "agent")
             if word == "probe":
                 return _json(node, command, cluster.probe_answer(node, args))
             if word == "stop":
@@ -384,9 +397,12 @@ class SimulatedTransport(Transport):
             return _json(node, command, {"error": f"agent {word} is not simulated"}, 1)
         if stdin is not None and stdin == FACTS.source():
             _, args = _script_args(command, word=False)
+            self._count("facts")
             return _json(node, command, cluster.facts_answer(node, args))
         if _is_ray_start(command):
+            self._count("ray start")
             return cluster.start_ray(node, head=" --head " in f" {command} ")
+        self._count("command")
         return _result(node, command, 0, "", "")
 
 
