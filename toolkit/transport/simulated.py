@@ -414,7 +414,9 @@ def _is_ray_start(command: str) -> bool:
 
 def _script_args(command: str, word: bool = True) -> tuple[str, list[str]]:
     """The node script's subcommand (when ``word``) and arguments after ``python -``."""
-    words = shlex.split(command)
+    # Preflight's peer list runs to tens of kB at 1,000 nodes; shlex reads it a character
+    # at a time, so text with nothing quoted is split on white space.
+    words = shlex.split(command) if any(c in command for c in "'\"\\") else command.split()
     args = words[words.index("-") + 1 :] if "-" in words else []
     if word and args and _AGENT_WORD.match(args[0]):
         return args[0], args[1:]
