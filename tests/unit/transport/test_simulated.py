@@ -1,0 +1,120 @@
+"""The simulated transport's model: what each operation costs and what the nodes keep."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from toolkit.cluster import build_plan
+from toolkit.cluster.plan import ClusterPlan
+from toolkit.cluster.status import cluster_status
+from toolkit.errors import TransportError
+from toolkit.inventory import load_inventory
+from toolkit.transport.simulated import (
+    Faults,
+    LatencyModel,
+    SimulatedCluster,
+    SimulatedTransport,
+    pick_nodes,
+)
+
+
+def three_nodes(tmp_path: Path) -> ClusterPlan:
+    data = {
+        "cluster": "sim",
+        "nodes": [{"host": f"n{i}", "address": f"10.0.0.{i}", "gpus": 2} for i in (1, 2, 3)],
+    }
+    path = tmp_path / "inv.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return build_plan(load_inventory(path))
+
+
+def timed(action: Callable[[], object]) -> float:
+    began = time.monotonic()
+    action()
+    return time.monotonic() - began
+
+
+def test_the_handshake_is_paid_once_per_node_per_transport(tmp_path: Path) -> None:
+    plan = three_nodes(tmp_path)
+    model = LatencyModel(handshake_s=10.0, round_trip_s=0.0, scale=0.02)  # 0.2 s each
+    cluster = SimulatedCluster(model)
+    node = plan.nodes[1].node
+    with SimulatedTransport(cluster) as transport:
+        assert timed(lambda: transport.run(node, "true")) >= 0.2
+        assert timed(lambda: transport.run(node, "true")) < 0.1
+        assert timed(lambda: transport.put(node, "/tmp/x", b"1")) < 0.1
+    with SimulatedTransport(cluster) as transport:
+        assert timed(lambda: transport.run(node, "true")) >= 0.2
+    assert cluster.connections == 2
+
+
+def test_an_unreachable_node_fails_every_call_after_its_timeout(tmp_path: Path) -> None:
+    node = three_nodes(tmp_path).nodes[2].node
+    cluster = SimulatedCluster(
+        LatencyModel(unreachable_s=5.0, scale=0.02), Faults(unreachable=frozenset({"n3"}))
+    )
+    with SimulatedTransport(cluster) as transport:
+        for _ in range(2):
+            began = time.monotonic()
+            with pytest.raises(TransportError, match=r"^n3: SSH to 10\.0\.0\.3 timed out"):
+                transport.run(node, "true")
+            assert time.monotonic() - began >= 0.1
+    assert cluster.connections == 0
+
+
+def test_ray_starts_register_in_the_view_the_status_command_reads(tmp_path: Path) -> None:
+    plan = three_nodes(tmp_path)
+    cluster = SimulatedCluster(
+        LatencyModel(scale=0.001),
+        Faults(start_fails=frozenset({"n3"}), join_late_s={"n2": 200.0}),
+    )
+    with SimulatedTransport(cluster) as transport:
+        down = cluster_status(plan, transport)
+        assert down.error is not None and "Failed to connect" in down.error
+        worker = plan.nodes[1]
+        early = transport.start_daemon(worker.node, worker.start_command, "", 10)
+        assert not early.ok and "GCS" in early.stderr  # no head yet
+        for node_plan in plan.nodes:
+            transport.start_daemon(node_plan.node, node_plan.start_command, "", 10)
+        status = cluster_status(plan, transport)
+        assert status.error is None and status.ready == ["n1"]  # n2 joins 0.2 s later
+        time.sleep(0.25)
+        status = cluster_status(plan, transport)
+        assert status.ready == ["n1", "n2"]
+        assert {n.name: n.resources["GPU"] for n in status.nodes if n.alive} == {
+            "n1": 2.0,
+            "n2": 2.0,
+        }
+    assert cluster.running() == {"n1", "n2"}
+    assert cluster.operations["ray start"] == 4
+
+
+def test_the_state_survives_a_save_and_a_load(tmp_path: Path) -> None:
+    plan = three_nodes(tmp_path)
+    cluster = SimulatedCluster(LatencyModel(scale=0.0))
+    with SimulatedTransport(cluster) as transport:
+        for node_plan in plan.nodes:
+            transport.start_daemon(node_plan.node, node_plan.start_command, "", 10)
+            transport.put(node_plan.node, plan.paths.env_file, b"RTK_NODE=x\n\xff")
+    cluster.save(tmp_path / "state.json")
+    again = SimulatedCluster(LatencyModel(scale=0.0))
+    again.load(tmp_path / "state.json")
+    assert again.running() == {"n1", "n2", "n3"}
+    assert again.files == cluster.files
+    with SimulatedTransport(again) as transport:
+        assert cluster_status(plan, transport).ready == ["n1", "n2", "n3"]
+
+
+def test_pick_nodes_is_a_fixed_share_for_a_seed() -> None:
+    names = [f"n{i}" for i in range(1000)]
+    picked = pick_nodes(names, 0.01, seed=3)
+    assert len(picked) == 10 and picked <= set(names)
+    assert picked == pick_nodes(names, 0.01, seed=3)
+    assert pick_nodes(names, 0.01, seed=4) != picked
+    assert len(pick_nodes(names[:10], 0.01)) == 1
+    assert pick_nodes(names, 0.0) == frozenset()
