@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,6 +13,14 @@ import pytest
 from toolkit.sandbox import Sandbox
 
 REPO = Path(__file__).resolve().parents[1]
+
+# A suite started as a background job of a non-interactive shell (`cmd &` in a CI
+# script) inherits SIGINT ignored, and so would every rtk it starts: Python then never
+# turns Ctrl-C into KeyboardInterrupt, and bash cannot trap a signal ignored at its
+# start. The tests that press Ctrl-C need it delivered; a handler set here is reset to
+# the default in each child at exec.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 # A Ray client that lists the cluster's nodes through the dashboard; exit 1 when refused.
