@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -63,9 +64,9 @@ def ray_left(sandbox: Sandbox) -> dict[str, str]:
     return left
 
 
-def test_a_sweep_is_interrupted_resumed_and_summarised(sandbox: Sandbox, tmp_path: Path) -> None:
+def test_a_sweep_is_interrupted_resumed_and_summarised(sandbox: Sandbox) -> None:
     # The run directories are written by the head and read here: /var/tmp is shared.
-    workdir = Path("/var/tmp") / f"rtk-test-profile-{tmp_path.name}"
+    workdir = Path("/var/tmp") / f"rtk-test-profile-{uuid.uuid4().hex[:8]}"
     workdir.mkdir()
     try:
         _sweep(sandbox, workdir)
@@ -148,8 +149,8 @@ def _sweep(sandbox: Sandbox, workdir: Path) -> None:
     assert "best: lowest energy per token" in again.stdout
 
 
-def test_a_failed_run_is_recorded_and_the_sweep_goes_on(sandbox: Sandbox, tmp_path: Path) -> None:
-    workdir = Path("/var/tmp") / f"rtk-test-profile-{tmp_path.name}"
+def test_a_failed_run_is_recorded_and_the_sweep_goes_on(sandbox: Sandbox) -> None:
+    workdir = Path("/var/tmp") / f"rtk-test-profile-{uuid.uuid4().hex[:8]}"
     workdir.mkdir()
     try:
         experiment = workdir / "fail.yaml"
