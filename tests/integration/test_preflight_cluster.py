@@ -185,27 +185,19 @@ def test_a_cpu_starved_node_is_named_by_the_load_test(cluster: Sandbox) -> None:
     assert group is not None
     # Two busy processes inside the node, in its CPU share, competing with its work.
     hog = ["python3", "-c", "while True: pass"]
-    join = 'echo $$ > "$1" && shift && exec "$@"'
     init_pid = cluster.node(node.name).init_pid
-    hogs = [
-        subprocess.Popen(
-            [
-                "sh",
-                "-c",
-                join,
-                "sh",
-                str(group / "cgroup.procs"),
-                *procs.nsenter_argv(init_pid, hog),
-            ]
-        )  # fmt: skip
-        for _ in range(2)
-    ]
+    # Entered with nsenter, and first moved into the node's CPU share as its init was.
+    argv = cpu_share.wrap(procs.nsenter_argv(init_pid, hog), node)
+    hogs = [subprocess.Popen(argv) for _ in range(2)]
     try:
         code, result = preflight(cluster, "--load", "--load-seconds", "3")
     finally:
         for p in hogs:
             p.kill()
             p.wait()
+        # nsenter forked the busy process inside the node: killing nsenter left it.
+        cluster.run_in(node.name, ["pkill", "-f", "while True: pass"])
+    assert cluster.run_in(node.name, ["pgrep", "-f", "while True: pass"]).returncode == 1
     assert code == 1, result
     # Named against its peers by its GEMM; on a shared host a peer's memory copies may
     # be noisy too, so only the GEMM must single it out.
