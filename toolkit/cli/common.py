@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import click
 
+from toolkit.cluster.report import Phase
 from toolkit.inventory import Inventory, default_inventory, load_inventory
 from toolkit.telemetry.options import TelemetryOptions, sensors_problem
 
@@ -215,3 +216,6 @@ class ConsoleReporter:
     def info(self, message: str) -> None:
         """Print the cluster's progress."""
         self._line("cluster", message)
+
+    def phase(self, name: str, phase: Phase, detail: str = "") -> None:
+        """The node lines say it already."""

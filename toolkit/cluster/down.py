@@ -48,6 +48,7 @@ def stop_nodes(
             f"stopped {answer.get('stopped', 0)} process(es)"
             f" ({answer.get('killed', 0)} needed SIGKILL){note}",
         )
+        reporter.phase(node_plan.name, "stopped" if not left else "failed", note)
         return answer
 
     return run_each(nodes, stop)

@@ -1,8 +1,16 @@
-"""Progress reporting for long cluster operations, kept apart from how it is shown."""
+"""Progress reporting for long cluster operations, kept apart from how it is shown.
+
+Two kinds of event: free text (``node``, ``info``: details, shown with ``--verbose``)
+and a node reaching a phase (``phase``): what a display counts at any node count
+(probed, started, joined, stopped; failed with its cause).
+"""
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Literal, Protocol
+
+Phase = Literal["probed", "started", "joined", "stopped", "failed"]
+PHASES: tuple[Phase, ...] = ("probed", "started", "joined", "stopped", "failed")
 
 
 class Reporter(Protocol):
@@ -13,3 +21,19 @@ class Reporter(Protocol):
 
     def info(self, message: str) -> None:
         """Something happened to the cluster as a whole."""
+
+    def phase(self, name: str, phase: Phase, detail: str = "") -> None:
+        """Node ``name`` reached ``phase``; for ``failed``, ``detail`` is the cause."""
+
+
+class QuietReporter:
+    """A reporter that drops everything (when the caller gives none); a base for others."""
+
+    def node(self, name: str, message: str) -> None:
+        """Drop a node's progress."""
+
+    def info(self, message: str) -> None:
+        """Drop the cluster's progress."""
+
+    def phase(self, name: str, phase: Phase, detail: str = "") -> None:
+        """Drop a node's phase."""

@@ -153,6 +153,7 @@ def _prepare(
     if facts.route.error:
         raise ClusterError(f"{node.name}: {facts.route.error}")
     outcome.node_ip = facts.route.source_ip
+    reporter.phase(node.name, "probed")
     if facts.raylet_running:
         outcome.action = "already running"
         reporter.node(node.name, "this cluster's Ray already runs here; leaving it")
@@ -199,10 +200,12 @@ def _start(
     if result.ok:
         outcome.action = "started"
         reporter.node(node.name, f"Ray started in {outcome.duration_s:.1f} s")
+        reporter.phase(node.name, "started")
         return
     outcome.action = "failed"
     outcome.error = f"ray start exited {result.exit_code}:\n{result.tail()}"
     reporter.node(node.name, f"ray start failed (exit {result.exit_code})")
+    reporter.phase(node.name, "failed", f"ray start exited {result.exit_code}")
 
 
 def _settled(future: Future[bool], outcome: NodeOutcome, reporter: Reporter) -> bool:
@@ -222,6 +225,7 @@ def _record_failures(
         outcome.action = "failed"
         outcome.error = str(error)
         reporter.node(name, f"failed: {error}")
+        reporter.phase(name, "failed", str(error))
 
 
 def _await_stale_entry(
@@ -265,9 +269,13 @@ def _wait(
     deadline = time.monotonic() + inv.ray.wait_timeout_s
     reporter.info(f"waiting for {len(hopeful)} node(s) to join")
     last_error: str | None = None
+    joined: set[str] = set()
     while True:
         status = cluster_status(plan, transport)
         ready = set(status.ready)
+        for name in sorted(ready - joined):
+            reporter.phase(name, "joined")
+        joined |= ready
         if status.error and status.error != last_error:
             reporter.info(f"not ready yet: {status.error}")
         last_error = status.error

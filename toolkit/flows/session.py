@@ -30,7 +30,7 @@ from toolkit.cluster.command import NodeRun, command_line, run_everywhere
 from toolkit.cluster.connect import make_transport
 from toolkit.cluster.exclude import ExcludeError, excluded_from_state
 from toolkit.cluster.jobs import job_client, run_job
-from toolkit.cluster.report import Reporter
+from toolkit.cluster.report import QuietReporter, Reporter
 from toolkit.errors import RtkError
 from toolkit.flows import bringup
 from toolkit.flows.outcome import (
@@ -57,16 +57,6 @@ from toolkit.train.submit import remember_run
 from toolkit.transport.base import Transport
 
 Log = Callable[[str], None]
-
-
-class _Quiet:
-    """A reporter that drops progress (when the caller gives none)."""
-
-    def node(self, name: str, message: str) -> None:
-        """Drop a node's progress."""
-
-    def info(self, message: str) -> None:
-        """Drop the cluster's progress."""
 
 
 class Session:
@@ -110,7 +100,7 @@ class Session:
                 f"{e} (the last rtk up left them out, as {self.store.state_file} keeps it; "
                 "run rtk up again, or rtk down)"
             ) from e
-        self.reporter: Reporter = reporter or _Quiet()
+        self.reporter: Reporter = reporter or QuietReporter()
         self.log: Log = log or (lambda line: None)
         self._transport: Transport | None = None
         self._parent: Session | None = None

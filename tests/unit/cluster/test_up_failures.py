@@ -20,6 +20,7 @@ from scripted_transport import Call, Reply, ScriptedTransport, answer
 
 from toolkit.cluster import StateStore, build_plan, up
 from toolkit.cluster.plan import ClusterPlan
+from toolkit.cluster.report import QuietReporter
 from toolkit.cluster.up import RAY_READY_TEXT, UpResult
 from toolkit.errors import ClusterError, WaitTimeoutError
 from toolkit.inventory import Inventory, load_inventory
@@ -31,7 +32,7 @@ ADDRESSES = {"n1": "10.0.0.1", "n2": "10.0.0.2", "n3": "10.0.0.3"}
 START = r"&& exec .* start "
 
 
-class Collect:
+class Collect(QuietReporter):
     def __init__(self) -> None:
         self.lines: list[str] = []
 

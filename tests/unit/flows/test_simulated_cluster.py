@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from toolkit.cluster import StateStore
+from toolkit.cluster.report import QuietReporter
 from toolkit.errors import ClusterError
 from toolkit.flows import PreflightPolicy, Session
 from toolkit.inventory import Inventory, load_inventory
@@ -31,7 +32,7 @@ NAMES = [f"n{i:04d}" for i in range(1, NODES + 1)]
 SCALE = 0.01
 
 
-class Lines:
+class Lines(QuietReporter):
     """A reporter that keeps every progress line."""
 
     def __init__(self) -> None:

@@ -21,6 +21,7 @@ from scripted_transport import Reply, ScriptedTransport
 from toolkit.cluster import build_plan, render_up
 from toolkit.cluster.plan import NETWORK_AFTER, fill_env
 from toolkit.cluster.render import env_file
+from toolkit.cluster.report import QuietReporter
 from toolkit.cluster.up import NodeOutcome, _prepare
 from toolkit.errors import ClusterError, NetEnvError
 from toolkit.inventory import load_inventory
@@ -410,7 +411,7 @@ def canned(answers: Mapping[str, dict[str, Any] | Reply]) -> ScriptedTransport:
     return transport
 
 
-class Collect:
+class Collect(QuietReporter):
     def __init__(self) -> None:
         self.lines: list[str] = []
 
