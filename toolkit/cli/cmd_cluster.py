@@ -7,12 +7,14 @@ import sys
 import click
 
 from toolkit.cli.common import (
-    ConsoleReporter,
     choose_inventory,
     exclude_options,
     inventory_options,
     print_json,
+    verbose_option,
 )
+from toolkit.cli.grouping import group_nodes, render_failure_groups
+from toolkit.cli.progress import progress_reporter
 from toolkit.cluster import ClusterPlan, ClusterStatus
 from toolkit.cluster.exclude import asked_exclusions
 from toolkit.errors import ClusterError, PreflightError
@@ -25,6 +27,8 @@ DRY_RUN_HELP = (
 )
 FULL_HELP = "With --dry-run: print every node's commands, not one block per command shape."
 JSON_HELP = "Print the result as JSON on stdout (progress stays on stderr)."
+# Up to this many failed nodes get a line each; more are grouped by cause.
+SMALL_GROUP = 8
 
 
 UP_HELP = """Start Ray on every node of INVENTORY and wait until the nodes are alive.
@@ -66,6 +70,7 @@ Examples:
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.option("--no-preflight", is_flag=True, help="Skip the fast preflight checks after.")
 @exclude_options
+@verbose_option
 def up_cmd(
     inventory: str | None,
     local: bool,
@@ -76,13 +81,16 @@ def up_cmd(
     no_preflight: bool,
     exclude: tuple[str, ...],
     exclude_file: tuple[str, ...],
+    verbose: bool,
 ) -> None:
     """Bring the cluster up (help: UP_HELP)."""
     check_full(full, dry_run)
     inv = choose_inventory(inventory, local, slurm)
     policy = PreflightPolicy.SKIP if no_preflight else PreflightPolicy.ENFORCE
     excluded = asked_exclusions(exclude, exclude_file)
-    with Session(inv, ConsoleReporter(), excluded=excluded) as session:
+    reporter = progress_reporter(verbose)
+    with reporter, Session(inv, reporter, excluded=excluded) as session:
+        reporter.expect(len(session.plan.nodes))
         if dry_run:
             # --json keeps every node: there is no summary to parse.
             click.echo(session.up_plan(full=full or as_json), nl=False)
@@ -94,7 +102,7 @@ def up_cmd(
             failed = e
             assert e.bring_up is not None
             brought = e.bring_up
-    render_up_result(inv, session.plan, brought, as_json)
+    render_up_result(inv, session.plan, brought, as_json, verbose)
     if failed is not None:
         raise PreflightError(
             f"cluster {inv.name} is up, but preflight failed (the FAIL lines above); "
@@ -109,18 +117,29 @@ def check_full(full: bool, dry_run: bool) -> None:
 
 
 def render_up_result(
-    inv: Inventory, plan: ClusterPlan, brought: BringUpOutcome, as_json: bool
+    inv: Inventory,
+    plan: ClusterPlan,
+    brought: BringUpOutcome,
+    as_json: bool,
+    verbose: bool = False,
 ) -> None:
-    """Print what ``rtk up`` did: nodes left out, the cluster's state, failed checks."""
+    """Print what ``rtk up`` did: nodes left out, the cluster's state, failed checks.
+
+    Nodes left out get a line each with ``verbose`` or when few; otherwise one line per
+    cause (the progress display has just listed the causes, grouped the same way).
+    """
     result = brought.up
     checked = brought.preflight.report
     for exclusion in plan.excluded:
         click.echo(f"rtk: excluded: {exclusion.describe()}", err=True)
-    for outcome in brought.left_out:
-        click.echo(
-            f"rtk: {outcome.name} left out (min_nodes {inv.min_nodes} allows it): {outcome.error}",
-            err=True,
-        )
+    allowed = f"min_nodes {inv.min_nodes} allows it"
+    if verbose or len(brought.left_out) <= SMALL_GROUP:
+        for outcome in brought.left_out:
+            click.echo(f"rtk: {outcome.name} left out ({allowed}): {outcome.error}", err=True)
+    else:
+        groups = group_nodes((o.name, o.error or "") for o in brought.left_out)
+        for line in render_failure_groups(groups, f"rtk: left out ({allowed})"):
+            click.echo(line, err=True)
     if as_json:
         print_json(
             {
@@ -190,8 +209,15 @@ def render_status(status: ClusterStatus) -> str:
 @click.option("--dry-run", is_flag=True, help=DRY_RUN_HELP)
 @click.option("--full", is_flag=True, help=FULL_HELP)
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@verbose_option
 def down_cmd(
-    inventory: str | None, local: bool, slurm: bool, dry_run: bool, full: bool, as_json: bool
+    inventory: str | None,
+    local: bool,
+    slurm: bool,
+    dry_run: bool,
+    full: bool,
+    as_json: bool,
+    verbose: bool,
 ) -> None:
     """Stop the Ray that rtk started on every node of INVENTORY, and remove its files.
 
@@ -202,7 +228,9 @@ def down_cmd(
     check_full(full, dry_run)
     inv = choose_inventory(inventory, local, slurm)
     # Every node is stopped, the excluded ones too: no need to know which they were.
-    with Session(inv, ConsoleReporter(), excluded=()) as session:
+    reporter = progress_reporter(verbose)
+    with reporter, Session(inv, reporter, excluded=()) as session:
+        reporter.expect(len(session.plan.nodes))
         if dry_run:
             click.echo(session.down_plan(full=full or as_json), nl=False)
             return
@@ -215,6 +243,9 @@ def down_cmd(
             f"cluster {inv.name}: stopped {count} process(es) on {len(result.stopped)} node(s)"
         )
     if result.failed:
-        raise ClusterError(
-            "could not stop: " + "; ".join(f"{name}: {why}" for name, why in result.failed.items())
-        )
+        if verbose or len(result.failed) <= SMALL_GROUP:
+            why = "; ".join(f"{name}: {why}" for name, why in result.failed.items())
+        else:
+            groups = group_nodes(result.failed.items())
+            why = "\n" + "\n".join(render_failure_groups(groups, "stop failed"))
+        raise ClusterError(f"could not stop: {why}")
