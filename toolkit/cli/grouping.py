@@ -46,14 +46,14 @@ class NodeGroup:
 def normalise_cause(node: str, cause: str) -> str:
     """``cause`` without what only this node says: its name, addresses, line breaks.
 
-    The node's own name becomes ``<node>`` (a leading ``<node>: `` goes: the group names
-    the nodes), an IP address (with its port) ``<address>``, and the text is one line.
+    The node's own name becomes ``<node>`` (leading ``<node>: `` prefixes go: the group
+    names the nodes), an IP address (with its port) ``<address>``, and the text is one line.
     """
     text = _SPACES.sub(" ", cause).strip()
     if node:
         text = re.sub(rf"(?<![\w.-]){re.escape(node)}(?![\w-])", "<node>", text)
     text = _ADDRESS.sub("<address>", text)
-    if text.startswith("<node>: "):
+    while text.startswith("<node>: "):
         text = text[len("<node>: ") :]
     if len(text) > CAUSE_CHARS:
         text = text[: CAUSE_CHARS - 3] + "..."

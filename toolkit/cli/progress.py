@@ -202,7 +202,7 @@ class ProgressReporter:
         for phase in self._phases_shown():
             count = self.counts[phase]
             if phase == "failed":
-                lines.append(f"  {phase:<8} {count:>{len(str(total)) * 2 + 1}}")
+                lines.append(f"  {phase:<8} {count:>{len(str(total))}}")
                 continue
             filled = round(BAR_CHARS * count / total) if total else 0
             bar = full * filled + empty * (BAR_CHARS - filled)
@@ -229,7 +229,7 @@ class ProgressReporter:
     def _redraw(self, force: bool) -> None:
         """Draw the block over the one on screen (live mode; the caller holds the lock)."""
         now = self.clock()
-        if not force and now - self._last_line_at < REFRESH_S:
+        if not force and self._drawn and now - self._last_line_at < REFRESH_S:
             return
         self._last_line_at = now
         self._shown = tuple(self.counts.values())
