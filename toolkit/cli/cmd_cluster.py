@@ -14,12 +14,13 @@ from toolkit.cli.common import (
     verbose_option,
 )
 from toolkit.cli.grouping import group_nodes, render_failure_groups
-from toolkit.cli.progress import progress_reporter
+from toolkit.cli.progress import SMALL_CLUSTER, progress_reporter
 from toolkit.cluster import ClusterPlan, ClusterStatus
 from toolkit.cluster.exclude import asked_exclusions
 from toolkit.errors import ClusterError, PreflightError
 from toolkit.flows import BringUpOutcome, PreflightFailedError, PreflightPolicy, Session
 from toolkit.inventory import Inventory
+from toolkit.inventory.hostrange import fit_hostlist
 
 DRY_RUN_HELP = (
     "Print the plan (commands, files, environment, ports) and touch nothing: one block "
@@ -27,8 +28,6 @@ DRY_RUN_HELP = (
 )
 FULL_HELP = "With --dry-run: print every node's commands, not one block per command shape."
 JSON_HELP = "Print the result as JSON on stdout (progress stays on stderr)."
-# Up to this many failed nodes get a line each; more are grouped by cause.
-SMALL_GROUP = 8
 
 
 UP_HELP = """Start Ray on every node of INVENTORY and wait until the nodes are alive.
@@ -125,21 +124,31 @@ def render_up_result(
 ) -> None:
     """Print what ``rtk up`` did: nodes left out, the cluster's state, failed checks.
 
-    Nodes left out get a line each with ``verbose`` or when few; otherwise one line per
-    cause (the progress display has just listed the causes, grouped the same way).
+    On a small cluster or with ``verbose``, a line per node excluded or left out; on a
+    larger one, exclusions grouped by reason and the nodes left out as one hostlist
+    (the progress display has just listed their failures grouped by cause).
     """
     result = brought.up
     checked = brought.preflight.report
-    for exclusion in plan.excluded:
-        click.echo(f"rtk: excluded: {exclusion.describe()}", err=True)
+    per_node = verbose or len(plan.nodes) <= SMALL_CLUSTER
+    if per_node:
+        for exclusion in plan.excluded:
+            click.echo(f"rtk: excluded: {exclusion.describe()}", err=True)
+    else:
+        groups = group_nodes((e.node, "; ".join(e.reasons)) for e in plan.excluded)
+        for line in render_failure_groups(groups, "rtk: excluded"):
+            click.echo(line, err=True)
     allowed = f"min_nodes {inv.min_nodes} allows it"
-    if verbose or len(brought.left_out) <= SMALL_GROUP:
+    if per_node:
         for outcome in brought.left_out:
             click.echo(f"rtk: {outcome.name} left out ({allowed}): {outcome.error}", err=True)
-    else:
-        groups = group_nodes((o.name, o.error or "") for o in brought.left_out)
-        for line in render_failure_groups(groups, f"rtk: left out ({allowed})"):
-            click.echo(line, err=True)
+    elif brought.left_out:
+        names = [o.name for o in brought.left_out]
+        click.echo(
+            f"rtk: {len(names)} node(s) left out ({allowed}): {fit_hostlist(names)} "
+            "(causes above; --verbose or --json for each)",
+            err=True,
+        )
     if as_json:
         print_json(
             {
@@ -151,7 +160,11 @@ def render_up_result(
     else:
         status = result.status
         ready = len(status.ready) if status else 0
-        fresh = ", ".join(result.started) or "none (already running)"
+        if verbose or len(plan.nodes) <= SMALL_CLUSTER:
+            fresh = ", ".join(result.started)
+        else:
+            fresh = f"{len(result.started)} node(s) {fit_hostlist(result.started, 80)}"
+        fresh = fresh or "none (already running)"
         click.echo(
             f"cluster {inv.name} is up: {ready}/{len(plan.nodes)} node(s) alive after "
             f"{result.duration_s:.1f} s; started: {fresh}"
@@ -235,6 +248,9 @@ def down_cmd(
             click.echo(session.down_plan(full=full or as_json), nl=False)
             return
         result = session.tear_down()
+        # A node whose stop raised (unreachable) sent no phase: count it as failed here.
+        for name, why in result.failed.items():
+            reporter.phase(name, "failed", why)
     if as_json:
         print_json(result.to_json())
     else:
@@ -243,9 +259,8 @@ def down_cmd(
             f"cluster {inv.name}: stopped {count} process(es) on {len(result.stopped)} node(s)"
         )
     if result.failed:
-        if verbose or len(result.failed) <= SMALL_GROUP:
+        if verbose or len(result.stopped) + len(result.failed) <= SMALL_CLUSTER:
             why = "; ".join(f"{name}: {why}" for name, why in result.failed.items())
         else:
-            groups = group_nodes(result.failed.items())
-            why = "\n" + "\n".join(render_failure_groups(groups, "stop failed"))
+            why = f"{len(result.failed)} node(s) {fit_hostlist(list(result.failed))} (causes above)"
         raise ClusterError(f"could not stop: {why}")

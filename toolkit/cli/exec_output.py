@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from toolkit.cli.grouping import NodeGroup, group_nodes, normalise_cause
+from toolkit.cli.grouping import NodeGroup, group_nodes
 from toolkit.cluster.command import NodeRun
 
 SMALL_CLUSTER = 8
@@ -53,7 +53,7 @@ def render_per_node(runs: Sequence[NodeRun], echo: Echo) -> None:
 
 
 def render_grouped(runs: Sequence[NodeRun], echo: Echo) -> None:
-    """One block per distinct output, then one status line per distinct exit status."""
+    """One block per distinct output, then the failures by cause and a line per exit status."""
     for stream, to_err in (("stdout", False), ("stderr", True)):
         for block in group_outputs(runs, stream):
             if len(block.nodes) == 1:
@@ -64,11 +64,19 @@ def render_grouped(runs: Sequence[NodeRun], echo: Echo) -> None:
             for line in block.text.splitlines():
                 echo(line, to_err)
     by_name = {r.node: r for r in runs}
-    for group in group_nodes(((r.node, run_state(r)) for r in runs), key=normalise_cause):
-        took = [by_name[n].duration_s for n in group.nodes]
-        low, high = f"{min(took):.1f}", f"{max(took):.1f}"
-        span = f"{low} s" if low == high else f"{low}-{high} s"
-        echo(f"{group.text}: {group.count} node(s) {group.hostlist()}  ({span})", True)
+    for group in group_nodes((r.node, r.error or "") for r in runs if r.error is not None):
+        echo(f"failed on {_nodes(group, by_name)}: {group.text}", True)
+    exits = ((r.node, f"exit {r.exit_code}") for r in runs if r.error is None)
+    for group in group_nodes(exits, key=lambda node, text: text):
+        echo(f"{group.text} on {_nodes(group, by_name)}", True)
+
+
+def _nodes(group: NodeGroup, by_name: dict[str, NodeRun]) -> str:
+    """``12 node(s) n[0001-0012] (0.1-0.4 s)``: the nodes and how long they took."""
+    took = [by_name[n].duration_s for n in group.nodes]
+    low, high = f"{min(took):.1f}", f"{max(took):.1f}"
+    span = f"{low} s" if low == high else f"{low}-{high} s"
+    return f"{group.count} node(s) {group.hostlist()} ({span})"
 
 
 def render_runs_text(runs: Sequence[NodeRun], echo: Echo, verbose: bool = False) -> None:
