@@ -7,17 +7,20 @@ import sys
 import click
 
 from toolkit.cli.common import (
-    ConsoleReporter,
     choose_inventory,
     exclude_options,
     inventory_options,
     print_json,
+    verbose_option,
 )
+from toolkit.cli.grouping import group_nodes, render_failure_groups
+from toolkit.cli.progress import SMALL_CLUSTER, progress_reporter
 from toolkit.cluster import ClusterPlan, ClusterStatus
 from toolkit.cluster.exclude import asked_exclusions
 from toolkit.errors import ClusterError, PreflightError
 from toolkit.flows import BringUpOutcome, PreflightFailedError, PreflightPolicy, Session
 from toolkit.inventory import Inventory
+from toolkit.inventory.hostrange import fit_hostlist
 
 DRY_RUN_HELP = (
     "Print the plan (commands, files, environment, ports) and touch nothing: one block "
@@ -66,6 +69,7 @@ Examples:
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.option("--no-preflight", is_flag=True, help="Skip the fast preflight checks after.")
 @exclude_options
+@verbose_option
 def up_cmd(
     inventory: str | None,
     local: bool,
@@ -76,13 +80,16 @@ def up_cmd(
     no_preflight: bool,
     exclude: tuple[str, ...],
     exclude_file: tuple[str, ...],
+    verbose: bool,
 ) -> None:
     """Bring the cluster up (help: UP_HELP)."""
     check_full(full, dry_run)
     inv = choose_inventory(inventory, local, slurm)
     policy = PreflightPolicy.SKIP if no_preflight else PreflightPolicy.ENFORCE
     excluded = asked_exclusions(exclude, exclude_file)
-    with Session(inv, ConsoleReporter(), excluded=excluded) as session:
+    reporter = progress_reporter(verbose)
+    with reporter, Session(inv, reporter, excluded=excluded) as session:
+        reporter.expect(len(session.plan.nodes))
         if dry_run:
             # --json keeps every node: there is no summary to parse.
             click.echo(session.up_plan(full=full or as_json), nl=False)
@@ -94,7 +101,7 @@ def up_cmd(
             failed = e
             assert e.bring_up is not None
             brought = e.bring_up
-    render_up_result(inv, session.plan, brought, as_json)
+    render_up_result(inv, session.plan, brought, as_json, verbose)
     if failed is not None:
         raise PreflightError(
             f"cluster {inv.name} is up, but preflight failed (the FAIL lines above); "
@@ -109,16 +116,37 @@ def check_full(full: bool, dry_run: bool) -> None:
 
 
 def render_up_result(
-    inv: Inventory, plan: ClusterPlan, brought: BringUpOutcome, as_json: bool
+    inv: Inventory,
+    plan: ClusterPlan,
+    brought: BringUpOutcome,
+    as_json: bool,
+    verbose: bool = False,
 ) -> None:
-    """Print what ``rtk up`` did: nodes left out, the cluster's state, failed checks."""
+    """Print what ``rtk up`` did: nodes left out, the cluster's state, failed checks.
+
+    On a small cluster or with ``verbose``, a line per node excluded or left out; on a
+    larger one, exclusions grouped by reason and the nodes left out as one hostlist
+    (the progress display has just listed their failures grouped by cause).
+    """
     result = brought.up
     checked = brought.preflight.report
-    for exclusion in plan.excluded:
-        click.echo(f"rtk: excluded: {exclusion.describe()}", err=True)
-    for outcome in brought.left_out:
+    per_node = verbose or len(plan.nodes) <= SMALL_CLUSTER
+    if per_node:
+        for exclusion in plan.excluded:
+            click.echo(f"rtk: excluded: {exclusion.describe()}", err=True)
+    else:
+        groups = group_nodes((e.node, "; ".join(e.reasons)) for e in plan.excluded)
+        for line in render_failure_groups(groups, "rtk: excluded"):
+            click.echo(line, err=True)
+    allowed = f"min_nodes {inv.min_nodes} allows it"
+    if per_node:
+        for outcome in brought.left_out:
+            click.echo(f"rtk: {outcome.name} left out ({allowed}): {outcome.error}", err=True)
+    elif brought.left_out:
+        names = [o.name for o in brought.left_out]
         click.echo(
-            f"rtk: {outcome.name} left out (min_nodes {inv.min_nodes} allows it): {outcome.error}",
+            f"rtk: {len(names)} node(s) left out ({allowed}): {fit_hostlist(names)} "
+            "(causes above; --verbose or --json for each)",
             err=True,
         )
     if as_json:
@@ -132,7 +160,11 @@ def render_up_result(
     else:
         status = result.status
         ready = len(status.ready) if status else 0
-        fresh = ", ".join(result.started) or "none (already running)"
+        if verbose or len(plan.nodes) <= SMALL_CLUSTER:
+            fresh = ", ".join(result.started)
+        else:
+            fresh = f"{len(result.started)} node(s) {fit_hostlist(result.started, 80)}"
+        fresh = fresh or "none (already running)"
         click.echo(
             f"cluster {inv.name} is up: {ready}/{len(plan.nodes)} node(s) alive after "
             f"{result.duration_s:.1f} s; started: {fresh}"
@@ -190,8 +222,15 @@ def render_status(status: ClusterStatus) -> str:
 @click.option("--dry-run", is_flag=True, help=DRY_RUN_HELP)
 @click.option("--full", is_flag=True, help=FULL_HELP)
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@verbose_option
 def down_cmd(
-    inventory: str | None, local: bool, slurm: bool, dry_run: bool, full: bool, as_json: bool
+    inventory: str | None,
+    local: bool,
+    slurm: bool,
+    dry_run: bool,
+    full: bool,
+    as_json: bool,
+    verbose: bool,
 ) -> None:
     """Stop the Ray that rtk started on every node of INVENTORY, and remove its files.
 
@@ -202,11 +241,16 @@ def down_cmd(
     check_full(full, dry_run)
     inv = choose_inventory(inventory, local, slurm)
     # Every node is stopped, the excluded ones too: no need to know which they were.
-    with Session(inv, ConsoleReporter(), excluded=()) as session:
+    reporter = progress_reporter(verbose)
+    with reporter, Session(inv, reporter, excluded=()) as session:
+        reporter.expect(len(session.plan.nodes))
         if dry_run:
             click.echo(session.down_plan(full=full or as_json), nl=False)
             return
         result = session.tear_down()
+        # A node whose stop raised (unreachable) sent no phase: count it as failed here.
+        for name, why in result.failed.items():
+            reporter.phase(name, "failed", why)
     if as_json:
         print_json(result.to_json())
     else:
@@ -215,6 +259,8 @@ def down_cmd(
             f"cluster {inv.name}: stopped {count} process(es) on {len(result.stopped)} node(s)"
         )
     if result.failed:
-        raise ClusterError(
-            "could not stop: " + "; ".join(f"{name}: {why}" for name, why in result.failed.items())
-        )
+        if verbose or len(result.stopped) + len(result.failed) <= SMALL_CLUSTER:
+            why = "; ".join(f"{name}: {why}" for name, why in result.failed.items())
+        else:
+            why = f"{len(result.failed)} node(s) {fit_hostlist(list(result.failed))} (causes above)"
+        raise ClusterError(f"could not stop: {why}")

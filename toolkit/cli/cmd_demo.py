@@ -8,7 +8,8 @@ import time
 import click
 
 from toolkit.cli.cmd_cluster import render_status
-from toolkit.cli.common import ConsoleReporter, dry_run_option
+from toolkit.cli.common import dry_run_option, verbose_option
+from toolkit.cli.progress import progress_reporter
 from toolkit.cli.reporting import report_run
 from toolkit.errors import RtkError
 from toolkit.flows import PreflightFailedError, PreflightPolicy, Session, TrainWorkload
@@ -35,10 +36,14 @@ It needs the trainer's packages: pip install torch==2.13.0 'rtk[train]'.
 @click.option("--num-workers", type=int, default=2, show_default=True)
 @click.option("--output-dir", default="~/rtk-runs", show_default=True)
 @dry_run_option
-def demo_cmd(keep: bool, max_steps: int, num_workers: int, output_dir: str, dry_run: bool) -> None:
+@verbose_option
+def demo_cmd(
+    keep: bool, max_steps: int, num_workers: int, output_dir: str, dry_run: bool, verbose: bool
+) -> None:
     """The whole flow on one machine (help: DEMO_HELP)."""
     began = time.monotonic()
-    reporter = ConsoleReporter()
+    # Plain lines, not a live block: the job's log is printed while it reports.
+    reporter = progress_reporter(verbose, live=False)
     run_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
     config = TrainConfig(
         run_dir=f"{output_dir.rstrip('/')}/{run_id}",
@@ -51,7 +56,8 @@ def demo_cmd(keep: bool, max_steps: int, num_workers: int, output_dir: str, dry_
     ).check()
     html = None
     workload = TrainWorkload(config, run_id)
-    with Session(default_inventory(), reporter, log=click.echo) as session:
+    with reporter, Session(default_inventory(), reporter, log=click.echo) as session:
+        reporter.expect(len(session.plan.nodes))
         if dry_run:
             click.echo(session.up_plan(), nl=False)
             click.echo(session.run_plan(workload, PreflightPolicy.ENFORCE).render(), nl=False)

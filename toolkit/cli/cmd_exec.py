@@ -12,11 +12,18 @@ from toolkit.cli.common import (
     local_option,
     print_json,
     slurm_option,
+    verbose_option,
 )
+from toolkit.cli.exec_output import render_runs_text
 from toolkit.cluster.command import NodeRun, runs_to_json
 from toolkit.flows import Session
 
 EXEC_HELP = """Run COMMAND on every node of INVENTORY at once; print output prefixed by node.
+
+\b
+On more than 8 nodes, nodes with the same output share one block headed by
+their host list (n[0001-1000]), and the exit statuses are counted per status;
+--verbose prints every node's lines and status, --json all of it.
 
 \b
 The command runs with the cluster's environment (its env file: Ray token,
@@ -40,6 +47,7 @@ Exits 0 when the command exited 0 on every node, 1 otherwise.
 @click.option(
     "--json", "as_json", is_flag=True, help="Print each node's output and status as JSON."
 )
+@verbose_option
 @slurm_option
 @local_option
 @dry_run_option
@@ -49,6 +57,7 @@ def exec_cmd(
     no_env: bool,
     timeout_s: float,
     as_json: bool,
+    verbose: bool,
     slurm: bool,
     local: bool,
     dry_run: bool,
@@ -60,22 +69,14 @@ def exec_cmd(
             click.echo(session.exec_request(command, not no_env, timeout_s).render(), nl=False)
             return
         runs = session.exec(command, with_env=not no_env, timeout_s=timeout_s)
-    render_runs(runs, as_json)
+    render_runs(runs, as_json, verbose)
     if any(not r.ok for r in runs):
         sys.exit(1)
 
 
-def render_runs(runs: list[NodeRun], as_json: bool) -> None:
-    """Each node's output prefixed by its name, then one status line per node."""
+def render_runs(runs: list[NodeRun], as_json: bool, verbose: bool = False) -> None:
+    """JSON, or the output per node (few nodes, ``verbose``) or per distinct output."""
     if as_json:
         print_json(runs_to_json(runs))
         return
-    width = max(len(r.node) for r in runs)
-    for r in runs:
-        for line in r.stdout.splitlines():
-            click.echo(f"[{r.node:<{width}}] {line}")
-        for line in r.stderr.splitlines():
-            click.echo(f"[{r.node:<{width}}] {line}", err=True)
-    for r in runs:
-        state = f"exit {r.exit_code}" if r.error is None else f"failed: {r.error}"
-        click.echo(f"{r.node:<{width}}  {state}  ({r.duration_s:.1f} s)", err=True)
+    render_runs_text(runs, lambda line, to_err: click.echo(line, err=to_err), verbose)

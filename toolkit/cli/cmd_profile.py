@@ -6,7 +6,8 @@ import sys
 
 import click
 
-from toolkit.cli.common import ConsoleReporter, dry_run_option
+from toolkit.cli.common import dry_run_option, verbose_option
+from toolkit.cli.progress import progress_reporter
 from toolkit.flows import Session
 from toolkit.flows.sweep import plan_sweep, run_sweep
 from toolkit.inventory import load_inventory
@@ -61,6 +62,7 @@ Examples:
 @click.option("--results", "results_only", is_flag=True, help="Only (re)build the results.")
 @click.option("--restore", is_flag=True, help="Only restore GPU power limits and clocks.")
 @dry_run_option
+@verbose_option
 def profile_cmd(
     experiment: str,
     max_runs: int | None,
@@ -68,6 +70,7 @@ def profile_cmd(
     results_only: bool,
     restore: bool,
     dry_run: bool,
+    verbose: bool,
 ) -> None:
     """Run a sweep (help: PROFILE_HELP)."""
     exp = load_experiment(experiment)
@@ -87,7 +90,12 @@ def profile_cmd(
         return
     failed = 0
     if not results_only:
-        outcome = run_sweep(exp, ConsoleReporter(), click.echo, max_runs, keep_cluster)
+        # Plain lines, not a live block: the runs' logs are printed between bring-ups.
+        # Each bring-up may use fewer nodes than the inventory has: its size is an upper
+        # bound, enough to choose between per-node lines and counts.
+        total = len(load_inventory(exp.inventory_path).nodes)
+        with progress_reporter(verbose, total, live=False) as reporter:
+            outcome = run_sweep(exp, reporter, click.echo, max_runs, keep_cluster)
         failed = len(outcome.failed)
         click.echo(
             f"rtk profile: {len(outcome.ran)} run(s) this time ({failed} failed), "

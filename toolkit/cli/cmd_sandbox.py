@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import sys
+from collections.abc import Callable
 
 import click
 
-from toolkit.cli.common import ConsoleReporter, print_json
+from toolkit.cli.common import print_json, verbose_option
+from toolkit.cli.progress import ProgressReporter, progress_reporter
 from toolkit.sandbox import SlurmStatus, create, destroy, sandbox_status
 from toolkit.sandbox.errors import SandboxError
 from toolkit.sandbox.layout import MAX_NODES, Layout
@@ -126,20 +129,17 @@ def sandbox_group() -> None:
     help="Also run SLURM: slurmctld and munged on this host, slurmd in each node.",
 )
 @click.option("--dry-run", is_flag=True, help="Print what would be created; create nothing.")
-def up_cmd(nodes: int, name: str, subnet: str, slurm: bool, dry_run: bool) -> None:
+@verbose_option
+def up_cmd(nodes: int, name: str, subnet: str, slurm: bool, dry_run: bool, verbose: bool) -> None:
     """Create a sandbox."""
     if dry_run:
         click.echo(describe_up(Layout.build(name, subnet, nodes), slurm), nl=False)
         return
-    reporter = ConsoleReporter()
-    sandbox = create(
-        nodes,
-        name=name,
-        subnet=subnet,
-        slurm=slurm,
-        progress=lambda line: reporter.node(name, line),
-    )
-    reporter.node(name, f"sandbox {sandbox.name} is up: {len(sandbox.nodes)} node(s)")
+    with progress_reporter(verbose, nodes) as reporter:
+        sandbox = create(
+            nodes, name=name, subnet=subnet, slurm=slurm, progress=sandbox_progress(reporter)
+        )
+        reporter.info(f"sandbox {sandbox.name} is up: {len(sandbox.nodes)} node(s)")
     click.echo(str(sandbox.inventory_path))
     if slurm:
         conf = sandbox.slurm_env()["SLURM_CONF"]
@@ -148,6 +148,25 @@ def up_cmd(nodes: int, name: str, subnet: str, slurm: bool, dry_run: bool) -> No
         f"next: rtk up {sandbox.inventory_path}   (remove it: rtk sandbox down --name {name})",
         err=True,
     )
+
+
+_NODE_LINE = re.compile(r"^(node\d+): (.*)$", re.DOTALL)
+
+
+def sandbox_progress(reporter: ProgressReporter) -> Callable[[str], None]:
+    """The sandbox's step lines as progress: a node's own steps are node details.
+
+    They show with ``--verbose`` or on a few nodes; the sandbox-wide steps always.
+    """
+
+    def say(line: str) -> None:
+        match = _NODE_LINE.match(line)
+        if match is None:
+            reporter.info(line)
+        else:
+            reporter.node(match.group(1), match.group(2))
+
+    return say
 
 
 @sandbox_group.command("down", help=DOWN_HELP)

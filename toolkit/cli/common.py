@@ -7,7 +7,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TextIO, TypeVar
 
 import click
 
@@ -197,17 +197,29 @@ def print_json(data: Any) -> None:
 
 
 class ConsoleReporter:
-    """Progress lines on stderr: elapsed seconds, node, message."""
+    """Progress lines on stderr: elapsed seconds, node, message (``--verbose``'s view)."""
 
-    def __init__(self, quiet: bool = False) -> None:
-        self.began = time.monotonic()
+    def __init__(
+        self,
+        quiet: bool = False,
+        stream: TextIO | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.clock = clock
+        self.began = clock()
         self.quiet = quiet
+        self.stream = stream
 
     def _line(self, who: str, message: str) -> None:
         if not self.quiet:
-            elapsed = time.monotonic() - self.began
-            click.echo(f"[{elapsed:6.1f}s] {who:<14} {message}", err=True)
-            sys.stderr.flush()
+            elapsed = self.clock() - self.began
+            line = f"[{elapsed:6.1f}s] {who:<14} {message}"
+            if self.stream is None:
+                click.echo(line, err=True)
+                sys.stderr.flush()
+            else:
+                self.stream.write(line + "\n")
+                self.stream.flush()
 
     def node(self, name: str, message: str) -> None:
         """Print a node's progress."""
@@ -219,3 +231,11 @@ class ConsoleReporter:
 
     def phase(self, name: str, phase: Phase, detail: str = "") -> None:
         """The node lines say it already."""
+
+
+VERBOSE_HELP = "Print every node's progress line (default: counts per phase, failures grouped)."
+
+
+def verbose_option(func: F) -> F:
+    """Add ``--verbose``/``-v`` (every node's line instead of counts and groups)."""
+    return click.option("--verbose", "-v", is_flag=True, help=VERBOSE_HELP)(func)

@@ -174,3 +174,21 @@ def _number_ranges(numbers: list[str]) -> str:
         else:
             runs.append([number])
     return ",".join(run[0] if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
+
+
+def fit_hostlist(names: Sequence[str], max_chars: int = 100) -> str:
+    """``compress_hosts(names)`` cut to about ``max_chars`` for a terminal line.
+
+    The cut falls between two items and keeps brackets balanced, so the shown part reads
+    as a hostlist followed by ``...`` (``n[0001,0005,...]``); the whole list goes to
+    ``--json``/``--verbose``, never here.
+    """
+    text = compress_hosts(names)
+    if len(text) <= max_chars:
+        return text
+    cut = text.rfind(",", 0, max(max_chars - 4, 1))
+    if cut <= 0:
+        return text[: max(max_chars - 3, 1)] + "..."
+    head = text[:cut]
+    inside = head.count("[") > head.count("]")
+    return head + (",...]" if inside else ",...")
