@@ -7,9 +7,11 @@ nothing new. On failure below ``min_nodes``, whatever this call started is stopp
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
-from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -164,19 +166,59 @@ def _start_all(
     """
     head = plan.head
     parallel = plan.inventory.fanout.parallel
-    pool = ThreadPoolExecutor(max_workers=max(1, min(parallel, len(plan.nodes))))
-    try:
-        # The head's preparation is submitted first, so it is never queued behind workers.
-        prepared = {n.name: pool.submit(prepare, n) for n in plan.nodes}
-        if _settled(prepared[head.name], outcomes[head.name], reporter):
+    ready: queue.SimpleQueue[NodePlan | None] = queue.SimpleQueue()
+
+    def bring_head() -> None:
+        if _settled_call(prepare, head, outcomes[head.name], reporter):
             at = time.monotonic()
             _start(head, plan, transport, reporter, outcomes[head.name])
             clocks.head.add(at)
+
+    def prepare_worker(node_plan: NodePlan) -> None:
+        ok = _settled_call(prepare, node_plan, outcomes[node_plan.name], reporter)
+        ready.put(node_plan if ok else None)
+
+    pool = ThreadPoolExecutor(max_workers=max(1, min(parallel, len(plan.nodes))))
+    # The head is prepared and started in one task, submitted first so it never queues
+    # behind workers. The workers' preparations are submitted by a thread of their own:
+    # making the pool's threads takes a while at 1,000 nodes, and this one starts each
+    # worker as soon as it is ready meanwhile.
+    feeder = _Feeder(pool, prepare_worker, plan.workers)
+    try:
+        head_done = pool.submit(bring_head)
+        feeder.start()
+        head_done.result()
         if outcomes[head.name].action == "failed":
             raise ClusterError(f"head {head.name} failed: {outcomes[head.name].error}")
-        return _start_workers(plan, transport, reporter, outcomes, prepared, clocks.workers)
+        return _start_workers(plan, transport, reporter, outcomes, ready, clocks.workers)
     finally:
+        feeder.stop()
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+class _Feeder(threading.Thread):
+    """Submits one task per node to a pool, until done or stopped."""
+
+    def __init__(
+        self,
+        pool: ThreadPoolExecutor,
+        task: Callable[[NodePlan], None],
+        nodes: Sequence[NodePlan],
+    ) -> None:
+        super().__init__(name="rtk-up-feeder", daemon=True)
+        self._pool, self._task, self._nodes = pool, task, nodes
+        self._stopped = threading.Event()
+
+    def run(self) -> None:
+        for node_plan in self._nodes:
+            if self._stopped.is_set():
+                return
+            self._pool.submit(self._task, node_plan)
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self.is_alive():
+            self.join()
 
 
 def _start_workers(
@@ -184,19 +226,16 @@ def _start_workers(
     transport: Transport,
     reporter: Reporter,
     outcomes: dict[str, NodeOutcome],
-    prepared: Mapping[str, Future[bool]],
+    ready: queue.SimpleQueue[NodePlan | None],
     clock: SpanClock,
 ) -> int:
-    """Start each worker once it is prepared, paced in waves; the number of waves.
+    """Start each worker as it comes ``ready`` (None: it need not), in waves; how many.
 
-    This thread waits for preparations and for each wave's turn; a thread of the
-    start pool is taken only by a ``ray start`` in flight.
+    This thread waits for workers to be ready and for each wave's turn; a thread of
+    the start pool is taken only by a ``ray start`` in flight.
     """
     ray = plan.inventory.ray
     head_was_running = outcomes[plan.head.name].action == "already running"
-    by_future = {prepared[n.name]: n for n in plan.workers}
-    if not by_future:
-        return 0
     waves = Waves(ray.start_wave, ray.start_wave_interval_s)
 
     def start_worker(node_plan: NodePlan) -> None:
@@ -210,11 +249,11 @@ def _start_workers(
 
     failed: dict[str, BaseException] = {}
     starts: dict[str, Future[None]] = {}
-    pool = ThreadPoolExecutor(max_workers=len(by_future))
+    pool = ThreadPoolExecutor(max_workers=max(1, len(plan.workers)))
     try:
-        for future in as_completed(by_future):
-            node_plan = by_future[future]
-            if _settled(future, outcomes[node_plan.name], reporter):
+        for _ in plan.workers:
+            node_plan = _next_ready(ready)
+            if node_plan is not None:
                 waves.wait()
                 starts[node_plan.name] = pool.submit(start_worker, node_plan)
         for name, start in starts.items():
@@ -226,6 +265,15 @@ def _start_workers(
         pool.shutdown(wait=True, cancel_futures=True)
     _record_failures(failed, outcomes, reporter)
     return waves.waves
+
+
+def _next_ready(ready: queue.SimpleQueue[NodePlan | None]) -> NodePlan | None:
+    """The next worker prepared; waits in short steps, so Ctrl-C is seen at once."""
+    while True:
+        try:
+            return ready.get(timeout=0.5)
+        except queue.Empty:
+            continue
 
 
 def _prepare(
@@ -304,10 +352,15 @@ def _start(
     reporter.phase(node.name, "failed", f"ray start exited {result.exit_code}")
 
 
-def _settled(future: Future[bool], outcome: NodeOutcome, reporter: Reporter) -> bool:
-    """The result of a node's preparation; a failure is recorded on its outcome."""
+def _settled_call(
+    prepare: Callable[[NodePlan], bool],
+    node_plan: NodePlan,
+    outcome: NodeOutcome,
+    reporter: Reporter,
+) -> bool:
+    """``prepare(node_plan)``; a failure is recorded on its outcome (False)."""
     try:
-        return future.result()
+        return prepare(node_plan)
     except Exception as e:  # noqa: BLE001 - recorded per node, reported with the rest
         _record_failures({outcome.name: e}, {outcome.name: outcome}, reporter)
         return False
