@@ -115,7 +115,8 @@ def session(inv: Inventory, tmp_path: Path, transport: CountingTransport) -> Ses
 
 
 def test_no_more_than_parallel_operations_are_in_flight(tmp_path: Path) -> None:
-    cluster = SimulatedCluster(LatencyModel(scale=SCALE))
+    # Every command's round trip takes 1 model s (10 ms), so calls overlap for sure.
+    cluster = SimulatedCluster(LatencyModel(round_trip_s=1.0, scale=SCALE))
     transport = CountingTransport(cluster)
     inv = inventory(tmp_path, 64, parallel=8)
     with session(inv, tmp_path, transport) as s:
