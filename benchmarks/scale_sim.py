@@ -13,8 +13,14 @@ slept scaled by ``--scale``: the real seconds are printed, and the model's besid
 (real / scale: CPU and the wait loop's 0.25 s poll are not scaled, so at small scales
 they weigh more in model seconds than they would on real nodes).
 
+The inventory's fan-out can be set (``--parallel``, ``--start-wave``,
+``--start-wave-interval-s``): ``--parallel 32 --start-wave 32
+--start-wave-interval-s 5`` is close to the fixed fan-out of 32 rtk had before.
+The child hands the simulated transport to rtk's CLI through ``main(obj=...)``.
+
     python benchmarks/scale_sim.py [--sizes 64,256,1024] [--scale 0.1]
-        [--worker-start-s 5] [--handshake-s 0.2] [--json PATH]
+        [--worker-start-s 5] [--handshake-s 0.2] [--parallel N] [--start-wave N]
+        [--start-wave-interval-s S] [--json PATH]
 """
 
 from __future__ import annotations
@@ -38,16 +44,21 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from toolkit.transport.group import DEFAULT_PARALLEL  # noqa: E402
+from toolkit.inventory.models import (  # noqa: E402
+    PARALLEL,
+    START_WAVE,
+    START_WAVE_INTERVAL_S,
+)
 from toolkit.transport.simulated import LatencyModel  # noqa: E402
 
 COMMANDS: dict[str, list[str]] = {
-    "up": ["up", "{inv}", "--no-preflight"],
+    "up": ["up", "{inv}", "--no-preflight", "--timings"],
     "exec": ["exec", "{inv}", "--", "true"],
     "preflight": ["preflight", "{inv}", "--output-dir", "{tmp}/run"],
     "down": ["down", "{inv}"],
 }
 CHILD_TIMEOUT_S = 1800
+TIMINGS_LINES = 6  # rtk up --timings: a header, four phases, the total
 
 
 def critical_path_s(command: str, m: LatencyModel) -> float:
@@ -63,15 +74,22 @@ def critical_path_s(command: str, m: LatencyModel) -> float:
     return m.handshake_s + call + m.stop_s
 
 
-def inventory_file(path: Path, nodes: int) -> Path:
-    """An inventory of ``nodes`` nodes, n0001 (the head) on."""
+def inventory_file(path: Path, nodes: int, fanout: dict[str, Any]) -> Path:
+    """An inventory of ``nodes`` nodes, n0001 (the head) on, with ``fanout``'s settings."""
     data = {
         "cluster": f"sim{nodes}",
         "nodes": [
             {"host": f"n{i:04d}", "address": f"10.{i // 65536}.{i // 256 % 256}.{i % 256}"}
             for i in range(1, nodes + 1)
         ],
-        "ray": {"wait_timeout_s": 3600, "start_timeout_s": 3600},
+        "ray": {
+            "wait_timeout_s": 3600,
+            "start_timeout_s": 3600,
+            "start_wave": fanout["start_wave"],
+            # Model seconds, slept scaled like every latency of the model.
+            "start_wave_interval_s": fanout["start_wave_interval_s"] * fanout["scale"],
+        },
+        "fanout": {"parallel": fanout["parallel"]},
     }
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
@@ -99,8 +117,7 @@ def model_flags(model: LatencyModel) -> list[str]:
 
 def child(args: argparse.Namespace) -> None:
     """Run one rtk command against the saved simulated cluster; write its measurements."""
-    import toolkit.flows.session
-    from toolkit.cli import main
+    from toolkit.cli import TRANSPORT_FACTORY, main
     from toolkit.transport.simulated import SimulatedCluster, SimulatedTransport
 
     cluster = SimulatedCluster(model_from(args))
@@ -111,14 +128,13 @@ def child(args: argparse.Namespace) -> None:
     def make_transport(inventory: object) -> SimulatedTransport:
         return SimulatedTransport(cluster)
 
-    toolkit.flows.session.make_transport = make_transport  # type: ignore[assignment]
     sys.argv = ["rtk", *args.rtk_args]
     peak_threads = _ThreadCount()
     usage = resource.getrusage(resource.RUSAGE_SELF)
     began = time.monotonic()
     code = 0
     try:
-        main()
+        main(obj={TRANSPORT_FACTORY: make_transport})
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     wall_s = time.monotonic() - began
@@ -191,7 +207,12 @@ def run_command(
     if not metrics.exists():
         raise SystemExit(f"{command} crashed (exit {done.returncode}):\n{done.stderr[-3000:]}")
     found: dict[str, Any] = json.loads(metrics.read_text())
-    found["stdout_lines"] = len(done.stdout.splitlines())
+    # rtk up's --timings table is the benchmark's, not part of what a user would see.
+    stdout = done.stdout.splitlines()
+    table = next((i for i, line in enumerate(stdout) if line.startswith("phase ")), len(stdout))
+    found["timings_text"] = stdout[table : table + TIMINGS_LINES]
+    del stdout[table : table + TIMINGS_LINES]
+    found["stdout_lines"] = len(stdout)
     found["stderr_lines"] = len(done.stderr.splitlines())
     found["lines"] = found["stdout_lines"] + found["stderr_lines"]
     found["critical_s"] = critical_path_s(command, model) * model.scale
@@ -200,15 +221,19 @@ def run_command(
     return found
 
 
-def measure_size(nodes: int, model: LatencyModel, commands: list[str]) -> dict[str, Any]:
+def measure_size(
+    nodes: int, model: LatencyModel, commands: list[str], fanout: dict[str, Any]
+) -> dict[str, Any]:
     """Every command on a fresh simulated cluster of ``nodes`` nodes."""
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="rtk-scale-sim-") as where:
         tmp = Path(where)
-        inv = inventory_file(tmp / "inv.yaml", nodes)
+        inv = inventory_file(tmp / "inv.yaml", nodes, fanout)
         for command in commands:
             results[command] = run_command(command, inv, tmp, model, tmp / "state")
             print_row(nodes, command, results[command], model)
+            for line in results[command]["timings_text"]:
+                print(f"{'':>16}{line}")
     return results
 
 
@@ -241,6 +266,14 @@ def main() -> None:
     parser.add_argument("--head-start-s", type=float, default=defaults.head_start_s)
     parser.add_argument("--worker-start-s", type=float, default=defaults.worker_start_s)
     parser.add_argument("--facts-s", type=float, default=defaults.facts_s)
+    parser.add_argument("--parallel", type=int, default=PARALLEL, help="fanout.parallel")
+    parser.add_argument("--start-wave", type=int, default=START_WAVE, help="ray.start_wave")
+    parser.add_argument(
+        "--start-wave-interval-s",
+        type=float,
+        default=START_WAVE_INTERVAL_S,
+        help="ray.start_wave_interval_s, in model seconds (scaled like the latencies)",
+    )
     parser.add_argument("--json", help="write every measurement here")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--sim-state", help=argparse.SUPPRESS)
@@ -251,16 +284,23 @@ def main() -> None:
         child(args)
         return
     model = model_from(args)
+    fanout = {
+        "parallel": args.parallel,
+        "start_wave": args.start_wave,
+        "start_wave_interval_s": args.start_wave_interval_s,
+        "scale": model.scale,
+    }
     print(
         "model (s): "
         + ", ".join(f"{f.name} {getattr(model, f.name):g}" for f in fields(model))
-        + f"; fan-out DEFAULT_PARALLEL {DEFAULT_PARALLEL}"
+        + "; fan-out: "
+        + ", ".join(f"{k} {v:g}" for k, v in fanout.items() if k != "scale")
     )
     print("wall and critical path in real s, (model) = real / scale; ratio = wall / critical")
     print(HEADER)
-    everything: dict[str, Any] = {"model": asdict(model), "parallel": DEFAULT_PARALLEL}
+    everything: dict[str, Any] = {"model": asdict(model), "fanout": fanout}
     for size in (int(s) for s in args.sizes.split(",")):
-        everything[str(size)] = measure_size(size, model, args.commands.split(","))
+        everything[str(size)] = measure_size(size, model, args.commands.split(","), fanout)
     if args.json:
         Path(args.json).write_text(json.dumps(everything, indent=2) + "\n")
 

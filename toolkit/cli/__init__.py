@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
+from typing import Any
 
 import click
 
@@ -20,6 +22,12 @@ from toolkit.cli.cmd_sbatch import sbatch_group
 from toolkit.cli.cmd_telemetry import telemetry_group
 from toolkit.cli.cmd_train import launch_cmd, train_cmd
 from toolkit.errors import RtkError
+from toolkit.flows import transports_from
+
+# The key of ``main(obj=...)`` whose value, a function inventory -> Transport, every
+# session of the command reaches its nodes with (a simulated cluster, in the benchmark
+# and tests); without it each inventory's own transport is used.
+TRANSPORT_FACTORY = "transport_factory"
 
 CLI_HELP = """rtk: Ray on your own GPU nodes, checked, trained on, and power-profiled.
 
@@ -48,8 +56,14 @@ Every command that changes nodes takes --dry-run; data commands take --json.
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 @click.version_option(__version__, prog_name="rtk")
-def cli() -> None:
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """The rtk command group (its help is CLI_HELP)."""
+    factory = (ctx.obj or {}).get(TRANSPORT_FACTORY)
+    if factory is not None:
+        if not callable(factory):
+            raise TypeError(f"obj[{TRANSPORT_FACTORY!r}] must be callable, got {factory!r}")
+        ctx.with_resource(transports_from(factory))
 
 
 cli.add_command(inventory_group)
@@ -69,10 +83,15 @@ cli.add_command(profile_cmd)
 cli.add_command(sbatch_group)
 
 
-def main() -> None:
-    """Entry point: expected failures become one message and an exit code."""
+def main(obj: Mapping[str, Any] | None = None) -> None:
+    """Entry point: expected failures become one message and an exit code.
+
+    Args:
+        obj: click's ``ctx.obj`` for the command; ``TRANSPORT_FACTORY`` in it gives
+            the transport its sessions use.
+    """
     try:
-        cli.main(standalone_mode=False)
+        cli.main(standalone_mode=False, obj=dict(obj or {}))
     except click.exceptions.Abort:
         click.echo("rtk: interrupted", err=True)
         sys.exit(130)

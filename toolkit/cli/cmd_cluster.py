@@ -28,6 +28,10 @@ DRY_RUN_HELP = (
 )
 FULL_HELP = "With --dry-run: print every node's commands, not one block per command shape."
 JSON_HELP = "Print the result as JSON on stdout (progress stays on stderr)."
+TIMINGS_HELP = (
+    "Print where the seconds went: probe + files, head start, worker starts, wait loop "
+    '(--json always has them, under "timings").'
+)
 
 
 UP_HELP = """Start Ray on every node of INVENTORY and wait until the nodes are alive.
@@ -68,6 +72,7 @@ Examples:
 @click.option("--full", is_flag=True, help=FULL_HELP)
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.option("--no-preflight", is_flag=True, help="Skip the fast preflight checks after.")
+@click.option("--timings", is_flag=True, help=TIMINGS_HELP)
 @exclude_options
 @verbose_option
 def up_cmd(
@@ -78,6 +83,7 @@ def up_cmd(
     full: bool,
     as_json: bool,
     no_preflight: bool,
+    timings: bool,
     exclude: tuple[str, ...],
     exclude_file: tuple[str, ...],
     verbose: bool,
@@ -102,6 +108,9 @@ def up_cmd(
             assert e.bring_up is not None
             brought = e.bring_up
     render_up_result(inv, session.plan, brought, as_json, verbose)
+    if timings and brought.up.timings is not None:
+        # With --json they are in the JSON already ("timings"); the table goes to stderr.
+        click.echo(brought.up.timings.render(), nl=False, err=as_json)
     if failed is not None:
         raise PreflightError(
             f"cluster {inv.name} is up, but preflight failed (the FAIL lines above); "

@@ -46,13 +46,13 @@ def run_everywhere(
     with_env: bool = True,
     timeout_s: float = 600.0,
 ) -> list[NodeRun]:
-    """Run ``argv`` on every node in parallel; one result per node, in inventory order."""
+    """Run ``argv`` on every node, ``fanout.parallel`` at a time; a result per node, in order."""
     command = command_line(plan, argv, with_env)
 
     def run(node_plan: NodePlan) -> CommandResult:
         return transport.run(node_plan.node, command, timeout_s=timeout_s)
 
-    group = run_each(plan.nodes, run)
+    group = run_each(plan.nodes, run, parallel=plan.inventory.fanout.parallel)
     runs = []
     for node_plan in plan.nodes:
         name = node_plan.name

@@ -16,7 +16,7 @@ from toolkit.cluster.report import Reporter
 from toolkit.cluster.state import StateStore
 from toolkit.node import call_agent
 from toolkit.transport.base import Transport
-from toolkit.transport.group import GroupResult, run_each
+from toolkit.transport.group import DEFAULT_PARALLEL, GroupResult, run_each
 
 STOP_TIMEOUT_S = STOP_GRACE_S + 30.0
 
@@ -35,9 +35,12 @@ class DownResult:
 
 
 def stop_nodes(
-    nodes: Sequence[NodePlan], transport: Transport, reporter: Reporter
+    nodes: Sequence[NodePlan],
+    transport: Transport,
+    reporter: Reporter,
+    parallel: int = DEFAULT_PARALLEL,
 ) -> GroupResult[dict[str, Any]]:
-    """Run each node's stop command in parallel."""
+    """Run each node's stop command, ``parallel`` (the inventory's ``fanout``) at a time."""
 
     def stop(node_plan: NodePlan) -> dict[str, Any]:
         answer = call_agent(transport, node_plan.node, node_plan.stop_command, STOP_TIMEOUT_S)
@@ -51,14 +54,14 @@ def stop_nodes(
         reporter.phase(node_plan.name, "stopped" if not left else "failed", note)
         return answer
 
-    return run_each(nodes, stop)
+    return run_each(nodes, stop, parallel=parallel)
 
 
 def down(
     plan: ClusterPlan, transport: Transport, store: StateStore, reporter: Reporter
 ) -> DownResult:
     """Stop the cluster everywhere; forget its local state when every node is clean."""
-    group = stop_nodes(plan.nodes, transport, reporter)
+    group = stop_nodes(plan.nodes, transport, reporter, plan.inventory.fanout.parallel)
     failed = {name: str(error) for name, error in group.failed.items()}
     for name, answer in group.results.items():
         if answer.get("left"):

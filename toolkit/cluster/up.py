@@ -7,8 +7,10 @@ nothing new. On failure below ``min_nodes``, whatever this call started is stopp
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,12 +21,13 @@ from toolkit.cluster.render import env_file
 from toolkit.cluster.report import Reporter
 from toolkit.cluster.state import StateStore
 from toolkit.cluster.status import ClusterStatus, cluster_status
+from toolkit.cluster.timings import SpanClock, UpTimings
 from toolkit.errors import ClusterError, WaitTimeoutError
 from toolkit.netenv import env_for_node
 from toolkit.node import call_agent
 from toolkit.node.probe import ProbeFacts
 from toolkit.transport.base import Transport
-from toolkit.transport.group import DEFAULT_PARALLEL, run_each
+from toolkit.transport.group import Waves
 
 PROBE_TIMEOUT_S = 60.0
 POLL_INTERVAL_S = 0.25
@@ -53,6 +56,7 @@ class UpResult:
     status: ClusterStatus | None = None
     duration_s: float = 0.0
     started: list[str] = field(default_factory=list)
+    timings: UpTimings | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (``rtk up --json``)."""
@@ -63,6 +67,7 @@ class UpResult:
             "started": self.started,
             "nodes": [vars(n) for n in self.nodes],
             "status": self.status.to_json() if self.status else None,
+            "timings": self.timings.to_json() if self.timings else None,
         }
 
 
@@ -74,6 +79,11 @@ RAY_READY_TEXT = "Ray runtime started."
 def up(plan: ClusterPlan, transport: Transport, store: StateStore, reporter: Reporter) -> UpResult:
     """Bring the cluster up and wait for its nodes.
 
+    Every node is probed and gets its files, ``fanout.parallel`` at a time; the head
+    starts as soon as it is ready, and each worker once both it and the head are, in
+    waves of ``ray.start_wave`` every ``ray.start_wave_interval_s``. A thread is held
+    only by an operation in flight: a node waiting for its turn holds none.
+
     Raises:
         ClusterError: The head failed, or fewer than ``min_nodes`` nodes came up.
         WaitTimeoutError: Nodes did not join within ``ray.wait_timeout_s``.
@@ -83,38 +93,33 @@ def up(plan: ClusterPlan, transport: Transport, store: StateStore, reporter: Rep
     outcomes = {n.node.name: NodeOutcome(n.node.name, n.role) for n in plan.nodes}
     result = UpResult(inv.name, plan.dashboard_url, list(outcomes.values()))
     token = store.token() if plan.auth else None
+    clocks = _Clocks(began)
 
     def prepare(node_plan: NodePlan) -> bool:
-        return _prepare(node_plan, plan, transport, token, reporter, outcomes[node_plan.name])
+        at = time.monotonic()
+        try:
+            return _prepare(node_plan, plan, transport, token, reporter, outcomes[node_plan.name])
+        finally:
+            clocks.probe.add(at)
 
-    def start(node_plan: NodePlan) -> None:
-        _start(node_plan, plan, transport, reporter, outcomes[node_plan.name])
-
-    # Every node is probed and gets its files at once; the head starts as soon as it
-    # is ready, and each worker as soon as both it and the head are.
     head = plan.head
-    with ThreadPoolExecutor(max_workers=min(DEFAULT_PARALLEL, len(plan.nodes))) as pool:
-        prepared = {n.name: pool.submit(prepare, n) for n in plan.nodes}
-        if _settled(prepared[head.name], outcomes[head.name], reporter):
-            start(head)
-        if outcomes[head.name].action == "failed":
-            raise ClusterError(f"head {head.name} failed: {outcomes[head.name].error}")
-
-        def start_worker(node_plan: NodePlan) -> None:
-            if _settled(prepared[node_plan.name], outcomes[node_plan.name], reporter):
-                if outcomes[head.name].action == "already running":
-                    _await_stale_entry(plan, transport, reporter, node_plan.name)
-                start(node_plan)
-
-        started = run_each(plan.workers, start_worker)
-    _record_failures(started.failed, outcomes, reporter)
-    result.started = [o.name for o in outcomes.values() if o.action == "started"]
     try:
-        result.status = _wait(plan, transport, reporter, outcomes)
-    except ClusterError:
-        _undo(plan, transport, reporter, result.started)
+        waves = _start_all(plan, transport, reporter, outcomes, prepare, clocks)
+        result.started = _started(outcomes)
+        result.status = _wait(plan, transport, reporter, outcomes, clocks.wait)
+    except (ClusterError, KeyboardInterrupt):
+        # Not enough nodes, or Ctrl-C: what this call started is stopped again.
+        _undo(plan, transport, reporter, _started(outcomes))
         raise
     result.duration_s = time.monotonic() - began
+    result.timings = UpTimings(
+        clocks.probe.span(),
+        clocks.head.span(),
+        clocks.workers.span(),
+        clocks.wait.span(),
+        result.duration_s,
+        waves,
+    )
     store.save(
         (store.load() or {})
         | {
@@ -130,6 +135,145 @@ def up(plan: ClusterPlan, transport: Transport, store: StateStore, reporter: Rep
         }
     )
     return result
+
+
+class _Clocks:
+    """One ``SpanClock`` per phase of a bring-up."""
+
+    def __init__(self, began: float) -> None:
+        self.probe = SpanClock(began)
+        self.head = SpanClock(began)
+        self.workers = SpanClock(began)
+        self.wait = SpanClock(began)
+
+
+def _started(outcomes: Mapping[str, NodeOutcome]) -> list[str]:
+    return [o.name for o in outcomes.values() if o.action == "started"]
+
+
+def _start_all(
+    plan: ClusterPlan,
+    transport: Transport,
+    reporter: Reporter,
+    outcomes: dict[str, NodeOutcome],
+    prepare: Callable[[NodePlan], bool],
+    clocks: _Clocks,
+) -> int:
+    """Prepare every node, start the head, then the workers; the waves they took.
+
+    Raises:
+        ClusterError: The head failed.
+    """
+    head = plan.head
+    parallel = plan.inventory.fanout.parallel
+    ready: queue.SimpleQueue[NodePlan | None] = queue.SimpleQueue()
+
+    def bring_head() -> None:
+        if _settled_call(prepare, head, outcomes[head.name], reporter):
+            at = time.monotonic()
+            _start(head, plan, transport, reporter, outcomes[head.name])
+            clocks.head.add(at)
+
+    def prepare_worker(node_plan: NodePlan) -> None:
+        ok = _settled_call(prepare, node_plan, outcomes[node_plan.name], reporter)
+        ready.put(node_plan if ok else None)
+
+    pool = ThreadPoolExecutor(max_workers=max(1, min(parallel, len(plan.nodes))))
+    # The head is prepared and started in one task, submitted first so it never queues
+    # behind workers. The workers' preparations are submitted by a thread of their own:
+    # making the pool's threads takes a while at 1,000 nodes, and this one starts each
+    # worker as soon as it is ready meanwhile.
+    feeder = _Feeder(pool, prepare_worker, plan.workers)
+    try:
+        head_done = pool.submit(bring_head)
+        feeder.start()
+        head_done.result()
+        if outcomes[head.name].action == "failed":
+            raise ClusterError(f"head {head.name} failed: {outcomes[head.name].error}")
+        return _start_workers(plan, transport, reporter, outcomes, ready, clocks.workers)
+    finally:
+        feeder.stop()
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+class _Feeder(threading.Thread):
+    """Submits one task per node to a pool, until done or stopped."""
+
+    def __init__(
+        self,
+        pool: ThreadPoolExecutor,
+        task: Callable[[NodePlan], None],
+        nodes: Sequence[NodePlan],
+    ) -> None:
+        super().__init__(name="rtk-up-feeder", daemon=True)
+        self._pool, self._task, self._nodes = pool, task, nodes
+        self._stopped = threading.Event()
+
+    def run(self) -> None:
+        for node_plan in self._nodes:
+            if self._stopped.is_set():
+                return
+            self._pool.submit(self._task, node_plan)
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self.is_alive():
+            self.join()
+
+
+def _start_workers(
+    plan: ClusterPlan,
+    transport: Transport,
+    reporter: Reporter,
+    outcomes: dict[str, NodeOutcome],
+    ready: queue.SimpleQueue[NodePlan | None],
+    clock: SpanClock,
+) -> int:
+    """Start each worker as it comes ``ready`` (None: it need not), in waves; how many.
+
+    This thread waits for workers to be ready and for each wave's turn; a thread of
+    the start pool is taken only by a ``ray start`` in flight.
+    """
+    ray = plan.inventory.ray
+    head_was_running = outcomes[plan.head.name].action == "already running"
+    waves = Waves(ray.start_wave, ray.start_wave_interval_s)
+
+    def start_worker(node_plan: NodePlan) -> None:
+        at = time.monotonic()
+        try:
+            if head_was_running:
+                _await_stale_entry(plan, transport, reporter, node_plan.name)
+            _start(node_plan, plan, transport, reporter, outcomes[node_plan.name])
+        finally:
+            clock.add(at)
+
+    failed: dict[str, BaseException] = {}
+    starts: dict[str, Future[None]] = {}
+    pool = ThreadPoolExecutor(max_workers=max(1, len(plan.workers)))
+    try:
+        for _ in plan.workers:
+            node_plan = _next_ready(ready)
+            if node_plan is not None:
+                waves.wait()
+                starts[node_plan.name] = pool.submit(start_worker, node_plan)
+        for name, start in starts.items():
+            try:
+                start.result()
+            except Exception as e:  # noqa: BLE001 - recorded per node below
+                failed[name] = e
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    _record_failures(failed, outcomes, reporter)
+    return waves.waves
+
+
+def _next_ready(ready: queue.SimpleQueue[NodePlan | None]) -> NodePlan | None:
+    """The next worker prepared; waits in short steps, so Ctrl-C is seen at once."""
+    while True:
+        try:
+            return ready.get(timeout=0.5)
+        except queue.Empty:
+            continue
 
 
 def _prepare(
@@ -208,10 +352,15 @@ def _start(
     reporter.phase(node.name, "failed", f"ray start exited {result.exit_code}")
 
 
-def _settled(future: Future[bool], outcome: NodeOutcome, reporter: Reporter) -> bool:
-    """The result of a node's preparation; a failure is recorded on its outcome."""
+def _settled_call(
+    prepare: Callable[[NodePlan], bool],
+    node_plan: NodePlan,
+    outcome: NodeOutcome,
+    reporter: Reporter,
+) -> bool:
+    """``prepare(node_plan)``; a failure is recorded on its outcome (False)."""
     try:
-        return future.result()
+        return prepare(node_plan)
     except Exception as e:  # noqa: BLE001 - recorded per node, reported with the rest
         _record_failures({outcome.name: e}, {outcome.name: outcome}, reporter)
         return False
@@ -260,7 +409,11 @@ def _await_stale_entry(
 
 
 def _wait(
-    plan: ClusterPlan, transport: Transport, reporter: Reporter, outcomes: dict[str, NodeOutcome]
+    plan: ClusterPlan,
+    transport: Transport,
+    reporter: Reporter,
+    outcomes: dict[str, NodeOutcome],
+    clock: SpanClock,
 ) -> ClusterStatus:
     inv = plan.inventory
     hopeful = {name for name, o in outcomes.items() if o.action != "failed"}
@@ -271,7 +424,9 @@ def _wait(
     last_error: str | None = None
     joined: set[str] = set()
     while True:
+        at = time.monotonic()
         status = cluster_status(plan, transport)
+        clock.add(at)
         ready = set(status.ready)
         for name in sorted(ready - joined):
             reporter.phase(name, "joined")
@@ -316,4 +471,9 @@ def _undo(plan: ClusterPlan, transport: Transport, reporter: Reporter, started: 
     if not started:
         return
     reporter.info(f"stopping what this run started on {len(started)} node(s)")
-    stop_nodes([n for n in plan.nodes if n.node.name in started], transport, reporter)
+    stop_nodes(
+        [n for n in plan.nodes if n.node.name in started],
+        transport,
+        reporter,
+        plan.inventory.fanout.parallel,
+    )

@@ -17,7 +17,7 @@ from toolkit.flows.outcome import (
     WorkloadOutcome,
 )
 from toolkit.flows.plan import RunPlan
-from toolkit.flows.session import Session
+from toolkit.flows.session import Session, TransportFactory, transports_from
 from toolkit.flows.workload import (
     CommandWorkload,
     ExecRequest,
@@ -41,8 +41,10 @@ __all__ = [
     "RunPlan",
     "Session",
     "TrainWorkload",
+    "TransportFactory",
     "VllmWorkload",
     "Workload",
     "WorkloadOutcome",
     "job_request",
+    "transports_from",
 ]

@@ -10,7 +10,9 @@ What a step would do is available as data first (``up_plan``, ``job_request``,
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from types import TracebackType
 
@@ -57,6 +59,22 @@ from toolkit.train.submit import remember_run
 from toolkit.transport.base import Transport
 
 Log = Callable[[str], None]
+TransportFactory = Callable[[Inventory], Transport]
+
+# What a Session reaches its nodes with when none is given: the inventory's transport,
+# unless ``transports_from`` says otherwise for a stretch of code (the CLI sets it from
+# click's ``ctx.obj``, so a simulation can stand in for the nodes of a whole command).
+_FACTORY: ContextVar[TransportFactory | None] = ContextVar("rtk_transport_factory", default=None)
+
+
+@contextmanager
+def transports_from(factory: TransportFactory) -> Iterator[None]:
+    """Sessions opened inside the block (in this thread) use ``factory`` for transports."""
+    token = _FACTORY.set(factory)
+    try:
+        yield
+    finally:
+        _FACTORY.reset(token)
 
 
 class Session:
@@ -69,6 +87,7 @@ class Session:
         log: Log | None = None,
         store: StateStore | None = None,
         excluded: Sequence[Exclusion] | None = None,
+        transport_factory: TransportFactory | None = None,
     ) -> None:
         """Plan the cluster; nothing is opened or touched yet (the state file is read).
 
@@ -80,6 +99,9 @@ class Session:
             excluded: The nodes to leave out (``rtk up --exclude``); None: those the last
                 ``rtk up`` left out, as the state store keeps them, so the commands after
                 it (status, preflight, train) work on the nodes brought up.
+            transport_factory: Makes the transport, on first use, from the inventory
+                (default: the one ``transports_from`` set, else ``make_transport``, the
+                inventory's own).
 
         Raises:
             ExcludeError: ``excluded`` names an unknown node or the head, or leaves
@@ -102,6 +124,9 @@ class Session:
             ) from e
         self.reporter: Reporter = reporter or QuietReporter()
         self.log: Log = log or (lambda line: None)
+        self._make_transport: TransportFactory = (
+            transport_factory or _FACTORY.get() or make_transport
+        )
         self._transport: Transport | None = None
         self._parent: Session | None = None
 
@@ -122,7 +147,7 @@ class Session:
         if self._parent is not None:
             return self._parent.transport
         if self._transport is None:
-            self._transport = make_transport(self.inventory).__enter__()
+            self._transport = self._make_transport(self.inventory).__enter__()
         return self._transport
 
     def close(self) -> None:
@@ -133,7 +158,14 @@ class Session:
 
     def subset(self, inventory: Inventory) -> Session:
         """A session on part of this cluster (``inventory``) sharing this one's transport."""
-        child = Session(inventory, self.reporter, self.log, self.store, excluded=())
+        child = Session(
+            inventory,
+            self.reporter,
+            self.log,
+            self.store,
+            excluded=(),
+            transport_factory=self._make_transport,
+        )
         child._parent = self
         return child
 

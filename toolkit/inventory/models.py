@@ -51,6 +51,35 @@ def _size_bytes(value: Any) -> Any:
     return value
 
 
+# Fan-out: defaults and hard limits, from Ray's guidance for large clusters.
+#
+# - Ray's autoscaler grows a cluster by ``upscaling_speed`` (default 1.0) times the
+#   nodes already running: it lets as many new nodes be pending as are up, so Ray
+#   itself may have 1,000 nodes joining at once on the way to 2,000 (Ray docs,
+#   "Configuring Autoscaling"; the upscaling_speed comment of Ray's cluster YAMLs).
+#   MAX_START_WAVE stays below that; the default wave is far smaller.
+# - A raylet registers with the GCS, and ``ray start`` then reads its node back; when
+#   the GCS is overloaded that read fails and ``ray start`` exits ("GCS cannot find the
+#   node", ray-project/ray#47087: the wait was 10 s, later raised). Waves spread the
+#   registrations: 64 every 0.5 s is 128 per second, the 1,023 workers of a
+#   1,024-node cluster within 8 s, so bring-up stays within about twice its critical
+#   path (head start + one worker start + the wait) while the GCS never sees more
+#   than one wave arrive at once.
+# - Ray's large-cluster best practices ask for ``ulimit -n`` of at least 65535 on the
+#   nodes; the machine running rtk holds one SSH connection (a file descriptor, and
+#   one paramiko thread) per node it has reached, plus a thread per operation in
+#   flight. PARALLEL 256 keeps probes and stops of 1,024 nodes to four rounds of
+#   handshakes; MAX_PARALLEL 1024 stays at Linux's usual soft ``ulimit -n`` of 1,024
+#   for rtk's own process. Through a jump host every connection is also one to the
+#   bastion, whose sshd drops new connections beyond ``MaxStartups`` (OpenSSH default
+#   10:30:100): lower ``fanout.parallel`` there, or raise MaxStartups.
+PARALLEL = 256
+MAX_PARALLEL = 1024
+START_WAVE = 64
+MAX_START_WAVE = 1024
+START_WAVE_INTERVAL_S = 0.5
+MAX_START_WAVE_INTERVAL_S = 60.0
+
 EnvValue = Annotated[str, BeforeValidator(_env_value)]
 EnvName = Annotated[str, Field(pattern=ENV_NAME_PATTERN)]
 Port = Annotated[int, Field(ge=1, le=65535)]
@@ -169,6 +198,36 @@ class RaySettings(_Strict):
     )
     start_timeout_s: float = Field(120, gt=0, description="Limit for one ray start.")
     wait_timeout_s: float = Field(300, gt=0, description="Limit for all nodes to join.")
+    start_wave: int = Field(
+        START_WAVE,
+        ge=1,
+        le=MAX_START_WAVE,
+        description="Worker ray starts begun together; the next wave begins "
+        "start_wave_interval_s later, without waiting for this one to finish.",
+    )
+    start_wave_interval_s: float = Field(
+        START_WAVE_INTERVAL_S,
+        gt=0,
+        le=MAX_START_WAVE_INTERVAL_S,
+        description="Seconds between the beginnings of two waves of worker ray starts.",
+    )
+
+
+class FanoutSettings(_Strict):
+    """How many per-node operations rtk keeps in flight at once.
+
+    ``parallel`` bounds the cheap operations (probe, file puts, stop, ``rtk exec``,
+    preflight's facts): each in flight holds one thread here and one SSH session; no
+    thread is held for a node that waits. Worker ``ray start`` is paced separately by
+    ``ray.start_wave`` and ``ray.start_wave_interval_s``.
+    """
+
+    parallel: int = Field(
+        PARALLEL,
+        ge=1,
+        le=MAX_PARALLEL,
+        description="Most per-node operations (probe, put, stop, exec) in flight at once.",
+    )
 
 
 class SlurmSettings(_Strict):
@@ -203,3 +262,4 @@ class InventorySpec(_Strict):
     ports: PortSettings = Field(default_factory=PortSettings)
     ray: RaySettings = Field(default_factory=RaySettings)
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)
+    fanout: FanoutSettings = Field(default_factory=FanoutSettings)

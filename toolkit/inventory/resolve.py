@@ -91,6 +91,7 @@ def resolve(spec: InventorySpec, source: str, base_dir: Path, locate: Locate) ->
         ray=spec.ray,
         slurm=spec.slurm,
         source=source,
+        fanout=spec.fanout,
     )
 
 

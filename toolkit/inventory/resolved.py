@@ -7,9 +7,15 @@ is optional any more, so callers never repeat the inheritance rules.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from toolkit.inventory.models import NetworkSettings, PortSettings, RaySettings, SlurmSettings
+from toolkit.inventory.models import (
+    FanoutSettings,
+    NetworkSettings,
+    PortSettings,
+    RaySettings,
+    SlurmSettings,
+)
 
 DEFAULT_SSH_PORT = 22
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
@@ -58,6 +64,7 @@ class Inventory:
     ray: RaySettings
     slurm: SlurmSettings
     source: str = "<embedded default>"
+    fanout: FanoutSettings = field(default_factory=FanoutSettings)
 
     @property
     def head(self) -> Node:

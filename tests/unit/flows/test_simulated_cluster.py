@@ -7,6 +7,8 @@ at 1/100: a 5 s ``ray start`` takes 50 ms, a 0.2 s handshake 2 ms.
 
 from __future__ import annotations
 
+import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from toolkit.cli import TRANSPORT_FACTORY, main
 from toolkit.cluster import StateStore
 from toolkit.cluster.report import QuietReporter
 from toolkit.errors import ClusterError
@@ -58,28 +61,31 @@ def inventory(tmp_path: Path, min_nodes: int | None = None) -> Inventory:
     return load_inventory(path)
 
 
-def simulate(
-    monkeypatch: pytest.MonkeyPatch, faults: Faults | None = None, scale: float = SCALE
-) -> SimulatedCluster:
-    """Every session opened from here on reaches one simulated cluster."""
-    cluster = SimulatedCluster(LatencyModel(scale=scale), faults)
-    monkeypatch.setattr(
-        "toolkit.flows.session.make_transport", lambda inv: SimulatedTransport(cluster)
-    )
-    return cluster
+def simulate(faults: Faults | None = None, scale: float = SCALE) -> SimulatedCluster:
+    """A simulated cluster; sessions reach it through their transport factory."""
+    return SimulatedCluster(LatencyModel(scale=scale), faults)
 
 
-def session(inv: Inventory, tmp_path: Path, reporter: Lines | None = None) -> Session:
+def session(
+    inv: Inventory, tmp_path: Path, cluster: SimulatedCluster, reporter: Lines | None = None
+) -> Session:
+    """A session on ``cluster``: each one opens its own connections, as a command does."""
     store = StateStore(inv.name, root=tmp_path / "state")
-    return Session(inv, reporter or Lines(), store=store, excluded=())
+    return Session(
+        inv,
+        reporter or Lines(),
+        store=store,
+        excluded=(),
+        transport_factory=lambda _: SimulatedTransport(cluster),
+    )
 
 
 def test_64_nodes_come_up_are_checked_run_a_command_and_go_down(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
-    cluster = simulate(monkeypatch)
+    cluster = simulate()
     inv = inventory(tmp_path)
-    with session(inv, tmp_path) as s:
+    with session(inv, tmp_path, cluster) as s:
         brought = s.bring_up(PreflightPolicy.ENFORCE)
         up = brought.up
         assert sorted(up.started) == NAMES
@@ -101,7 +107,7 @@ def test_64_nodes_come_up_are_checked_run_a_command_and_go_down(
         runs = s.exec(["true"])
         assert [r.node for r in runs if r.ok] == NAMES
     # A new command opens new connections: the handshakes again.
-    with session(inv, tmp_path) as s:
+    with session(inv, tmp_path, cluster) as s:
         down = s.tear_down()
     assert sorted(down.stopped) == NAMES and not down.failed
     assert cluster.connections == 2 * NODES
@@ -111,16 +117,16 @@ def test_64_nodes_come_up_are_checked_run_a_command_and_go_down(
 
 @pytest.mark.parametrize("min_nodes", [NODES - 3, None])
 def test_failed_nodes_are_named_and_left_out_when_min_nodes_allows(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, min_nodes: int | None
+    tmp_path: Path, min_nodes: int | None
 ) -> None:
     start_fails = pick_nodes(NAMES[1:], 0.03, seed=7)
     assert len(start_fails) == 2
     unreachable = {"n0033"} - start_fails
     faults = Faults(unreachable=frozenset(unreachable), start_fails=start_fails)
-    cluster = simulate(monkeypatch, faults)
+    cluster = simulate(faults)
     failed = start_fails | unreachable
     healthy = sorted(set(NAMES) - failed)
-    with session(inventory(tmp_path, min_nodes), tmp_path) as s:
+    with session(inventory(tmp_path, min_nodes), tmp_path, cluster) as s:
         if min_nodes is None:
             with pytest.raises(ClusterError) as raised:
                 s.bring_up(PreflightPolicy.SKIP)
@@ -140,11 +146,11 @@ def test_failed_nodes_are_named_and_left_out_when_min_nodes_allows(
     assert cluster.running() == set(healthy)
 
 
-def test_a_late_joiner_is_waited_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_late_joiner_is_waited_for(tmp_path: Path) -> None:
     late_s = 100.0  # model seconds after its ray start: 1 s here
-    cluster = simulate(monkeypatch, Faults(join_late_s={"n0040": late_s}))
+    cluster = simulate(Faults(join_late_s={"n0040": late_s}))
     began = time.monotonic()
-    with session(inventory(tmp_path), tmp_path) as s:
+    with session(inventory(tmp_path), tmp_path, cluster) as s:
         up = s.bring_up(PreflightPolicy.SKIP).up
     assert time.monotonic() - began >= late_s * SCALE
     assert up.status is not None and sorted(up.status.ready) == NAMES
@@ -153,16 +159,16 @@ def test_a_late_joiner_is_waited_for(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 def test_down_stops_every_node_even_those_that_never_started(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
-    cluster = simulate(monkeypatch, Faults(start_fails=frozenset({"n0002"})))
+    cluster = simulate(Faults(start_fails=frozenset({"n0002"})))
     inv = inventory(tmp_path, min_nodes=NODES - 1)
-    with session(inv, tmp_path) as s:
+    with session(inv, tmp_path, cluster) as s:
         s.bring_up(PreflightPolicy.SKIP)
     assert cluster.running() == set(NAMES) - {"n0002"}
     store = StateStore(inv.name, root=tmp_path / "state")
     assert store.load() is not None
-    with session(inv, tmp_path) as s:
+    with session(inv, tmp_path, cluster) as s:
         down = s.tear_down()
     assert sorted(down.stopped) == NAMES and not down.failed
     assert down.stopped["n0002"]["stopped"] == 0
@@ -170,3 +176,43 @@ def test_down_stops_every_node_even_those_that_never_started(
     assert cluster.running() == set()
     assert cluster.operations["stop"] == NODES
     assert store.load() is None
+
+
+def test_the_cli_takes_the_transport_from_its_obj_and_prints_timings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster = simulate()
+    inv = inventory(tmp_path)
+    monkeypatch.setenv("RTK_STATE_DIR", str(tmp_path / "state"))
+    obj = {TRANSPORT_FACTORY: lambda _: SimulatedTransport(cluster)}
+
+    monkeypatch.setattr(sys, "argv", ["rtk", "up", inv.source, "--no-preflight", "--json"])
+    main(obj=obj)
+    printed = json.loads(capsys.readouterr().out)
+    assert sorted(printed["started"]) == NAMES and cluster.running() == set(NAMES)
+    timings = printed["timings"]
+    assert timings["probe"]["count"] == NODES
+    assert timings["worker_starts"]["count"] == NODES - 1
+    assert timings["start_waves"] == 1  # 63 workers: one wave of the default 64
+    assert timings["wait"]["count"] >= 1
+    # Phases lie within the bring-up, in order: the head starts before any worker.
+    assert timings["head_start"]["end_s"] <= timings["worker_starts"]["start_s"] + 1e-3
+    assert 0 < timings["worker_starts"]["end_s"] <= timings["total_s"]
+
+    monkeypatch.setattr(sys, "argv", ["rtk", "up", inv.source, "--no-preflight", "--timings"])
+    main(obj=obj)  # the cluster runs already: nothing is started, the table still prints
+    out = capsys.readouterr().out
+    table = out[out.index("phase ") :].splitlines()
+    assert [line.split()[0] for line in table] == [
+        "phase",
+        "probe",
+        "head",
+        "worker",
+        "wait",
+        "total",
+    ]
+    assert table[2].split()[2:] == ["-", "-", "-"]  # no head start: it was running
+
+    monkeypatch.setattr(sys, "argv", ["rtk", "down", inv.source])
+    main(obj=obj)
+    assert cluster.running() == set()
