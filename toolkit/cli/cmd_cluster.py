@@ -13,10 +13,10 @@ from toolkit.cli.common import (
     print_json,
     verbose_option,
 )
-from toolkit.cli.grouping import group_nodes, render_failure_groups
 from toolkit.cli.progress import SMALL_CLUSTER, progress_reporter
 from toolkit.cluster import ClusterPlan, ClusterStatus
 from toolkit.cluster.exclude import asked_exclusions
+from toolkit.cluster.grouping import group_nodes, render_failure_groups
 from toolkit.errors import ClusterError, PreflightError
 from toolkit.flows import BringUpOutcome, PreflightFailedError, PreflightPolicy, Session
 from toolkit.inventory import Inventory

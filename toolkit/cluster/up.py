@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit.cluster.down import stop_nodes
+from toolkit.cluster.grouping import group_nodes, render_failure_groups
 from toolkit.cluster.plan import ClusterPlan, NodePlan, fill_env
 from toolkit.cluster.render import env_file
 from toolkit.cluster.report import Reporter
@@ -31,6 +32,8 @@ from toolkit.transport.group import Waves
 
 PROBE_TIMEOUT_S = 60.0
 POLL_INTERVAL_S = 0.25
+# Up to this many missing nodes are named one per line in the error; more are grouped.
+MISSING_ONE_BY_ONE = 8
 
 
 @dataclass
@@ -451,10 +454,13 @@ def _missing_text(
 ) -> str:
     lines = [f"cluster {plan.inventory.name}: fewer than min_nodes={need} node(s) came up"]
     by_name = {n.name: n for n in status.nodes} if status else {}
+    missing: list[tuple[str, str]] = []
     for name, outcome in outcomes.items():
         seen = by_name.get(name)
         if seen is not None and seen.ready:
             continue
+        if status is None and not outcome.error:
+            continue  # not waited for: too few were left to wait for
         if outcome.error:
             why = outcome.error
         elif seen is not None and seen.problem:
@@ -463,7 +469,12 @@ def _missing_text(
             why = status.error
         else:
             why = "Ray started but the node did not join the head in time"
-        lines.append(f"  {name}: {why}")
+        missing.append((name, why))
+    if len(missing) <= MISSING_ONE_BY_ONE:
+        lines += [f"  {name}: {why}" for name, why in missing]
+    else:
+        # A thousand nodes that failed alike are one line, not a thousand.
+        lines += render_failure_groups(group_nodes(missing), "missing")
     return "\n".join(lines)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from toolkit.cli.grouping import (
+from toolkit.cluster.grouping import (
     NodeGroup,
     group_nodes,
     normalise_cause,
