@@ -104,7 +104,21 @@ def train(ctx: dict[str, Any], run_id: str, *extra: str) -> Path:
     assert "SUCCEEDED after" in done.stderr
     progress = re.findall(r"step (\d+)/\d+ loss", done.stdout)
     assert progress and len(progress) == len(set(progress)), "progress lines repeated"
+    if "--timings" in extra:
+        check_timings(done.stderr)
     return ctx["output"] / run_id
+
+
+def check_timings(stderr: str) -> None:
+    """rtk train --timings: every phase measured, one after another, within the total."""
+    table = stderr[stderr.index("phase ") :].splitlines()[:7]
+    labels = [line.split()[0] for line in table]
+    assert labels == ["phase", "preflight", "job", "to", "training", "report", "total"], table
+    spans = [[float(x) for x in line.split()[-3:]] for line in table[1:]]
+    total_s = spans[-1][1]
+    for (_, end_s, _), (start_s, _, took_s) in zip(spans[:-2], spans[1:-1], strict=True):
+        assert end_s <= start_s + 0.05 and took_s >= 0, table  # in order, no overlap
+    assert 0 < spans[-2][1] <= total_s, table
 
 
 def rtk_background(ctx: dict[str, Any], *args: str) -> subprocess.Popen[str]:
@@ -228,7 +242,7 @@ def interp(x: float, xs: list[float], ys: list[float]) -> float:
 def test_ddp_trains_marks_barriers_and_resumes(
     trained: dict[str, Any], sandbox_train: Sandbox
 ) -> None:
-    run_dir = train(trained, "ddp", "--strategy", "ddp")
+    run_dir = train(trained, "ddp", "--strategy", "ddp", "--timings")
     check_run(run_dir, sandbox_train, 30)
     assert len(checkpoints(run_dir)) == 3
     train(trained, "ddp", "--strategy", "ddp", "--resume", "--max-steps", "40")

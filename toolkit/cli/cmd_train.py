@@ -31,6 +31,7 @@ from toolkit.flows import (
     Session,
     TrainWorkload,
 )
+from toolkit.flows.timings import TrainClock
 from toolkit.train.config import PRECISIONS, PRESETS, STRATEGIES, TrainConfig
 
 TRAIN_HELP = """Train the built-in GPT on the cluster INVENTORY describes, as a Ray job.
@@ -283,12 +284,34 @@ command runs in the cluster's environment (NCCL/Gloo settings, Ray token).
     "directory); a failed check stops before training.",
 )
 @telemetry_options
+@click.option(
+    "--timings",
+    "show_timings",
+    is_flag=True,
+    help="Print where the seconds went at the end: preflight, job start, to the first "
+    "step, training, report (as seen from here, to about a second).",
+)
 @dry_run_option
 def train_cmd(inventory: str | None, **options: Any) -> None:
     """Run the built-in trainer (help: TRAIN_HELP)."""
+    clock = TrainClock()
+    try:
+        _train(inventory, clock, options)
+    finally:
+        if options.get("show_timings"):
+            click.echo(clock.timings().render(), nl=False, err=True)
+
+
+def _train(inventory: str | None, clock: TrainClock, options: dict[str, Any]) -> None:
     inv = choose_inventory(inventory, options.pop("local"), options.pop("slurm"))
     dry_run = options.pop("dry_run")
-    with Session(inv, log=click.echo) as session:
+    options.pop("show_timings")
+
+    def log(line: str) -> None:
+        clock.see(line)
+        click.echo(line)
+
+    with Session(inv, log=log) as session:
         run_id = (
             options.pop("run_id")
             or _last_run(session.store, options["resume"])
@@ -303,18 +326,22 @@ def train_cmd(inventory: str | None, **options: Any) -> None:
             click.echo(session.run_plan(workload, policy, config.telemetry).render(), nl=False)
             return
         if policy is not PreflightPolicy.SKIP:
-            _preflight(session, config.run_dir)
+            with clock.phase("preflight"):
+                _preflight(session, config.run_dir)
         try:
-            outcome = session.run_workload(workload)
+            with clock.phase("job"):
+                outcome = session.run_workload(workload)
         except KeyboardInterrupt:
             # The job was stopped (Ctrl-C, or SIGINT from an sbatch script's teardown)
             # and its telemetry collected: report what was recorded, then exit 130.
             if config.telemetry:
-                report_run(session, config.run_dir)
+                with clock.phase("report"):
+                    report_run(session, config.run_dir)
             raise
         _print_outcome(outcome.job, config.run_dir)
         if config.telemetry:
-            report_run(session, config.run_dir)
+            with clock.phase("report"):
+                report_run(session, config.run_dir)
     if not outcome.ok:
         sys.exit(1)
 

@@ -95,5 +95,5 @@ class TrainCommand(SectionedCommand):
         ),
         "Preflight": ("preflight",),
         # dry_run: rtk train --dry-run, where it is given.
-        "Cluster and inventory": ("local", "slurm", "dry_run"),
+        "Cluster and inventory": ("local", "slurm", "dry_run", "show_timings"),
     }

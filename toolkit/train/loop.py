@@ -101,7 +101,7 @@ def train_worker(config: TrainConfig, ctx: WorkerContext) -> dict[str, Any]:
             last = line.to_json()
             if metrics_file is not None:
                 metrics_file.write(line.to_line())
-                if step % config.log_every == 0 or step == config.max_steps:
+                if step % config.log_every == 0 or step in (start + 1, config.max_steps):
                     print(
                         f"step {step}/{config.max_steps} loss {loss:.4f} "
                         f"{last['tokens_per_s']:,.0f} tok/s {step_s:.3f} s/step",

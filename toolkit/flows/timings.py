@@ -1,0 +1,134 @@
+"""Where the seconds of ``rtk train`` go, seen from the machine that runs it.
+
+Stamped on this machine's clock from what it sees: its own steps (preflight, the
+report) and the job's log as it streams in (the driver's first line, the first step
+trained). Log lines arrive within one poll of the log tail (``cluster.logtail``), so
+the job's phases are known to about that.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from toolkit.cluster.timings import PhaseSpan
+
+DRIVER_PREFIX = "rtk train: "
+# The trainer's step line (``toolkit.train.loop``), as rank 0 prints it: the first one
+# in the log is the first step trained (a resumed run's too).
+STEP_LINE = re.compile(r"\bstep \d+/\d+ loss ")
+
+
+@dataclass(frozen=True)
+class TrainTimings:
+    """The phases of one ``rtk train``; a phase that did not happen is None.
+
+    Attributes:
+        preflight: The fast checks.
+        job_start: Submitting the job until its driver's first line (the job's
+            environment set up, Ray's driver process started).
+        first_step: The driver's first line until the first step's line (telemetry
+            samplers, Ray Train's workers, the process group, the model, one step).
+        training: The first step's line until the job ended.
+        report: Collecting the results and building the report.
+        total_s: The whole command.
+    """
+
+    preflight: PhaseSpan | None
+    job_start: PhaseSpan | None
+    first_step: PhaseSpan | None
+    training: PhaseSpan | None
+    report: PhaseSpan | None
+    total_s: float
+
+    def rows(self) -> list[tuple[str, PhaseSpan | None]]:
+        """The phases in order, with their labels."""
+        return [
+            ("preflight", self.preflight),
+            ("job start", self.job_start),
+            ("to first step", self.first_step),
+            ("training", self.training),
+            ("report", self.report),
+        ]
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        data: dict[str, Any] = {
+            label.replace(" ", "_"): span.to_json() if span else None for label, span in self.rows()
+        }
+        first = self.first_step
+        data["time_to_first_step_s"] = round(first.end_s, 3) if first else None
+        data["total_s"] = round(self.total_s, 3)
+        return data
+
+    def render(self) -> str:
+        """A few aligned lines (``rtk train --timings``)."""
+        lines = [f"{'phase':<14} {'from s':>8} {'to s':>8} {'took s':>8}"]
+        for label, span in self.rows():
+            if span is None:
+                lines.append(f"{label:<14} {'-':>8} {'-':>8} {'-':>8}")
+            else:
+                lines.append(
+                    f"{label:<14} {span.start_s:>8.2f} {span.end_s:>8.2f} {span.duration_s:>8.2f}"
+                )
+        lines.append(f"{'total':<14} {0.0:>8.2f} {self.total_s:>8.2f} {self.total_s:>8.2f}")
+        return "\n".join(lines) + "\n"
+
+
+class TrainClock:
+    """Stamps the phases of one ``rtk train`` as they happen; thread-safe."""
+
+    def __init__(self, now: Callable[[], float] = time.monotonic) -> None:
+        """Phases count from now."""
+        self._now = now
+        self._origin = now()
+        self._lock = threading.Lock()
+        self._stamps: dict[str, float] = {}
+        self._spans: dict[str, PhaseSpan] = {}
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time the block as phase ``name`` (preflight, job, report)."""
+        began = self._now() - self._origin
+        try:
+            yield
+        finally:
+            ended = self._now() - self._origin
+            with self._lock:
+                self._spans[name] = PhaseSpan(began, ended, 1)
+
+    def see(self, line: str) -> None:
+        """A line of the job's log: the driver's first, or the first step's."""
+        at = self._now() - self._origin
+        with self._lock:
+            if line.startswith(DRIVER_PREFIX):
+                self._stamps.setdefault("driver", at)
+            elif STEP_LINE.search(line):
+                self._stamps.setdefault("step", at)
+
+    def timings(self) -> TrainTimings:
+        """The phases so far."""
+        with self._lock:
+            job = self._spans.get("job")
+            driver = self._stamps.get("driver")
+            step = self._stamps.get("step")
+            job_start = first_step = training = None
+            if job is not None:
+                end_s = job.end_s
+                job_start = PhaseSpan(job.start_s, driver if driver is not None else end_s, 1)
+                if driver is not None and step is not None:
+                    first_step = PhaseSpan(driver, step, 1)
+                    training = PhaseSpan(step, end_s, 1)
+            return TrainTimings(
+                self._spans.get("preflight"),
+                job_start,
+                first_step,
+                training,
+                self._spans.get("report"),
+                self._now() - self._origin,
+            )
