@@ -17,7 +17,9 @@ from scripted_transport import ScriptedTransport, answer
 
 from toolkit.cluster import build_plan
 from toolkit.inventory import load_inventory
+from toolkit.node import FACTS
 from toolkit.node.facts import host_facts
+from toolkit.node.reach_request import request_in
 from toolkit.preflight.runner import run_preflight
 
 
@@ -56,12 +58,28 @@ def test_a_malformed_answer_fails_its_node_by_field_and_the_others_are_graded(
     assert failed.measured == (
         "n2: malformed preflight facts from the node: field 'wall_s' should be a number, missing"
     )
-    assert {name for name, scope in found if scope == "n2"} == {"connect.node"}
+    # n2's own checks stop at its answer; what n1 found of n2's port is n1's answer.
+    assert {name for name, scope in found if scope == "n2"} == {
+        "connect.node",
+        "net.port.node_manager",
+    }
     assert {"host.dev_shm", "host.disk_free", "software.python"} <= {
         name for name, scope in found if scope == "n1"
     }
-    reached = found[("net.port.node_manager", "n1->n2")]
-    assert (reached.status, reached.measured) == ("pass", "0.5 ms")
+    reached = found[("net.port.node_manager", "n2")]
+    assert (reached.status, reached.measured) == ("pass", "reached from 1 of 1 peers")
+    # Each node was sent its peers' ports inside the script, none on its command line.
+    sent = {c.node: request_in(FACTS.source(), c.stdin or "") for c in transport.calls}
+    assert sent["n1"] is not None and sent["n2"] is not None
+    assert sent["n1"].targets() == {
+        "n2:node_manager": ("10.0.0.2", 6380),
+        "n2:object_manager": ("10.0.0.2", 6381),
+    }
+    assert set(sent["n2"].targets()) == {
+        f"n1:{p}" for p in ("node_manager", "object_manager", "gcs", "dashboard", "client_server")
+    }
+    assert all("10.0.0" not in c.command for c in transport.calls)
+    assert report.reach is not None and report.reach.pairs == 2 and report.reach.mode == "all"
     assert report.exit_code == 1
     # The report's format is the checks'; the facts' types do not leak into it.
     assert json.loads(json.dumps(report.to_json()))["checks"][0]["name"] == "connect.node"
