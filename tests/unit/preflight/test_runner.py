@@ -2,7 +2,9 @@
 
 The answers are this machine's real facts (``facts.py``'s functions run here); a node
 whose answer is malformed fails ``connect.node`` with the field named, and the other
-nodes are graded as usual (no Ray: the caller says which nodes are alive).
+nodes are graded as usual (no Ray: the caller says which nodes are alive). At 1,024
+nodes, the simulated transport answers (a closed port, a cut pair): the checks and the
+lines stay bounded.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from toolkit.inventory import load_inventory
 from toolkit.node import FACTS
 from toolkit.node.facts import host_facts
 from toolkit.node.reach_request import request_in
-from toolkit.preflight.runner import run_preflight
+from toolkit.preflight.runner import peer_plan, run_preflight
+from toolkit.transport.simulated import Faults, LatencyModel, SimulatedCluster, SimulatedTransport
 
 
 def two_nodes(tmp_path: Path) -> Any:
@@ -83,3 +86,66 @@ def test_a_malformed_answer_fails_its_node_by_field_and_the_others_are_graded(
     assert report.exit_code == 1
     # The report's format is the checks'; the facts' types do not leak into it.
     assert json.loads(json.dumps(report.to_json()))["checks"][0]["name"] == "connect.node"
+
+
+def simulated_plan(tmp_path: Path, count: int) -> Any:
+    data = {
+        "cluster": f"sim{count}",
+        "nodes": [
+            {"host": f"n{i:04d}", "address": f"10.0.{i // 256}.{i % 256}"}
+            for i in range(1, count + 1)
+        ],
+        "ray": {"auth": "none"},
+    }
+    path = tmp_path / "inv.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return build_plan(load_inventory(path))
+
+
+def test_1024_simulated_nodes_make_bounded_checks_and_lines_and_name_each_fault(
+    tmp_path: Path,
+) -> None:
+    plan = simulated_plan(tmp_path, 1024)
+    names = [n.node.name for n in plan.nodes]
+    peers = peer_plan(plan, set(names))
+    cut = ("n0500", peers.peers["n0500"][2])
+    faults = Faults(ports_closed={"n0017": frozenset({"object_manager"})}, pairs_cut={cut})
+    cluster = SimulatedCluster(LatencyModel(scale=0.0), faults)
+    cluster.processes = set(names)  # Ray up everywhere
+    with SimulatedTransport(cluster) as transport:
+        report = run_preflight(plan, transport, str(tmp_path / "run"), alive=set(names))
+    assert cluster.operations["facts"] == 1024
+    ports = [c for c in report.checks if c.name.startswith("net.port.")]
+    # A check per node and port, not per pair (2.1 million before).
+    assert 2 * 1024 <= len(ports) <= 2 * 1024 + 3 + 2
+    assert len(report.checks) < 20 * 1024
+    failed = [(c.name, c.scope) for c in report.failed()]
+    assert failed == [
+        ("net.port.object_manager", "n0017"),
+        ("net.port.node_manager", f"{cut[0]}->{cut[1]}"),
+        ("net.port.object_manager", f"{cut[0]}->{cut[1]}"),
+    ]
+    testers = peers.testers()["n0017"]
+    closed = next(c for c in report.failed() if c.scope == "n0017")
+    assert closed.measured == f"object_manager port 6381 refused from {testers} of {testers} peers"
+    assert [e.node for e in report.exclusions()] == ["n0017"]
+    assert report.reach is not None and report.reach.mode == "ring+8"
+    assert report.reach.pairs == peers.pairs < 10 * 1024
+    assert report.reach.testers_min >= 3
+    assert len(json.dumps(report.to_json()["reach"])) < 4000
+    lines = report.render().splitlines()
+    assert len(lines) <= 40, "\n".join(lines)
+    assert any("n0017" in line and "refused from" in line for line in lines)
+
+
+def test_1024_healthy_simulated_nodes_print_a_few_lines(tmp_path: Path) -> None:
+    plan = simulated_plan(tmp_path, 1024)
+    names = {n.node.name for n in plan.nodes}
+    cluster = SimulatedCluster(LatencyModel(scale=0.0))
+    cluster.processes = set(names)
+    with SimulatedTransport(cluster) as transport:
+        report = run_preflight(plan, transport, str(tmp_path / "run"), alive=names)
+    assert report.exit_code == 0
+    lines = report.render().splitlines()
+    assert len(lines) <= 12, "\n".join(lines)
+    assert lines[-1] == f"  all {len(report.checks)} checks passed"
