@@ -54,8 +54,20 @@ def test_a_healthy_cluster_passes(cluster: Sandbox) -> None:
     assert failures(result) == set()
     assert result["exclude"] == [] and result["links"] == []
     names = [n.name for n in cluster.nodes]
-    pairs = {c["scope"] for c in result["checks"] if c["name"].startswith("net.port.")}
-    assert pairs == {f"{a}->{b}" for a in names for b in names if a != b}
+    # Every pair tried (6 nodes: all pairs), graded per node and port: each reached
+    # from its 5 peers.
+    ports = {
+        (c["name"], c["scope"]): c["measured"]
+        for c in result["checks"]
+        if c["name"].startswith("net.port.")
+    }
+    head_ports = ("gcs", "dashboard", "client_server")
+    assert set(ports) == {
+        (f"net.port.{p}", n) for n in names for p in ("node_manager", "object_manager")
+    } | {(f"net.port.{p}", names[0]) for p in head_ports}
+    assert set(ports.values()) == {"reached from 5 of 5 peers"}
+    assert result["reach"]["mode"] == "all" and result["reach"]["pairs"] == 6 * 5
+    assert result["reach"]["failures"] == []
     assert {c["name"] for c in result["checks"]} >= {
         "connect.node",
         "host.dev_shm",
@@ -71,7 +83,7 @@ def test_a_healthy_cluster_passes(cluster: Sandbox) -> None:
     assert shown.returncode == 0, shown.stdout + shown.stderr
     lines = shown.stdout.splitlines()
     assert 3 <= len(lines) <= 24 and max(len(line) for line in lines) <= 100, shown.stdout
-    assert len(result["checks"]) > 100  # 6 x 5 pairs into their ports, and per node
+    assert len(result["checks"]) > 6 * 8  # per node, and per node and port
     verbose = rtk("preflight", str(cluster.inventory_path), "--verbose", env=cluster.env)  # type: ignore[attr-defined]
     passed = [c for c in result["checks"] if c["status"] == "pass"]
     assert len(verbose.stdout.splitlines()) > len(passed)  # a line each, and the warnings
@@ -140,7 +152,7 @@ def test_a_different_ray_on_one_node_is_caught_on_that_node(
     assert importlib.metadata.version("ray") == version
 
 
-def test_a_firewalled_ray_port_is_caught_on_every_pair_into_that_node(cluster: Sandbox) -> None:
+def test_a_firewalled_ray_port_is_caught_from_every_peer_of_that_node(cluster: Sandbox) -> None:
     require(shutil.which("iptables") is not None, "iptables (scripts/system-packages.sh)")
     node = cluster.nodes[1].name
     rule = ["INPUT", "-p", "tcp", "--dport", "6381", "-j", "DROP"]  # object manager
@@ -152,13 +164,22 @@ def test_a_firewalled_ray_port_is_caught_on_every_pair_into_that_node(cluster: S
         cluster.run_in(node, ["iptables", "-D", *rule])
     assert code == 1
     others = [n.name for n in cluster.nodes if n.name != node]
-    assert failures(result) == {("net.port.object_manager", f"{o}->{node}") for o in others}
+    # One failure, on that node: every one of its 5 peers timed out on the port.
+    assert failures(result) == {("net.port.object_manager", node)}
     blocked = next(
-        c
-        for c in result["checks"]
-        if c["scope"] == f"{others[0]}->{node}" and c["name"] == "net.port.object_manager"
+        c for c in result["checks"] if c["scope"] == node and c["name"] == "net.port.object_manager"
     )
-    assert "timed out" in blocked["measured"]
+    assert blocked["measured"].startswith("object_manager port 6381 timed out")
+    assert blocked["measured"].endswith("from 5 of 5 peers")
+    # Every pair into it is in the JSON, per node and port.
+    [entry] = result["reach"]["failures"]
+    assert (entry["dst"], entry["port"], entry["tried"], entry["reached"]) == (
+        node,
+        "object_manager",
+        5,
+        0,
+    )
+    assert sorted(entry["sources"]) == sorted(others)
     # Every pair into that node failed, so the node is the one to go on without.
     assert [e["node"] for e in result["exclude"]] == [node], result["exclude"]
     assert result["links"] == []

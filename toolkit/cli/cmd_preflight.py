@@ -14,6 +14,13 @@ from toolkit.flows import Session
 from toolkit.preflight.bandwidth import parse_sizes
 from toolkit.preflight.checks import Thresholds
 from toolkit.preflight.node_load import PRECISIONS
+from toolkit.preflight.peers import (
+    ALL_PAIRS_MAX_NODES,
+    DEFAULT_SEED,
+    RANDOM_PEERS,
+    PeerMode,
+    parse_mode,
+)
 from toolkit.preflight.runner import BandwidthOptions, LoadOptions, run_preflight
 
 RUN_DIR_HELP = "Deprecated: the old name of --output-dir."
@@ -25,7 +32,12 @@ Per node: the transport reaches it; /dev/shm size; open-files and locked-memory
 limits; the host name does not resolve to a loopback address; free disk in the run
 directory; pinned Ray ports outside the kernel's ephemeral range; the same Python,
 ray, torch and NCCL as the other nodes; its clock against the head's.
-Per pair, where Ray is up: every node reaches the Ray ports of every other node.
+Between nodes where Ray is up: each node connects to its peers' Ray ports, on the
+node, many at once. Up to 64 nodes every node checks every other one; above, its next
+node and 8 random others (seeded), each node checked by at least 3 (--port-peers).
+A port none of a node's testers reach fails on that node ("object_manager port 6381
+refused from 9 of 9 peers"), a pair failing among passes fails on the pair (at most
+20, then a count); --json keeps every failure per node and port under "reach".
 Per GPU node (NVML): GPU count and UUIDs against the inventory, ECC and row-remap
 errors, persistence mode, clocks-event reasons at idle, PCIe link, NVLink, driver;
 XIDs in the kernel log (journalctl -k or dmesg); with --dcgm-level, DCGM's
@@ -64,10 +76,18 @@ With --load (Ray must be up; about --load-seconds plus half a minute):
 Examples:
   rtk preflight inv.yaml
   rtk preflight inv.yaml --verbose
+  rtk preflight inv.yaml --port-peers all
   rtk preflight inv.yaml --bandwidth --min-tcp-gbit-s 20
   rtk preflight inv.yaml --load --precision fp16 --load-seconds 5
   rtk preflight inv.yaml --json --output runs/preflight.json
 """
+
+
+def _port_peers(value: str) -> PeerMode | None:
+    try:
+        return parse_mode(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from e
 
 
 def _sizes(value: str | None) -> tuple[int, ...] | None:
@@ -92,6 +112,22 @@ def _sizes(value: str | None) -> tuple[int, ...] | None:
 @click.option("--run-dir", "legacy_run_dir", default=None, hidden=True, help=RUN_DIR_HELP)
 @click.option(
     "--output", type=click.Path(dir_okay=False), help="Also write the results (JSON) here."
+)
+@click.option(
+    "--port-peers",
+    default="auto",
+    show_default=True,
+    callback=lambda _ctx, _param, value: _port_peers(value),
+    help="Whose Ray ports each node checks: all (every pair), ring (its next node), "
+    f"N (its next node and N random others), auto (all up to {ALL_PAIRS_MAX_NODES} "
+    f"nodes up, else the ring and {RANDOM_PEERS}).",
+)
+@click.option(
+    "--port-peers-seed",
+    type=int,
+    default=DEFAULT_SEED,
+    show_default=True,
+    help="Seed of the random peers (the same seed draws the same peers).",
 )
 @click.option("--bandwidth", is_flag=True, help="Also measure TCP per pair and an all-reduce.")
 @click.option(
@@ -152,6 +188,8 @@ def preflight_cmd(
     output_dir: str,
     legacy_run_dir: str | None,
     output: str | None,
+    port_peers: PeerMode | None,
+    port_peers_seed: int,
     bandwidth: bool,
     min_tcp_gbit_s: float,
     min_busbw_gb_s: float,
@@ -195,6 +233,8 @@ def preflight_cmd(
             measure,
             dcgm_level=dcgm_level,
             load=load_test,
+            port_peers=port_peers,
+            port_seed=port_peers_seed,
         )
     if output:
         Path(output).parent.mkdir(parents=True, exist_ok=True)

@@ -1,9 +1,11 @@
 """What preflight needs to know about a node, gathered on the node (stdlib only).
 
-Fed to ``python -`` over the transport like ``agent.py``:
-``python - RUN_DIR PEERS DCGM_LEVEL`` where PEERS is ``name=host:port,...`` (the ports
-this node must reach) and DCGM_LEVEL is the ``dcgmi diag -r`` level to run (0, the
-default: none). Prints one JSON object. GPU facts come from ``pynvml`` (nvidia-ml-py)
+Fed to ``python -`` over the transport like ``agent.py``: ``python - RUN_DIR DCGM_LEVEL``
+where DCGM_LEVEL is the ``dcgmi diag -r`` level to run (0, the default: none). The Ray
+ports this node must reach come inside the script's text: the host replaces the line
+``PEERS_JSON = ""`` with its request (``toolkit.node.reach_request``), which this script
+reads with ``targets``; they are tried ``REACH_CONCURRENCY`` at a time, each connection
+given ``CONNECT_TIMEOUT_S``. Prints one JSON object. GPU facts come from ``pynvml`` (nvidia-ml-py)
 when the node's Python has it; without it, or without a GPU, ``gpus.available`` is false.
 
 The node's error history is sent raw and bounded, and parsed on the host: the kernel
@@ -31,6 +33,7 @@ from typing import Any
 
 PACKAGES = ("ray", "torch", "nvidia-nccl-cu12", "nvidia-nccl-cu13", "deepspeed")
 CONNECT_TIMEOUT_S = 2.0
+REACH_CONCURRENCY = 64  # connections tried at once (the host's time limit counts waves)
 XID_MARK = "NVRM: Xid"
 XID_LINES_MAX = 200
 LINE_CHARS_MAX = 400
@@ -242,26 +245,45 @@ def _text(value: str | bytes) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
-def reach(peers_text: str) -> dict[str, dict[str, Any]]:
-    """Try a TCP connection to every ``name=host:port``; all at once."""
+def targets(peers_json: str) -> dict[str, tuple[str, int]]:
+    """``name:port-name`` -> (address, port) from the host's request (empty: none)."""
+    if not peers_json.strip():
+        return {}
+    request = json.loads(peers_json)
+    ports, groups = request["ports"], request["groups"]
+    return {
+        f"{name}:{port}": (address, int(ports[port]))
+        for name, address, group in request["peers"]
+        for port in groups[group]
+    }
 
-    def attempt(target: str) -> dict[str, Any]:
-        host, _, port = target.rpartition(":")
+
+def reach(
+    to: dict[str, tuple[str, int]],
+    timeout_s: float = CONNECT_TIMEOUT_S,
+    concurrency: int = REACH_CONCURRENCY,
+) -> dict[str, dict[str, Any]]:
+    """Try a TCP connection to every target, ``concurrency`` at a time.
+
+    Each answer is ``{"ok": true, "ms": ...}`` or ``{"ok": false, "error": ...}`` under
+    the target's key; a connection not made within ``timeout_s`` failed (filtered).
+    """
+
+    def attempt(address: tuple[str, int]) -> dict[str, Any]:
+        host, port = address
         began = time.monotonic()
         try:
-            with socket.create_connection((host.strip("[]"), int(port)), CONNECT_TIMEOUT_S):
-                return {"ok": True, "ms": (time.monotonic() - began) * 1000}
+            with socket.create_connection((host.strip("[]"), port), timeout_s):
+                return {"ok": True, "ms": round((time.monotonic() - began) * 1000, 3)}
         except TimeoutError:
-            return {"ok": False, "error": f"timed out after {CONNECT_TIMEOUT_S:g} s (filtered?)"}
+            return {"ok": False, "error": f"timed out after {timeout_s:g} s (filtered?)"}
         except OSError as e:
             return {"ok": False, "error": e.strerror or str(e)}
 
-    peers = dict(p.split("=", 1) for p in peers_text.split(",") if "=" in p)
-    if not peers:
+    if not to:
         return {}
-    with concurrent.futures.ThreadPoolExecutor(max_workers=min(64, len(peers))) as pool:
-        results = dict(zip(peers, pool.map(attempt, peers.values()), strict=True))
-    return results
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(concurrency, len(to))) as pool:
+        return dict(zip(to, pool.map(attempt, to.values()), strict=True))
 
 
 def _clip(text: str, limit: int = 200) -> str:
@@ -402,10 +424,9 @@ def _listdir(path: str) -> list[str]:
 def main(argv: list[str]) -> int:
     """Print this node's facts as JSON."""
     run_dir = argv[0] if argv else "~"
-    peers = argv[1] if len(argv) > 1 else ""
-    dcgm_level = int(argv[2]) if len(argv) > 2 and argv[2].strip() else 0
+    dcgm_level = int(argv[1]) if len(argv) > 1 and argv[1].strip() else 0
     facts = host_facts(run_dir)
-    facts["reach"] = reach(peers)
+    facts["reach"] = reach(targets(PEERS_JSON))
     facts["gpus"] = gpu_facts()
     facts["kernel_log"] = kernel_xids()
     facts["ib_ports"] = ib_port_files()
@@ -415,6 +436,10 @@ def main(argv: list[str]) -> int:
     print(json.dumps(facts))
     return 0
 
+
+# The Ray ports to reach: the host replaces this line with its request, a JSON text
+# (``toolkit.node.reach_request``); empty when the script is run by hand.
+PEERS_JSON = ""
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

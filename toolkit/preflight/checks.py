@@ -19,7 +19,7 @@ from toolkit.preflight.localise_checks import localise_checks
 from toolkit.preflight.result import Check, Status
 
 if TYPE_CHECKING:  # only for types: the bandwidth job (a Ray job driver) imports this module
-    from toolkit.node.host_facts import HostFacts, PortReach, SoftwareFacts
+    from toolkit.node.host_facts import HostFacts, SoftwareFacts
 
 GiB = 1024**3
 MiB = 1024**2
@@ -196,25 +196,6 @@ def clock_checks(
                 f"{offset - base:+.3f} s vs {head} (+/- {margin:.3f})",
                 f"within {t.clock_warn_s:g} s",
                 "run chrony or ntpd on every node; power traces are aligned by clock offsets",
-            )
-        )
-    return checks
-
-
-def reach_checks(src: str, results: Mapping[str, PortReach]) -> list[Check]:
-    """One check per target ``dst:port-name`` that ``src`` tried to connect to."""
-    checks = []
-    for target, result in sorted(results.items()):
-        dst, _, port_name = target.partition(":")
-        ok = result.ok
-        checks.append(
-            Check(
-                f"net.port.{port_name}",
-                f"{src}->{dst}",
-                "pass" if ok else "fail",
-                f"{result.ms or 0:.1f} ms" if ok else str(result.error),
-                "reachable",
-                "" if ok else f"open {port_name} on {dst} to the cluster (firewall rules)",
             )
         )
     return checks

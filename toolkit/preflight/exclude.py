@@ -25,6 +25,9 @@ from toolkit.rundir.preflight import BadLink, Check, Exclusion
 __all__ = ["MIN_PEERS", "BadLink", "Exclusion", "bad_links", "exclusions"]
 
 MIN_PEERS = 2  # a node is blamed for its pairs only when this many peers agree
+# Pair checks already graded per node where they were made (``port_reach``: a node's
+# port no tester reached is a check on that node): their failed pairs are links only.
+GRADED_PAIRS = ("net.port.",)
 
 Pair = tuple[str, str]
 
@@ -88,7 +91,7 @@ def _pair_culprits(checks: Sequence[Check]) -> dict[str, list[str]]:
     failures: dict[Pair, list[Check]] = {}
     for check in checks:
         ends = scope_nodes(check.scope)
-        if len(ends) == 2:
+        if len(ends) == 2 and not check.name.startswith(GRADED_PAIRS):
             pair = (ends[0], ends[1])
             failures.setdefault(pair, [])
             if check.status == "fail":

@@ -11,7 +11,7 @@ from typing import Any
 
 from toolkit.preflight.exclude import bad_links, exclusions
 from toolkit.preflight.summary import MAX_LINES, failed_nodes, summary_lines
-from toolkit.rundir.preflight import Check, Exclusion, PreflightRecord, Status
+from toolkit.rundir.preflight import Check, Exclusion, PreflightRecord, ReachRecord, Status
 
 __all__ = ["ORDER", "Check", "PreflightReport", "Status"]
 
@@ -29,6 +29,8 @@ class PreflightReport:
         duration_s: How long the checks took.
         head: The head's name ('' when not known): an exclusion of it is marked.
         excluded: The nodes left out before the checks ran (``rtk up --exclude``).
+        reach: Ray-port reachability per node and port, failures pair by pair,
+            bounded (None: no port was checked).
     """
 
     cluster: str
@@ -36,6 +38,7 @@ class PreflightReport:
     duration_s: float = 0.0
     head: str = ""
     excluded: list[Exclusion] = field(default_factory=list)
+    reach: ReachRecord | None = None
 
     @property
     def status(self) -> Status:
@@ -78,6 +81,7 @@ class PreflightReport:
             exclude=tuple(exclude),
             links=tuple(bad_links(self.checks, [e.node for e in exclude])),
             excluded=tuple(self.excluded),
+            reach=self.reach,
         )
 
     @classmethod
@@ -89,6 +93,7 @@ class PreflightReport:
             record.duration_s,
             record.head,
             list(record.excluded),
+            record.reach,
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -1,16 +1,20 @@
 """Run preflight: gather every node's facts in parallel, then grade them.
 
 Each node runs ``toolkit/node/facts.py`` once (over its transport, like the agent): host
-facts, package versions, its clock, and TCP connections to the Ray ports of every other
-node that is up. The grading is pure (``toolkit.preflight.checks``).
+facts, package versions, its clock, and TCP connections to the Ray ports of its peers
+that are up (``peers``: every other node up to 64 nodes, a ring and random peers above),
+sent inside the script's text (``toolkit.node.reach_request``). Each answer's port
+checks are tallied as it arrives (``port_reach``), so what is kept grows with the
+failures, not with the pairs. The grading is pure (``toolkit.preflight.checks``).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from toolkit.cluster.plan import ClusterPlan, NodePlan
@@ -19,12 +23,15 @@ from toolkit.cluster.status import cluster_status
 from toolkit.errors import ClusterError, RunDirError
 from toolkit.node import FACTS
 from toolkit.node.host_facts import NodeFacts
+from toolkit.node.reach_request import PeerPorts, ReachRequest, script_with
 from toolkit.preflight import checks, gpu_checks, load_result
 from toolkit.preflight.bandwidth import PROGRESS_PREFIX, RESULT_PREFIX
 from toolkit.preflight.hardware import load_hardware
 from toolkit.preflight.history import dcgm_timeout_s, expectation_for, history_checks
 from toolkit.preflight.intra_checks import load_result_checks, model_limits
 from toolkit.preflight.jobs import PreflightJob, run_preflight_job
+from toolkit.preflight.peers import DEFAULT_SEED, PeerMode, PeerPlan, choose_mode, select_peers
+from toolkit.preflight.port_reach import ReachTally
 from toolkit.preflight.result import Check, PreflightReport
 from toolkit.rundir import RunDir
 from toolkit.shell import join
@@ -34,6 +41,10 @@ from toolkit.transport.group import run_each
 FACTS_TIMEOUT_S = 30.0
 HEAD_PORTS = ("gcs", "dashboard", "client_server")
 NODE_PORTS = ("node_manager", "object_manager")
+# facts.py's connection timeout and how many it tries at once (a test holds them equal):
+# its port checks take at most a timeout per wave, on top of FACTS_TIMEOUT_S.
+CONNECT_TIMEOUT_S = 2.0
+REACH_CONCURRENCY = 64
 
 
 @dataclass
@@ -49,18 +60,32 @@ class _Answer:
         return self.facts.wall_s - midpoint_s, (self.received_s - self.sent_s) / 2
 
 
-def targets(plan: ClusterPlan, src: str, up: set[str]) -> dict[str, str]:
-    """``dst:port-name`` -> ``host:port`` for every Ray port ``src`` must reach on nodes up."""
+def peer_plan(
+    plan: ClusterPlan, up: set[str], mode: PeerMode | None = None, seed: int = DEFAULT_SEED
+) -> PeerPlan:
+    """Whose Ray ports each node checks: among the nodes up, by ``mode`` (None: by size)."""
+    targets = [n.node.name for n in plan.nodes if n.node.name in up]
+    sources = [n.node.name for n in plan.nodes]
+    return select_peers(sources, targets, choose_mode(mode, len(targets)), seed)
+
+
+def reach_request(plan: ClusterPlan, peers: tuple[str, ...]) -> ReachRequest:
+    """The Ray ports of ``peers`` one node connects to (the head's own three too)."""
     ports = plan.inventory.ports
-    found: dict[str, str] = {}
-    for node_plan in plan.nodes:
-        dst = node_plan.node
-        if dst.name == src or dst.name not in up:
-            continue
+    by_name = {n.node.name: n for n in plan.nodes}
+    found = []
+    for name in peers:
+        node_plan = by_name[name]
         names = NODE_PORTS + (HEAD_PORTS if node_plan.role == "head" else ())
-        for name in names:
-            found[f"{dst.name}:{name}"] = f"{dst.address}:{getattr(ports, name)}"
-    return found
+        found.append(PeerPorts(name, node_plan.node.address, names))
+    numbers = {name: int(getattr(ports, name)) for name in NODE_PORTS + HEAD_PORTS}
+    return ReachRequest(numbers, tuple(found))
+
+
+def facts_limit_s(dcgm_level: int, connections: int) -> float:
+    """How long one node's facts may take: its DCGM diagnostic and its port checks too."""
+    waves = math.ceil(connections / REACH_CONCURRENCY)
+    return FACTS_TIMEOUT_S + dcgm_timeout_s(dcgm_level) + waves * CONNECT_TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -121,6 +146,8 @@ def run_preflight(
     alive: set[str] | None = None,
     dcgm_level: int = 0,
     load: LoadOptions | None = None,
+    port_peers: PeerMode | None = None,
+    port_seed: int = DEFAULT_SEED,
 ) -> PreflightReport:
     """Check every node of ``plan``; never raises for an unfit node (that is a result).
 
@@ -128,24 +155,33 @@ def run_preflight(
     (a Ray job: Ray must be up). ``alive`` names the nodes alive in Ray when the caller
     has just asked Ray (``rtk up``); otherwise preflight asks. ``dcgm_level`` > 0 runs
     ``dcgmi diag -r LEVEL`` on every node that has it. With ``load``, also load-test
-    every node and run its own all-reduce (a Ray job too).
+    every node and run its own all-reduce (a Ray job too). ``port_peers`` picks whose
+    Ray ports each node checks (None: every pair up to 64 nodes up, a ring and random
+    peers drawn with ``port_seed`` above; see ``peers``).
     """
     began = time.monotonic()
     report = PreflightReport(plan.inventory.name, head=plan.head.name, excluded=[*plan.excluded])
     if alive is None:
         alive = {n.name for n in cluster_status(plan, transport).nodes if n.alive}
     up = alive
+    peers = peer_plan(plan, up, port_peers, port_seed)
+    names = [n.node.name for n in plan.nodes]
+    numbers = reach_request(plan, ()).ports
+    tally = ReachTally(names, numbers, peers)
 
     def gather(node_plan: NodePlan) -> _Answer:
         node = node_plan.node
-        peers = ",".join(f"{k}={v}" for k, v in targets(plan, node.name, up).items())
-        command = FACTS.command(node, run_dir, peers, str(dcgm_level))
-        source = FACTS.source()
+        request = reach_request(plan, peers.peers.get(node.name, ()))
+        command = FACTS.command(node, run_dir, str(dcgm_level))
+        source = script_with(FACTS.source(), request)
         sent = time.time()
-        limit_s = FACTS_TIMEOUT_S + dcgm_timeout_s(dcgm_level)
+        limit_s = facts_limit_s(dcgm_level, len(request.targets()))
         result = transport.run(node, command, stdin=source, timeout_s=limit_s)
         received = time.time()
-        return _Answer(NodeFacts.from_json(node.name, FACTS.answer(node, result)), sent, received)
+        facts = NodeFacts.from_json(node.name, FACTS.answer(node, result))
+        # Tallied now and dropped: what is kept grows with the failures, not the pairs.
+        tally.add(node.name, facts.reach)
+        return _Answer(replace(facts, reach={}), sent, received)
 
     answers = run_each(plan.nodes, gather)
     multi_node = len(plan.nodes) > 1
@@ -173,9 +209,11 @@ def run_preflight(
         report.checks += checks.host_checks(name, facts.host, multi_node, thresholds)
         report.checks.append(checks.port_range_check(name, facts.host, pinned))
         report.checks += gpu_checks.gpu_checks(name, facts.gpus, node_plan.node.gpus)
-        report.checks += checks.reach_checks(name, facts.reach)
         expect = expectation_for(plan.inventory, node_plan.node, dcgm_level)
         report.checks += history_checks(name, facts, expect)
+    report.checks += tally.checks()
+    if peers.pairs:
+        report.reach = tally.record()
     report.checks += checks.version_checks(
         {n: a.facts.software for n, a in answers.results.items()}
     )

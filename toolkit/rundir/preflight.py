@@ -1,14 +1,16 @@
 """The preflight record (``preflight.json``): every check's outcome, one status.
 
 With the checks come the nodes a run could go on without (``exclude``, what
-``rtk up --exclude-file`` reads), the links no node explains (``links``), and the
-nodes ``rtk up`` left out before the checks ran (``excluded``). Records written before
-these keys existed read with them empty.
+``rtk up --exclude-file`` reads), the links no node explains (``links``), the
+nodes ``rtk up`` left out before the checks ran (``excluded``), and the Ray ports' reach
+per node and port (``reach``). Records written before these keys existed read with
+them empty.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from toolkit.fields import Fields
@@ -127,6 +129,116 @@ class BadLink(Record):
         return cls(f.text("pair"), f.texts("reasons"))
 
 
+@dataclass(frozen=True)
+class PortFailures(Record):
+    """The testers that failed to reach one node's Ray port.
+
+    Attributes:
+        dst: The node whose port it is.
+        port: The port's name (``node_manager``).
+        tried: How many testers tried it.
+        reached: How many reached it.
+        sources: The testers that failed, at most ``SOURCES_KEPT`` of them.
+        sources_more: How many more failed, not named.
+        errors: What the failures said -> how many said it.
+    """
+
+    dst: str
+    port: str
+    tried: int
+    reached: int
+    sources: tuple[str, ...]
+    sources_more: int = 0
+    errors: Mapping[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The entry as written."""
+        return {
+            "dst": self.dst,
+            "port": self.port,
+            "tried": self.tried,
+            "reached": self.reached,
+            "sources": list(self.sources),
+            "sources_more": self.sources_more,
+            "errors": dict(self.errors),
+        }
+
+    @classmethod
+    def from_json(cls, data: object, where: str = "failure") -> PortFailures:
+        """The inverse of ``to_json``."""
+        f = record_fields(data, where)
+        errors = f.nested("errors")
+        return cls(
+            f.text("dst"),
+            f.text("port"),
+            f.integer("tried"),
+            f.integer("reached"),
+            f.texts("sources"),
+            f.integer_or_none("sources_more") or 0,
+            {k: errors.integer(k) for k in errors.data},
+        )
+
+
+@dataclass(frozen=True)
+class ReachRecord(Record):
+    """Ray-port reachability between nodes, bounded whatever the node count.
+
+    Which pairs were tried is the peer plan's (``mode``, ``seed``); per port, how many
+    connections were tried and made; per node and port that some tester failed to
+    reach, who failed and how.
+
+    Attributes:
+        mode: How peers were chosen: ``all``, ``ring`` or ``ring+K``.
+        seed: The seed of the random peers.
+        testers_min: The fewest testers any node up had.
+        pairs: (source, target) pairs tried.
+        ports: Port name -> (connections tried, made).
+        failures: Per node and port some tester failed to reach, in node order; at
+            most ``FAILURES_KEPT`` entries.
+        failures_more: How many such entries were left out.
+    """
+
+    mode: str
+    seed: int
+    testers_min: int
+    pairs: int
+    ports: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    failures: tuple[PortFailures, ...] = ()
+    failures_more: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as written."""
+        return {
+            "mode": self.mode,
+            "seed": self.seed,
+            "testers_min": self.testers_min,
+            "pairs": self.pairs,
+            "ports": {k: {"tried": t, "reached": r} for k, (t, r) in self.ports.items()},
+            "failures": [f.to_json() for f in self.failures],
+            "failures_more": self.failures_more,
+        }
+
+    @classmethod
+    def from_json(cls, data: object, where: str = "reach") -> ReachRecord:
+        """The inverse of ``to_json``."""
+        f = record_fields(data, where)
+        ports = f.children("ports")
+        failures = f.data.get("failures")
+        if not isinstance(failures, list):
+            raise f.fail("failures", "a list")
+        return cls(
+            f.text("mode"),
+            f.integer("seed"),
+            f.integer("testers_min"),
+            f.integer("pairs"),
+            {k: (p.integer("tried"), p.integer("reached")) for k, p in ports.items()},
+            tuple(
+                PortFailures.from_json(x, f"{where}: failures[{i}]") for i, x in enumerate(failures)
+            ),
+            f.integer_or_none("failures_more") or 0,
+        )
+
+
 def _records(f: Fields, key: str, kind: type[R], where: str) -> tuple[R, ...]:
     """The list of records at ``key``; empty when the key is missing (older files)."""
     items = f.data.get(key)
@@ -151,6 +263,8 @@ class PreflightRecord(Record):
             with ``head`` set): derived from ``checks``.
         links: Failed pairs that name no node to exclude.
         excluded: The nodes left out before the checks ran (``rtk up --exclude``).
+        reach: Ray-port reachability per node and port (None: not checked, or a
+            record written before it was kept).
     """
 
     cluster: str
@@ -161,6 +275,7 @@ class PreflightRecord(Record):
     exclude: tuple[Exclusion, ...] = ()
     links: tuple[BadLink, ...] = ()
     excluded: tuple[Exclusion, ...] = ()
+    reach: ReachRecord | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The record as written (``exclude``, ``links`` and ``excluded`` always there)."""
@@ -172,6 +287,7 @@ class PreflightRecord(Record):
             "exclude": [e.to_json() for e in self.exclude],
             "links": [link.to_json() for link in self.links],
             "excluded": [e.to_json() for e in self.excluded],
+            "reach": None if self.reach is None else self.reach.to_json(),
             "checks": [c.to_json() for c in self.checks],
         }
 
@@ -191,4 +307,7 @@ class PreflightRecord(Record):
             exclude=_records(f, "exclude", Exclusion, where),
             links=_records(f, "links", BadLink, where),
             excluded=_records(f, "excluded", Exclusion, where),
+            reach=None
+            if f.data.get("reach") is None
+            else ReachRecord.from_json(f.data["reach"], f"{where}: reach"),
         )

@@ -10,7 +10,8 @@ agent's ``status``, answered here from the view in Ray's JSON), preflight and te
 
 Each operation takes its time from a ``LatencyModel`` in model seconds, slept for real
 after scaling (``scale`` 0.01 runs a 5 s ``ray start`` in 50 ms). ``Faults`` picks
-nodes that cannot be reached, whose ``ray start`` fails, or that join late.
+nodes that cannot be reached, whose ``ray start`` fails, or that join late, and Ray
+ports that preflight's connections find closed on a node or cut between two.
 
     cluster = SimulatedCluster(LatencyModel(worker_start_s=5, scale=0.01))
     with SimulatedTransport(cluster) as transport:
@@ -33,6 +34,7 @@ from typing import Any
 
 from toolkit.errors import TransportError
 from toolkit.inventory import Node
+from toolkit.node.reach_request import ReachRequest, request_in
 from toolkit.node.script import AGENT, FACTS
 from toolkit.ray_resources import host_resource
 from toolkit.transport.base import CommandResult, Transport
@@ -88,11 +90,16 @@ class Faults:
         start_fails: Nodes whose ``ray start`` exits 1.
         join_late_s: Nodes that register with the head this many model seconds after
             their ``ray start`` returned.
+        ports_closed: Node -> the Ray ports (by name: ``gcs``, ``object_manager``)
+            that refuse every connection there.
+        pairs_cut: (source, target) pairs whose connections to any port time out.
     """
 
     unreachable: frozenset[str] = frozenset()
     start_fails: frozenset[str] = frozenset()
     join_late_s: Mapping[str, float] = field(default_factory=dict)
+    ports_closed: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    pairs_cut: frozenset[tuple[str, str]] = frozenset()
 
 
 def pick_nodes(names: Sequence[str], rate: float, seed: int = 0) -> frozenset[str]:
@@ -228,17 +235,30 @@ class SimulatedCluster:
             "busy_ports": [],
         }
 
-    def facts_answer(self, node: Node, args: Sequence[str]) -> dict[str, Any]:
-        """Preflight's ``facts.py``: a healthy host; peers reachable where Ray runs."""
+    def facts_answer(
+        self, node: Node, args: Sequence[str], request: ReachRequest
+    ) -> dict[str, Any]:
+        """Preflight's ``facts.py``: a healthy host, and the ports ``request`` names.
+
+        A port is reached where Ray runs, unless ``Faults`` closes it on its node or
+        cuts the pair.
+        """
         self.model.sleep(self.model.facts_s)
         run_dir = args[0] if args else "~"
-        peers = args[1] if len(args) > 1 else ""
         up = self.running()
+        faults = self.faults
         reach: dict[str, dict[str, Any]] = {}
-        for pair in filter(None, peers.split(",")):
-            key = pair.split("=", 1)[0]
-            dst = key.rsplit(":", 1)[0]
-            reach[key] = {"ok": True, "ms": 0.2} if dst in up else _refused()
+        for peer in request.peers:
+            closed = faults.ports_closed.get(peer.name, frozenset())
+            cut = (node.name, peer.name) in faults.pairs_cut
+            for port in peer.ports:
+                key = f"{peer.name}:{port}"
+                if cut:
+                    reach[key] = {"ok": False, "error": "timed out after 2 s (filtered?)"}
+                elif peer.name not in up or port in closed:
+                    reach[key] = _refused()
+                else:
+                    reach[key] = {"ok": True, "ms": 0.2}
         return {
             "hostname": node.name,
             "hostname_addresses": [node.address],
@@ -395,10 +415,11 @@ class SimulatedTransport(Transport):
                 code, data = cluster.status_answer()
                 return _json(node, command, data, code)
             return _json(node, command, {"error": f"agent {word} is not simulated"}, 1)
-        if stdin is not None and stdin == FACTS.source():
+        request = None if stdin is None else request_in(FACTS.source(), stdin)
+        if request is not None:
             _, args = _script_args(command, word=False)
             self._count("facts")
-            return _json(node, command, cluster.facts_answer(node, args))
+            return _json(node, command, cluster.facts_answer(node, args, request))
         if _is_ray_start(command):
             self._count("ray start")
             return cluster.start_ray(node, head=" --head " in f" {command} ")
@@ -414,8 +435,7 @@ def _is_ray_start(command: str) -> bool:
 
 def _script_args(command: str, word: bool = True) -> tuple[str, list[str]]:
     """The node script's subcommand (when ``word``) and arguments after ``python -``."""
-    # Preflight's peer list runs to tens of kB at 1,000 nodes; shlex reads it a character
-    # at a time, so text with nothing quoted is split on white space.
+    # shlex reads a character at a time: text with nothing quoted is split on white space.
     words = shlex.split(command) if any(c in command for c in "'\"\\") else command.split()
     args = words[words.index("-") + 1 :] if "-" in words else []
     if word and args and _AGENT_WORD.match(args[0]):

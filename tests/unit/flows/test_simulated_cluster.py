@@ -103,7 +103,8 @@ def test_64_nodes_come_up_are_checked_run_a_command_and_go_down(
         report = brought.preflight.report
         assert report is not None and report.exit_code == 0
         reached = {c.scope for c in report.checks if c.name == "net.port.node_manager"}
-        assert len(reached) == NODES * (NODES - 1)
+        assert reached == set(NAMES)  # a check per node and port, each from every peer
+        assert report.reach is not None and report.reach.pairs == NODES * (NODES - 1)
         runs = s.exec(["true"])
         assert [r.node for r in runs if r.ok] == NAMES
     # A new command opens new connections: the handshakes again.

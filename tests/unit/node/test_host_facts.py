@@ -54,9 +54,9 @@ def answer(tmp_path: Path, listening: int) -> dict[str, Any]:
             errors={"nvmlDeviceGetTotalEccErrors": pynvml.NVML_ERROR_GPU_IS_LOST},
         ),
     ]
-    peers = f"n2:gcs=127.0.0.1:{listening},n2:dashboard=127.0.0.1:{closed_port}"
+    targets = {"n2:gcs": ("127.0.0.1", listening), "n2:dashboard": ("127.0.0.1", closed_port)}
     data = host_facts(str(tmp_path / "run"))
-    data["reach"] = reach(peers)
+    data["reach"] = reach(targets)
     data["gpus"] = gpu_facts(FakeNvml(gpus))
     return as_sent(data)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from toolkit.node.host_facts import HostFacts, PortReach, SoftwareFacts
+from toolkit.node.host_facts import HostFacts, SoftwareFacts
 from toolkit.preflight import checks
 from toolkit.preflight.result import Check, PreflightReport
 
@@ -87,20 +87,6 @@ def test_clock_offsets_are_judged_against_the_head_with_their_error() -> None:
     assert found["host.clock_offset"].status == "pass"
     far = checks.clock_checks({"head": (0.0, 0.05), "n2": (12.0, 0.05)}, "head")
     assert far[0].status == "fail" and far[0].scope == "n2"
-
-
-def test_unreachable_ports_fail_per_pair() -> None:
-    found = checks.reach_checks(
-        "n1",
-        {
-            "n2:node_manager": PortReach(ok=True, ms=0.4),
-            "n2:object_manager": PortReach(ok=False, error="timed out after 2 s (filtered?)"),
-        },
-    )
-    assert [(c.name, c.scope, c.status) for c in found] == [
-        ("net.port.node_manager", "n1->n2", "pass"),
-        ("net.port.object_manager", "n1->n2", "fail"),
-    ]
 
 
 def test_report_status_and_exit_code() -> None:

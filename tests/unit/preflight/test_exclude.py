@@ -1,8 +1,9 @@
 """Which nodes a run could go on without, from synthetic checks, and the record that keeps them.
 
 The checks are shaped as the runner makes them: node-scoped (``host.dev_shm`` on
-``n3``), pair-scoped (``net.port.gcs`` on ``n1->n3``, one per port a node tried), and
-the cluster's.
+``n3``), pair-scoped (``net.bandwidth.tcp`` on ``n1->n3``, one per pair tried), and the
+cluster's. Ray-port checks (``net.port.*``) are graded per node where they are made
+(``port_reach``), so their pairs are links only: the last tests make them for real.
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ from itertools import permutations
 import pytest
 
 from toolkit.errors import RunDirError
+from toolkit.node.host_facts import PortReach
 from toolkit.preflight.exclude import MIN_PEERS, bad_links, exclusions
+from toolkit.preflight.peers import PeerMode, select_peers
+from toolkit.preflight.port_reach import ReachTally
 from toolkit.preflight.result import PreflightReport
 from toolkit.rundir.preflight import BadLink, Check, Exclusion, PreflightRecord
 
@@ -23,15 +27,14 @@ NODES = ("n1", "n2", "n3", "n4")
 def mesh(
     nodes: tuple[str, ...] = NODES, failing: set[tuple[str, str]] | None = None
 ) -> list[Check]:
-    """A passing check per node and per port of every ordered pair; ``failing`` pairs fail."""
+    """A passing check per node and per ordered pair; ``failing`` pairs fail."""
     failing = failing or set()
     checks = [Check("host.dev_shm", n, "pass", "64 GiB") for n in nodes]
     for src, dst in permutations(nodes, 2):
         bad = (src, dst) in failing
-        for port in ("node_manager", "object_manager"):
-            status = "fail" if bad else "pass"
-            measured = "connection refused" if bad else "0.4 ms"
-            checks.append(Check(f"net.port.{port}", f"{src}->{dst}", status, measured))
+        status = "fail" if bad else "pass"
+        measured = "connection refused" if bad else "9.4 Gbit/s"
+        checks.append(Check("net.bandwidth.tcp", f"{src}->{dst}", status, measured))
     checks.append(Check("software.ray", "cluster", "pass", "2.50.0"))
     return checks
 
@@ -60,8 +63,7 @@ def test_every_pair_into_one_node_failing_names_that_node_not_the_links() -> Non
     found = exclusions(checks, "n1")
     assert [e.node for e in found] == ["n3"]
     assert found[0].reasons == (
-        "net.port.node_manager: failed on 3/3 pairs into n3 (connection refused)",
-        "net.port.object_manager: failed on 3/3 pairs into n3 (connection refused)",
+        "net.bandwidth.tcp: failed on 3/3 pairs into n3 (connection refused)",
     )
     assert bad_links(checks, ["n3"]) == []  # its pairs are explained
 
@@ -79,10 +81,7 @@ def test_all_but_one_pair_into_a_node_failing_names_no_node_but_links() -> None:
     assert exclusions(checks) == []
     links = bad_links(checks)
     assert [link.pair for link in links] == ["n1->n3", "n2->n3"]
-    assert links[0].reasons == (
-        "net.port.node_manager: connection refused",
-        "net.port.object_manager: connection refused",
-    )
+    assert links[0].reasons == ("net.bandwidth.tcp: connection refused",)
 
 
 def test_a_single_bad_pair_is_a_link_not_an_exclusion() -> None:
@@ -94,10 +93,7 @@ def test_a_single_bad_pair_is_a_link_not_an_exclusion() -> None:
     assert record["links"] == [
         {
             "pair": "n2->n4",
-            "reasons": [
-                "net.port.node_manager: connection refused",
-                "net.port.object_manager: connection refused",
-            ],
+            "reasons": ["net.bandwidth.tcp: connection refused"],
         }
     ]
 
@@ -183,3 +179,47 @@ def test_the_terminal_report_says_which_nodes_the_run_went_on_without() -> None:
     lines = report.render().splitlines()
     assert lines[1] == "  run without n5 (host.dev_shm: 1 MiB)"
     assert report.render(verbose=True).splitlines()[1] == lines[1]
+
+
+def port_checks(
+    closed: set[str], cut: set[tuple[str, str]], nodes: tuple[str, ...] = NODES
+) -> list[Check]:
+    """Every pair's Ray ports tried and graded as the runner does: ``closed`` nodes
+    refuse every tester, ``cut`` pairs time out."""
+    plan = select_peers(nodes, nodes, PeerMode(all_pairs=True))
+    tally = ReachTally(nodes, {"node_manager": 6380, "object_manager": 6381}, plan)
+    for src, peers in plan.peers.items():
+        reach = {}
+        for dst in peers:
+            for port in ("node_manager", "object_manager"):
+                if dst in closed:
+                    reach[f"{dst}:{port}"] = PortReach(False, error="Connection refused")
+                elif (src, dst) in cut:
+                    reach[f"{dst}:{port}"] = PortReach(False, error="timed out after 2 s")
+                else:
+                    reach[f"{dst}:{port}"] = PortReach(True, 0.3)
+        tally.add(src, reach)
+    return [Check("host.dev_shm", n, "pass", "64 GiB") for n in nodes] + tally.checks()
+
+
+def test_a_ray_port_no_tester_reaches_names_its_node_with_the_graded_reason() -> None:
+    checks = port_checks(closed={"n3"}, cut=set())
+    found = exclusions(checks, "n1")
+    assert [e.node for e in found] == ["n3"]
+    assert found[0].reasons == (
+        "net.port.node_manager: node_manager port 6380 refused from 3 of 3 peers",
+        "net.port.object_manager: object_manager port 6381 refused from 3 of 3 peers",
+    )
+    assert bad_links(checks, ["n3"]) == []
+
+
+def test_failed_ray_port_pairs_are_links_even_when_they_all_meet_at_one_node() -> None:
+    # n1 and n2 cannot reach n3, n4 can: two failed pairs into n3 and no passing pair
+    # among the checks (passes are counted per node), yet n3 is not to blame.
+    checks = port_checks(closed=set(), cut={("n1", "n3"), ("n2", "n3")})
+    assert exclusions(checks) == []
+    assert [link.pair for link in bad_links(checks)] == ["n1->n3", "n2->n3"]
+    assert bad_links(checks)[0].reasons == (
+        "net.port.node_manager: timed out after 2 s",
+        "net.port.object_manager: timed out after 2 s",
+    )

@@ -50,7 +50,7 @@ def run_facts(tmp_path: Path, bin_dir: Path, dcgm_level: int = 0) -> dict[str, A
     """``facts.py`` run as on a node, with only ``bin_dir`` on PATH; its JSON answer."""
     env = dict(os.environ, PATH=str(bin_dir))
     done = subprocess.run(
-        [sys.executable, "-", str(tmp_path / "run"), "", str(dcgm_level)],
+        [sys.executable, "-", str(tmp_path / "run"), str(dcgm_level)],
         input=FACTS.source(),
         capture_output=True,
         text=True,
@@ -320,7 +320,7 @@ def test_the_runner_passes_the_level_and_grades_each_nodes_history(tmp_path: Pat
     report = run_preflight(plan, transport, str(tmp_path / "run"), alive=set(), dcgm_level=1)
     assert time.monotonic() - began < 30
     for call in transport.calls:
-        assert call.command.endswith(" '' 1") and call.timeout_s == FACTS_TIMEOUT_S + 120
+        assert call.command.endswith("/run 1") and call.timeout_s == FACTS_TIMEOUT_S + 120
     found = {(c.name, c.scope): c.status for c in report.checks}
     # g1 expects 8 GPUs: its unreadable log and missing dcgmi warn; c1 has none.
     assert found[("gpu.xid", "g1")] == found[("gpu.dcgm_diag", "g1")] == "warn"

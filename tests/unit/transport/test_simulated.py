@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +15,8 @@ from toolkit.cluster.plan import ClusterPlan
 from toolkit.cluster.status import cluster_status
 from toolkit.errors import TransportError
 from toolkit.inventory import load_inventory
+from toolkit.node import FACTS
+from toolkit.node.reach_request import PeerPorts, ReachRequest, script_with
 from toolkit.transport.simulated import (
     Faults,
     LatencyModel,
@@ -118,3 +121,33 @@ def test_pick_nodes_is_a_fixed_share_for_a_seed() -> None:
     assert pick_nodes(names, 0.01, seed=4) != picked
     assert len(pick_nodes(names[:10], 0.01)) == 1
     assert pick_nodes(names, 0.0) == frozenset()
+
+
+def test_the_facts_script_is_answered_for_the_ports_its_text_carries(tmp_path: Path) -> None:
+    plan = three_nodes(tmp_path)
+    n1, n2, n3 = (p.node for p in plan.nodes)
+    cluster = SimulatedCluster(
+        LatencyModel(scale=0.0),
+        Faults(ports_closed={"n2": frozenset({"gcs"})}, pairs_cut=frozenset({("n1", "n3")})),
+    )
+    cluster.processes = {"n2", "n3"}
+    request = ReachRequest(
+        {"gcs": 6379, "node_manager": 6380},
+        (
+            PeerPorts("n2", n2.address, ("gcs", "node_manager")),
+            PeerPorts("n3", n3.address, ("node_manager",)),
+        ),
+    )
+    with SimulatedTransport(cluster) as transport:
+        result = transport.run(
+            n1, FACTS.command(n1, "~", "0"), stdin=script_with(FACTS.source(), request)
+        )
+        # Any other script is not the facts script, whatever it carries.
+        other = transport.run(n1, "python3 -", stdin="print(1)\n")
+    reach = json.loads(result.stdout)["reach"]
+    assert reach == {
+        "n2:gcs": {"ok": False, "error": "Connection refused"},
+        "n2:node_manager": {"ok": True, "ms": 0.2},
+        "n3:node_manager": {"ok": False, "error": "timed out after 2 s (filtered?)"},
+    }
+    assert cluster.operations["facts"] == 1 and other.stdout == ""

@@ -1,0 +1,147 @@
+"""``facts.py``'s port checks against real sockets on this machine, and the request it reads.
+
+A listening socket is reached, a closed port refused, and a listener whose queue is
+full (SYNs dropped, as a firewall's DROP does) times out. The request travels inside
+the script's text; the real script run by ``python -`` reads it.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from toolkit.node import FACTS
+from toolkit.node.facts import CONNECT_TIMEOUT_S, REACH_CONCURRENCY, reach, targets
+from toolkit.node.reach_request import PeerPorts, ReachRequest, request_in, script_with
+from toolkit.preflight import runner
+
+
+@pytest.fixture
+def listening() -> Iterator[int]:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        yield server.getsockname()[1]
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def full_queue() -> Iterator[int]:
+    """A listener that never accepts, its queue filled: a new connection hangs."""
+    with ExitStack() as stack:
+        server = stack.enter_context(socket.socket())
+        server.bind(("127.0.0.1", 0))
+        server.listen(0)
+        port = int(server.getsockname()[1])
+        for _ in range(8):
+            client = stack.enter_context(socket.socket())
+            client.settimeout(0.3)
+            try:
+                client.connect(("127.0.0.1", port))
+            except TimeoutError:
+                break
+        else:
+            pytest.fail("the listener's queue never filled")
+        yield port
+
+
+def test_a_listening_port_is_reached_and_a_closed_one_refused(listening: int) -> None:
+    closed = closed_port()
+    found = reach({"n2:gcs": ("127.0.0.1", listening), "n2:dashboard": ("127.0.0.1", closed)})
+    assert found["n2:gcs"]["ok"] is True and found["n2:gcs"]["ms"] >= 0
+    assert found["n2:dashboard"] == {"ok": False, "error": "Connection refused"}
+
+
+def test_a_port_that_never_answers_times_out_after_the_connect_timeout(full_queue: int) -> None:
+    began = time.monotonic()
+    found = reach({"n3:object_manager": ("127.0.0.1", full_queue)}, timeout_s=0.4)
+    assert 0.35 <= time.monotonic() - began < 3
+    assert found == {
+        "n3:object_manager": {"ok": False, "error": "timed out after 0.4 s (filtered?)"}
+    }
+
+
+def test_hung_connections_are_tried_in_parallel_waves(full_queue: int) -> None:
+    # 12 hanging targets, 4 at a time: three waves of the timeout, not twelve.
+    hung = {f"n{i}:gcs": ("127.0.0.1", full_queue) for i in range(12)}
+    began = time.monotonic()
+    found = reach(hung, timeout_s=0.3, concurrency=4)
+    took = time.monotonic() - began
+    assert all(not r["ok"] for r in found.values()) and len(found) == 12
+    assert 0.85 <= took < 2.5
+
+
+def test_the_host_waits_for_the_waves_the_node_may_take() -> None:
+    assert runner.CONNECT_TIMEOUT_S == CONNECT_TIMEOUT_S
+    assert runner.REACH_CONCURRENCY == REACH_CONCURRENCY
+    assert runner.facts_limit_s(0, 0) == runner.FACTS_TIMEOUT_S
+    assert runner.facts_limit_s(0, REACH_CONCURRENCY + 1) == runner.FACTS_TIMEOUT_S + 2 * 2.0
+
+
+def request(listening: int, closed: int) -> ReachRequest:
+    return ReachRequest(
+        {"node_manager": listening, "object_manager": closed, "gcs": listening},
+        (
+            PeerPorts("n2", "127.0.0.1", ("node_manager", "object_manager")),
+            PeerPorts("n1", "127.0.0.1", ("node_manager", "object_manager", "gcs")),
+        ),
+    )
+
+
+def test_the_script_and_the_host_read_the_request_alike(listening: int) -> None:
+    sent = request(listening, closed_port())
+    text = json.dumps(sent.to_json())
+    assert targets(text) == sent.targets()
+    assert ReachRequest.from_json(json.loads(text)) == sent
+    assert targets("") == {}
+    # Each peer once, each port number once: it grows with the peers, not peers x ports.
+    assert text.count("127.0.0.1") == 2 and text.count(str(listening)) == 2
+
+
+def test_the_real_script_reads_its_request_from_its_own_text(
+    tmp_path: Path, listening: int
+) -> None:
+    closed = closed_port()
+    sent = request(listening, closed)
+    source = script_with(FACTS.source(), sent)
+    assert request_in(FACTS.source(), source) == sent
+    assert request_in(FACTS.source(), "print(1)\n") is None
+    done = subprocess.run(
+        [sys.executable, "-", str(tmp_path / "run"), "0"],
+        input=source,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    found = json.loads(done.stdout.strip().splitlines()[-1])["reach"]
+    assert {k: v["ok"] for k, v in found.items()} == {
+        "n2:node_manager": True,
+        "n2:object_manager": False,
+        "n1:node_manager": True,
+        "n1:object_manager": False,
+        "n1:gcs": True,
+    }
+    # Run by hand, without a request, it checks nothing.
+    bare = subprocess.run(
+        [sys.executable, "-", str(tmp_path / "run")],
+        input=FACTS.source(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert json.loads(bare.stdout.strip().splitlines()[-1])["reach"] == {}
