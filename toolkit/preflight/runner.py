@@ -183,7 +183,7 @@ def run_preflight(
         tally.add(node.name, facts.reach)
         return _Answer(replace(facts, reach={}), sent, received)
 
-    answers = run_each(plan.nodes, gather)
+    answers = run_each(plan.nodes, gather, parallel=plan.inventory.fanout.parallel)
     multi_node = len(plan.nodes) > 1
     pinned = {
         name: getattr(plan.inventory.ports, name)
