@@ -295,17 +295,17 @@ command runs in the cluster's environment (NCCL/Gloo settings, Ray token).
 def train_cmd(inventory: str | None, **options: Any) -> None:
     """Run the built-in trainer (help: TRAIN_HELP)."""
     clock = TrainClock()
+    show_timings = options.pop("show_timings")
     try:
         _train(inventory, clock, options)
     finally:
-        if options.get("show_timings"):
+        if show_timings:
             click.echo(clock.timings().render(), nl=False, err=True)
 
 
 def _train(inventory: str | None, clock: TrainClock, options: dict[str, Any]) -> None:
     inv = choose_inventory(inventory, options.pop("local"), options.pop("slurm"))
     dry_run = options.pop("dry_run")
-    options.pop("show_timings")
 
     def log(line: str) -> None:
         clock.see(line)
