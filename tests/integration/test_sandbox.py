@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import uuid
@@ -317,7 +318,7 @@ def test_cli_up_status_down_leaves_nothing_behind() -> None:
         )
         assert up.returncode == 0, up.stderr
         assert up.stdout == "/tmp/rtk-sb-sbcli/inventory.yaml\n"
-        assert "node2: ssh root@10.77.4.12 works" in up.stderr
+        assert re.search(r"\bnode2 +ssh root@10\.77\.4\.12 works", up.stderr), up.stderr
         assert "rtk up /tmp/rtk-sb-sbcli/inventory.yaml" in up.stderr
         status = rtk("sandbox", "status", "--name", "sbcli")
         assert status.returncode == 0 and "healthy" in status.stdout
