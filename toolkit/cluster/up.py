@@ -17,36 +17,29 @@ from typing import Any
 
 from toolkit.cluster.down import stop_nodes
 from toolkit.cluster.grouping import group_nodes, render_failure_groups
-from toolkit.cluster.plan import ClusterPlan, NodePlan, fill_env
-from toolkit.cluster.render import env_file
+from toolkit.cluster.node_start import (
+    POLL_INTERVAL_S,
+    RAY_READY_TEXT,
+    NodeOutcome,
+    await_stale_entry,
+    prepare_node,
+    record_failures,
+    settled_call,
+    start_node,
+)
+from toolkit.cluster.plan import ClusterPlan, NodePlan
 from toolkit.cluster.report import Reporter
 from toolkit.cluster.state import StateStore
 from toolkit.cluster.status import ClusterStatus, cluster_status
 from toolkit.cluster.timings import SpanClock, UpTimings
 from toolkit.errors import ClusterError, WaitTimeoutError
-from toolkit.netenv import env_for_node
-from toolkit.node import call_agent
-from toolkit.node.probe import ProbeFacts
 from toolkit.transport.base import Transport
 from toolkit.transport.group import Waves
 
-PROBE_TIMEOUT_S = 60.0
-POLL_INTERVAL_S = 0.25
+__all__ = ["RAY_READY_TEXT", "NodeOutcome", "UpResult", "up"]
+
 # Up to this many missing nodes are named one per line in the error; more are grouped.
 MISSING_ONE_BY_ONE = 8
-
-
-@dataclass
-class NodeOutcome:
-    """What ``up`` did on one node."""
-
-    name: str
-    role: str
-    action: str = "pending"  # started | already running | failed
-    node_ip: str | None = None
-    network_profile: str | None = None
-    duration_s: float = 0.0
-    error: str | None = None
 
 
 @dataclass
@@ -74,11 +67,6 @@ class UpResult:
         }
 
 
-# What ``ray start`` prints once the node runs (``--block`` keeps it running after;
-# see ``Transport.start_daemon``).
-RAY_READY_TEXT = "Ray runtime started."
-
-
 def up(plan: ClusterPlan, transport: Transport, store: StateStore, reporter: Reporter) -> UpResult:
     """Bring the cluster up and wait for its nodes.
 
@@ -101,7 +89,9 @@ def up(plan: ClusterPlan, transport: Transport, store: StateStore, reporter: Rep
     def prepare(node_plan: NodePlan) -> bool:
         at = time.monotonic()
         try:
-            return _prepare(node_plan, plan, transport, token, reporter, outcomes[node_plan.name])
+            return prepare_node(
+                node_plan, plan, transport, token, reporter, outcomes[node_plan.name]
+            )
         finally:
             clocks.probe.add(at)
 
@@ -172,13 +162,13 @@ def _start_all(
     ready: queue.SimpleQueue[NodePlan | None] = queue.SimpleQueue()
 
     def bring_head() -> None:
-        if _settled_call(prepare, head, outcomes[head.name], reporter):
+        if settled_call(prepare, head, outcomes[head.name], reporter):
             at = time.monotonic()
-            _start(head, plan, transport, reporter, outcomes[head.name])
+            start_node(head, plan, transport, reporter, outcomes[head.name])
             clocks.head.add(at)
 
     def prepare_worker(node_plan: NodePlan) -> None:
-        ok = _settled_call(prepare, node_plan, outcomes[node_plan.name], reporter)
+        ok = settled_call(prepare, node_plan, outcomes[node_plan.name], reporter)
         ready.put(node_plan if ok else None)
 
     pool = ThreadPoolExecutor(max_workers=max(1, min(parallel, len(plan.nodes))))
@@ -245,8 +235,8 @@ def _start_workers(
         at = time.monotonic()
         try:
             if head_was_running:
-                _await_stale_entry(plan, transport, reporter, node_plan.name)
-            _start(node_plan, plan, transport, reporter, outcomes[node_plan.name])
+                await_stale_entry(plan, transport, reporter, node_plan.name)
+            start_node(node_plan, plan, transport, reporter, outcomes[node_plan.name])
         finally:
             clock.add(at)
 
@@ -266,7 +256,7 @@ def _start_workers(
                 failed[name] = e
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
-    _record_failures(failed, outcomes, reporter)
+    record_failures(failed, outcomes, reporter)
     return waves.waves
 
 
@@ -277,138 +267,6 @@ def _next_ready(ready: queue.SimpleQueue[NodePlan | None]) -> NodePlan | None:
             return ready.get(timeout=0.5)
         except queue.Empty:
             continue
-
-
-def _prepare(
-    node_plan: NodePlan,
-    plan: ClusterPlan,
-    transport: Transport,
-    token: str | None,
-    reporter: Reporter,
-    outcome: NodeOutcome,
-) -> bool:
-    """Probe, write token and env file; True when ``ray start`` is still needed.
-
-    Raises:
-        ClusterError: The node cannot start Ray: no route to the head, a port in use,
-            or (``NetEnvError``) its network does not fit the inventory's profile.
-    """
-    node = node_plan.node
-    reporter.node(node.name, "probing")
-    answer = call_agent(transport, node, node_plan.probe_command, PROBE_TIMEOUT_S)
-    facts = ProbeFacts.from_json(node.name, answer)
-    if facts.route.error:
-        raise ClusterError(f"{node.name}: {facts.route.error}")
-    outcome.node_ip = facts.route.source_ip
-    reporter.phase(node.name, "probed")
-    if facts.raylet_running:
-        outcome.action = "already running"
-        reporter.node(node.name, "this cluster's Ray already runs here; leaving it")
-        return False
-    if facts.rtk_pids:
-        reporter.node(node.name, "stopping leftovers of an earlier run of this cluster")
-        call_agent(transport, node, node_plan.stop_command, PROBE_TIMEOUT_S)
-    busy = facts.busy_ports
-    if busy:
-        raise ClusterError(
-            f"{node.name}: port(s) {', '.join(map(str, busy))} already in use by another "
-            "program; stop it or choose other ports in the inventory's ports: section"
-        )
-    network = env_for_node(plan.inventory, node, facts.network)
-    outcome.network_profile = network.profile
-    reporter.node(node.name, f"network profile {network.profile}: {network.profile_reason}")
-    try:
-        env = fill_env(node_plan, facts.detected(), network.variables)
-    except KeyError as e:
-        raise ClusterError(
-            f"{node.name}: the probe could not find the {e.args[0]} on the "
-            f"route to the head; set network.interface in the inventory"
-        ) from e
-    if token is not None:
-        transport.put(node, plan.paths.token_file, token.encode(), mode=0o600)
-    text = env_file(plan, node_plan, env)
-    transport.put(node, plan.paths.env_file, text.encode(), mode=0o600)
-    return True
-
-
-def _start(
-    node_plan: NodePlan,
-    plan: ClusterPlan,
-    transport: Transport,
-    reporter: Reporter,
-    outcome: NodeOutcome,
-) -> None:
-    node = node_plan.node
-    reporter.node(node.name, f"starting Ray ({node_plan.role})")
-    began = time.monotonic()
-    timeout_s = plan.inventory.ray.start_timeout_s
-    result = transport.start_daemon(node, node_plan.start_command, RAY_READY_TEXT, timeout_s)
-    outcome.duration_s = time.monotonic() - began
-    if result.ok:
-        outcome.action = "started"
-        reporter.node(node.name, f"Ray started in {outcome.duration_s:.1f} s")
-        reporter.phase(node.name, "started")
-        return
-    outcome.action = "failed"
-    outcome.error = f"ray start exited {result.exit_code}:\n{result.tail()}"
-    reporter.node(node.name, f"ray start failed (exit {result.exit_code})")
-    reporter.phase(node.name, "failed", f"ray start exited {result.exit_code}")
-
-
-def _settled_call(
-    prepare: Callable[[NodePlan], bool],
-    node_plan: NodePlan,
-    outcome: NodeOutcome,
-    reporter: Reporter,
-) -> bool:
-    """``prepare(node_plan)``; a failure is recorded on its outcome (False)."""
-    try:
-        return prepare(node_plan)
-    except Exception as e:  # noqa: BLE001 - recorded per node, reported with the rest
-        _record_failures({outcome.name: e}, {outcome.name: outcome}, reporter)
-        return False
-
-
-def _record_failures(
-    failed: Mapping[str, BaseException], outcomes: dict[str, NodeOutcome], reporter: Reporter
-) -> None:
-    for name, error in failed.items():
-        outcome = outcomes[name]
-        outcome.action = "failed"
-        outcome.error = str(error)
-        reporter.node(name, f"failed: {error}")
-        reporter.phase(name, "failed", str(error))
-
-
-def _await_stale_entry(
-    plan: ClusterPlan, transport: Transport, reporter: Reporter, name: str
-) -> None:
-    """Wait until Ray no longer lists this node's dead raylet as alive.
-
-    A raylet killed hard stays ALIVE in the GCS until its health check gives up (about
-    15 s). A new raylet on the same pinned ports would answer for the old entry too, and
-    Ray could then place two STRICT_SPREAD bundles on one host, so the restart waits.
-
-    Raises:
-        WaitTimeoutError: The entry was still alive after ``ray.wait_timeout_s``.
-    """
-    timeout_s = plan.inventory.ray.wait_timeout_s
-    deadline = time.monotonic() + timeout_s
-    said = False
-    while True:
-        status = cluster_status(plan, transport)
-        node = next(n for n in status.nodes if n.name == name)
-        if status.error or not node.ray_node_ids:
-            return
-        if not said:
-            reporter.node(name, "waiting for Ray to drop this node's dead raylet (up to ~15 s)")
-            said = True
-        if time.monotonic() > deadline:
-            raise WaitTimeoutError(
-                f"{name}: Ray still lists its old raylet ({', '.join(node.ray_node_ids)}) "
-                f"as alive after {timeout_s:g} s, though none runs there"
-            )
-        time.sleep(POLL_INTERVAL_S * 2)
 
 
 def _wait(

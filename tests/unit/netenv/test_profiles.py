@@ -19,10 +19,10 @@ from conftest import REPO
 from scripted_transport import Reply, ScriptedTransport
 
 from toolkit.cluster import build_plan, render_up
+from toolkit.cluster.node_start import NodeOutcome, prepare_node
 from toolkit.cluster.plan import NETWORK_AFTER, fill_env
 from toolkit.cluster.render import env_file
 from toolkit.cluster.report import QuietReporter
-from toolkit.cluster.up import NodeOutcome, _prepare
 from toolkit.errors import ClusterError, NetEnvError
 from toolkit.inventory import load_inventory
 from toolkit.netenv import (
@@ -443,7 +443,7 @@ def test_up_writes_the_chosen_variables_into_the_env_file(tmp_path: Path) -> Non
     reporter = Collect()
     for node_plan in plan.nodes:
         outcome = NodeOutcome(node_plan.name, node_plan.role)
-        assert _prepare(node_plan, plan, transport, None, reporter, outcome) is True
+        assert prepare_node(node_plan, plan, transport, None, reporter, outcome) is True
     n1 = parse_env_file(transport.files[("n1", plan.paths.env_file)].decode())
     n2 = parse_env_file(transport.files[("n2", plan.paths.env_file)].decode())
     assert n1["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_1:1" and n1["NCCL_SOCKET_IFNAME"] == "bond0"
@@ -458,7 +458,7 @@ def test_up_refuses_ib_on_a_node_without_it(tmp_path: Path) -> None:
     transport = canned({"n2": probe_answer("ethernet", "10.10.0.12")})
     outcome = NodeOutcome("n2", "worker")
     with pytest.raises(NetEnvError, match="n2: network.profile is ib, but no InfiniBand"):
-        _prepare(plan.workers[0], plan, transport, None, Collect(), outcome)
+        prepare_node(plan.workers[0], plan, transport, None, Collect(), outcome)
     assert not transport.files
 
 

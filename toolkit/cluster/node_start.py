@@ -1,0 +1,177 @@
+"""One node's steps of a bring-up: probe and files, ``ray start``, and what they left.
+
+``cluster.up`` orders these steps across the nodes (fan-out, the head first, workers
+in waves); each function here runs on one node and records what happened on that
+node's ``NodeOutcome``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from toolkit.cluster.plan import ClusterPlan, NodePlan, fill_env
+from toolkit.cluster.render import env_file
+from toolkit.cluster.report import Reporter
+from toolkit.cluster.status import cluster_status
+from toolkit.errors import ClusterError, WaitTimeoutError
+from toolkit.netenv import env_for_node
+from toolkit.node import call_agent
+from toolkit.node.probe import ProbeFacts
+from toolkit.transport.base import Transport
+
+PROBE_TIMEOUT_S = 60.0
+POLL_INTERVAL_S = 0.25
+
+
+@dataclass
+class NodeOutcome:
+    """What ``up`` did on one node."""
+
+    name: str
+    role: str
+    action: str = "pending"  # started | already running | failed
+    node_ip: str | None = None
+    network_profile: str | None = None
+    duration_s: float = 0.0
+    error: str | None = None
+
+
+# What ``ray start`` prints once the node runs (``--block`` keeps it running after;
+# see ``Transport.start_daemon``).
+RAY_READY_TEXT = "Ray runtime started."
+
+
+def prepare_node(
+    node_plan: NodePlan,
+    plan: ClusterPlan,
+    transport: Transport,
+    token: str | None,
+    reporter: Reporter,
+    outcome: NodeOutcome,
+) -> bool:
+    """Probe, write token and env file; True when ``ray start`` is still needed.
+
+    Raises:
+        ClusterError: The node cannot start Ray: no route to the head, a port in use,
+            or (``NetEnvError``) its network does not fit the inventory's profile.
+    """
+    node = node_plan.node
+    reporter.node(node.name, "probing")
+    answer = call_agent(transport, node, node_plan.probe_command, PROBE_TIMEOUT_S)
+    facts = ProbeFacts.from_json(node.name, answer)
+    if facts.route.error:
+        raise ClusterError(f"{node.name}: {facts.route.error}")
+    outcome.node_ip = facts.route.source_ip
+    reporter.phase(node.name, "probed")
+    if facts.raylet_running:
+        outcome.action = "already running"
+        reporter.node(node.name, "this cluster's Ray already runs here; leaving it")
+        return False
+    if facts.rtk_pids:
+        reporter.node(node.name, "stopping leftovers of an earlier run of this cluster")
+        call_agent(transport, node, node_plan.stop_command, PROBE_TIMEOUT_S)
+    busy = facts.busy_ports
+    if busy:
+        raise ClusterError(
+            f"{node.name}: port(s) {', '.join(map(str, busy))} already in use by another "
+            "program; stop it or choose other ports in the inventory's ports: section"
+        )
+    network = env_for_node(plan.inventory, node, facts.network)
+    outcome.network_profile = network.profile
+    reporter.node(node.name, f"network profile {network.profile}: {network.profile_reason}")
+    try:
+        env = fill_env(node_plan, facts.detected(), network.variables)
+    except KeyError as e:
+        raise ClusterError(
+            f"{node.name}: the probe could not find the {e.args[0]} on the "
+            f"route to the head; set network.interface in the inventory"
+        ) from e
+    if token is not None:
+        transport.put(node, plan.paths.token_file, token.encode(), mode=0o600)
+    text = env_file(plan, node_plan, env)
+    transport.put(node, plan.paths.env_file, text.encode(), mode=0o600)
+    return True
+
+
+def start_node(
+    node_plan: NodePlan,
+    plan: ClusterPlan,
+    transport: Transport,
+    reporter: Reporter,
+    outcome: NodeOutcome,
+) -> None:
+    """``ray start`` on the node; its outcome says started or failed, and why."""
+    node = node_plan.node
+    reporter.node(node.name, f"starting Ray ({node_plan.role})")
+    began = time.monotonic()
+    timeout_s = plan.inventory.ray.start_timeout_s
+    result = transport.start_daemon(node, node_plan.start_command, RAY_READY_TEXT, timeout_s)
+    outcome.duration_s = time.monotonic() - began
+    if result.ok:
+        outcome.action = "started"
+        reporter.node(node.name, f"Ray started in {outcome.duration_s:.1f} s")
+        reporter.phase(node.name, "started")
+        return
+    outcome.action = "failed"
+    outcome.error = f"ray start exited {result.exit_code}:\n{result.tail()}"
+    reporter.node(node.name, f"ray start failed (exit {result.exit_code})")
+    reporter.phase(node.name, "failed", f"ray start exited {result.exit_code}")
+
+
+def settled_call(
+    prepare: Callable[[NodePlan], bool],
+    node_plan: NodePlan,
+    outcome: NodeOutcome,
+    reporter: Reporter,
+) -> bool:
+    """``prepare(node_plan)``; a failure is recorded on its outcome (False)."""
+    try:
+        return prepare(node_plan)
+    except Exception as e:  # noqa: BLE001 - recorded per node, reported with the rest
+        record_failures({outcome.name: e}, {outcome.name: outcome}, reporter)
+        return False
+
+
+def record_failures(
+    failed: Mapping[str, BaseException], outcomes: dict[str, NodeOutcome], reporter: Reporter
+) -> None:
+    """Mark each node of ``failed`` failed with its error, and report it."""
+    for name, error in failed.items():
+        outcome = outcomes[name]
+        outcome.action = "failed"
+        outcome.error = str(error)
+        reporter.node(name, f"failed: {error}")
+        reporter.phase(name, "failed", str(error))
+
+
+def await_stale_entry(
+    plan: ClusterPlan, transport: Transport, reporter: Reporter, name: str
+) -> None:
+    """Wait until Ray no longer lists this node's dead raylet as alive.
+
+    A raylet killed hard stays ALIVE in the GCS until its health check gives up (about
+    15 s). A new raylet on the same pinned ports would answer for the old entry too, and
+    Ray could then place two STRICT_SPREAD bundles on one host, so the restart waits.
+
+    Raises:
+        WaitTimeoutError: The entry was still alive after ``ray.wait_timeout_s``.
+    """
+    timeout_s = plan.inventory.ray.wait_timeout_s
+    deadline = time.monotonic() + timeout_s
+    said = False
+    while True:
+        status = cluster_status(plan, transport)
+        node = next(n for n in status.nodes if n.name == name)
+        if status.error or not node.ray_node_ids:
+            return
+        if not said:
+            reporter.node(name, "waiting for Ray to drop this node's dead raylet (up to ~15 s)")
+            said = True
+        if time.monotonic() > deadline:
+            raise WaitTimeoutError(
+                f"{name}: Ray still lists its old raylet ({', '.join(node.ray_node_ids)}) "
+                f"as alive after {timeout_s:g} s, though none runs there"
+            )
+        time.sleep(POLL_INTERVAL_S * 2)
