@@ -9,7 +9,7 @@ For each size (default 3 and 6 nodes), on one sandbox, in one run:
   until every node is alive or the limit passes ("not all nodes joined after T s").
 
 Needs root (the sandbox), openssh-client and rsync (ray up uses it). Run by hand:
-    python benchmarks/bringup.py [--sizes 3,6] [--ray-up-limit-s 120] [--skip-ray-up]
+    python benchmarks/bringup.py [--sizes 3,6] [--repeats 3] [--ray-up-limit-s 120] [--skip-ray-up]
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import atexit
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -223,6 +224,10 @@ def time_ray_up(sandbox: Sandbox, limit_s: float) -> tuple[float | None, float, 
     return (None if reached is None else reached - began), up_s, SEEN["most"]
 
 
+def _runs(samples: list[float]) -> str:
+    return ", ".join(f"{x:.2f}" for x in samples)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -230,6 +235,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="3,6")
     parser.add_argument("--ray-up-limit-s", type=float, default=120.0)
     parser.add_argument("--skip-ray-up", action="store_true")
+    parser.add_argument("--repeats", type=int, default=3, help="rtk and bare, alternated")
     args = parser.parse_args()
     state = tempfile.mkdtemp(prefix="rtk-bench-")
     atexit.register(shutil.rmtree, state, True)
@@ -239,10 +245,14 @@ def main() -> None:
         print(f"== {size} nodes: creating sandbox", flush=True)
         sandbox = create(size, name=f"bench{size}", subnet=f"10.77.{30 + size}")
         try:
-            rtk_s = time_rtk(sandbox, env)
-            print(f"   rtk up {rtk_s:.2f} s", flush=True)
-            bare_s = time_bare(sandbox)
-            print(f"   bare ssh + ray start {bare_s:.2f} s", flush=True)
+            # Alternated, medians: one sample each varies by 10-20% on a 2-core machine.
+            rtk_runs, bare_runs = [], []
+            for _ in range(args.repeats):
+                rtk_runs.append(time_rtk(sandbox, env))
+                bare_runs.append(time_bare(sandbox))
+            rtk_s, bare_s = statistics.median(rtk_runs), statistics.median(bare_runs)
+            print(f"   rtk up {rtk_s:.2f} s (median of {_runs(rtk_runs)})", flush=True)
+            print(f"   bare ssh + ray start {bare_s:.2f} s (median of {_runs(bare_runs)})")
             ray_up: tuple[float | None, float, int] | None = None
             if not args.skip_ray_up:
                 ray_up = time_ray_up(sandbox, args.ray_up_limit_s)

