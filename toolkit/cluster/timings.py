@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,17 +81,26 @@ class UpTimings:
             ("worker starts", self.worker_starts, f"worker(s), {self.start_waves} wave(s)"),
             ("wait loop", self.wait, "poll(s)"),
         ]
-        lines = [f"{'phase':<14} {'from s':>8} {'to s':>8} {'took s':>8}"]
-        for label, span, unit in rows:
-            if span is None:
-                lines.append(f"{label:<14} {'-':>8} {'-':>8} {'-':>8}")
-                continue
-            what = f"  {span.count} {unit}" if unit else ""
-            lines.append(
-                f"{label:<14} {span.start_s:>8.2f} {span.end_s:>8.2f} {span.duration_s:>8.2f}{what}"
-            )
-        lines.append(f"{'total':<14} {0.0:>8.2f} {self.total_s:>8.2f} {self.total_s:>8.2f}")
-        return "\n".join(lines) + "\n"
+        return render_phases(rows, self.total_s)
+
+
+def render_phases(rows: Sequence[tuple[str, PhaseSpan | None, str]], total_s: float) -> str:
+    """A table of phases: label, from, to and took seconds, what it counted; then the total.
+
+    Each row is ``(label, span or None when the phase did not run, unit of its count)``;
+    an empty unit prints no count.
+    """
+    lines = [f"{'phase':<14} {'from s':>8} {'to s':>8} {'took s':>8}"]
+    for label, span, unit in rows:
+        if span is None:
+            lines.append(f"{label:<14} {'-':>8} {'-':>8} {'-':>8}")
+            continue
+        what = f"  {span.count} {unit}" if unit else ""
+        lines.append(
+            f"{label:<14} {span.start_s:>8.2f} {span.end_s:>8.2f} {span.duration_s:>8.2f}{what}"
+        )
+    lines.append(f"{'total':<14} {0.0:>8.2f} {total_s:>8.2f} {total_s:>8.2f}")
+    return "\n".join(lines) + "\n"
 
 
 class SpanClock:

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from toolkit.cluster.timings import PhaseSpan
+from toolkit.cluster.timings import PhaseSpan, render_phases
 
 DRIVER_PREFIX = "rtk train: "
 # The trainer's step line (``toolkit.train.loop``), as rank 0 prints it: the first one
@@ -68,16 +68,7 @@ class TrainTimings:
 
     def render(self) -> str:
         """A few aligned lines (``rtk train --timings``)."""
-        lines = [f"{'phase':<14} {'from s':>8} {'to s':>8} {'took s':>8}"]
-        for label, span in self.rows():
-            if span is None:
-                lines.append(f"{label:<14} {'-':>8} {'-':>8} {'-':>8}")
-            else:
-                lines.append(
-                    f"{label:<14} {span.start_s:>8.2f} {span.end_s:>8.2f} {span.duration_s:>8.2f}"
-                )
-        lines.append(f"{'total':<14} {0.0:>8.2f} {self.total_s:>8.2f} {self.total_s:>8.2f}")
-        return "\n".join(lines) + "\n"
+        return render_phases([(label, span, "") for label, span in self.rows()], self.total_s)
 
 
 class TrainClock:
