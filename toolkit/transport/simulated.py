@@ -420,14 +420,14 @@ class SimulatedTransport(Transport):
             _, args = _script_args(command, word=False)
             self._count("facts")
             return _json(node, command, cluster.facts_answer(node, args, request))
-        if _is_ray_start(command):
+        if is_ray_start(command):
             self._count("ray start")
             return cluster.start_ray(node, head=" --head " in f" {command} ")
         self._count("command")
         return _result(node, command, 0, "", "")
 
 
-def _is_ray_start(command: str) -> bool:
+def is_ray_start(command: str) -> bool:
     """``ray start`` of a head (``--head``) or a worker (``--address=``)."""
     words = command.split()
     return "start" in words and any(w == "--head" or w.startswith("--address=") for w in words)

@@ -25,7 +25,12 @@ from toolkit.cluster.report import QuietReporter
 from toolkit.flows import PreflightPolicy, Session
 from toolkit.inventory import Inventory, Node, load_inventory
 from toolkit.transport.base import CommandResult
-from toolkit.transport.simulated import LatencyModel, SimulatedCluster, SimulatedTransport
+from toolkit.transport.simulated import (
+    LatencyModel,
+    SimulatedCluster,
+    SimulatedTransport,
+    is_ray_start,
+)
 
 SCALE = 0.01
 
@@ -53,9 +58,8 @@ class CountingTransport(SimulatedTransport):
         stdin: str | None = None,
         timeout_s: float = 60.0,
     ) -> CommandResult:
-        words = command.split()
-        head = "--head" in words
-        start = "start" in words and (head or any(w.startswith("--address=") for w in words))
+        start = is_ray_start(command)
+        head = start and "--head" in command.split()
         began = time.monotonic()
         with self._count_lock:
             if start:
