@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -69,17 +69,22 @@ def peer_plan(
     return select_peers(sources, targets, choose_mode(mode, len(targets)), seed)
 
 
-def reach_request(plan: ClusterPlan, peers: tuple[str, ...]) -> ReachRequest:
-    """The Ray ports of ``peers`` one node connects to (the head's own three too)."""
+def port_numbers(plan: ClusterPlan) -> dict[str, int]:
+    """The number of each Ray port a node checks on its peers, by the port's name."""
     ports = plan.inventory.ports
-    by_name = {n.node.name: n for n in plan.nodes}
+    return {name: int(getattr(ports, name)) for name in NODE_PORTS + HEAD_PORTS}
+
+
+def reach_request(
+    by_name: Mapping[str, NodePlan], numbers: Mapping[str, int], peers: tuple[str, ...]
+) -> ReachRequest:
+    """The Ray ports of ``peers`` one node connects to (the head's own three too)."""
     found = []
     for name in peers:
         node_plan = by_name[name]
         names = NODE_PORTS + (HEAD_PORTS if node_plan.role == "head" else ())
         found.append(PeerPorts(name, node_plan.node.address, names))
-    numbers = {name: int(getattr(ports, name)) for name in NODE_PORTS + HEAD_PORTS}
-    return ReachRequest(numbers, tuple(found))
+    return ReachRequest(dict(numbers), tuple(found))
 
 
 def facts_limit_s(dcgm_level: int, connections: int) -> float:
@@ -166,12 +171,13 @@ def run_preflight(
     up = alive
     peers = peer_plan(plan, up, port_peers, port_seed)
     names = [n.node.name for n in plan.nodes]
-    numbers = reach_request(plan, ()).ports
+    numbers = port_numbers(plan)
+    by_name = {n.node.name: n for n in plan.nodes}
     tally = ReachTally(names, numbers, peers)
 
     def gather(node_plan: NodePlan) -> _Answer:
         node = node_plan.node
-        request = reach_request(plan, peers.peers.get(node.name, ()))
+        request = reach_request(by_name, numbers, peers.peers.get(node.name, ()))
         command = FACTS.command(node, run_dir, str(dcgm_level))
         source = script_with(FACTS.source(), request)
         sent = time.time()
