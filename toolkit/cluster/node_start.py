@@ -7,6 +7,7 @@ node's ``NodeOutcome``.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from toolkit.cluster.plan import ClusterPlan, NodePlan, fill_env
 from toolkit.cluster.render import env_file
 from toolkit.cluster.report import Reporter
-from toolkit.cluster.status import cluster_status
+from toolkit.cluster.status import ClusterStatus, cluster_status
 from toolkit.errors import ClusterError, WaitTimeoutError
 from toolkit.netenv import env_for_node
 from toolkit.node import call_agent
@@ -146,32 +147,53 @@ def record_failures(
         reporter.phase(name, "failed", str(error))
 
 
-def await_stale_entry(
-    plan: ClusterPlan, transport: Transport, reporter: Reporter, name: str
-) -> None:
-    """Wait until Ray no longer lists this node's dead raylet as alive.
+class StaleEntries:
+    """Waits until Ray no longer lists restarted nodes' dead raylets as alive.
 
     A raylet killed hard stays ALIVE in the GCS until its health check gives up (about
     15 s). A new raylet on the same pinned ports would answer for the old entry too, and
-    Ray could then place two STRICT_SPREAD bundles on one host, so the restart waits.
-
-    Raises:
-        WaitTimeoutError: The entry was still alive after ``ray.wait_timeout_s``.
+    Ray could then place two STRICT_SPREAD bundles on one host, so a restart waits.
+    Every node waiting shares one question to Ray per poll: a thousand restarts are
+    not a thousand status calls on the head.
     """
-    timeout_s = plan.inventory.ray.wait_timeout_s
-    deadline = time.monotonic() + timeout_s
-    said = False
-    while True:
-        status = cluster_status(plan, transport)
-        node = next(n for n in status.nodes if n.name == name)
-        if status.error or not node.ray_node_ids:
-            return
-        if not said:
-            reporter.node(name, "waiting for Ray to drop this node's dead raylet (up to ~15 s)")
-            said = True
-        if time.monotonic() > deadline:
-            raise WaitTimeoutError(
-                f"{name}: Ray still lists its old raylet ({', '.join(node.ray_node_ids)}) "
-                f"as alive after {timeout_s:g} s, though none runs there"
-            )
-        time.sleep(POLL_INTERVAL_S * 2)
+
+    def __init__(self, plan: ClusterPlan, transport: Transport, reporter: Reporter) -> None:
+        """Ask Ray through ``transport`` on ``plan``'s head."""
+        self._plan, self._transport, self._reporter = plan, transport, reporter
+        self._lock = threading.Lock()
+        self._status: ClusterStatus | None = None
+        self._asked_at = 0.0
+
+    def _fresh(self) -> ClusterStatus:
+        """Ray's node list, asked at most once per poll interval for all waiting nodes."""
+        with self._lock:
+            if self._status is None or time.monotonic() - self._asked_at >= POLL_INTERVAL_S:
+                self._status = cluster_status(self._plan, self._transport)
+                self._asked_at = time.monotonic()
+            return self._status
+
+    def wait(self, name: str) -> None:
+        """Return once Ray lists no live raylet for node ``name``.
+
+        Raises:
+            WaitTimeoutError: The entry was still alive after ``ray.wait_timeout_s``.
+        """
+        timeout_s = self._plan.inventory.ray.wait_timeout_s
+        deadline = time.monotonic() + timeout_s
+        said = False
+        while True:
+            status = self._fresh()
+            node = next(n for n in status.nodes if n.name == name)
+            if status.error or not node.ray_node_ids:
+                return
+            if not said:
+                self._reporter.node(
+                    name, "waiting for Ray to drop this node's dead raylet (up to ~15 s)"
+                )
+                said = True
+            if time.monotonic() > deadline:
+                raise WaitTimeoutError(
+                    f"{name}: Ray still lists its old raylet ({', '.join(node.ray_node_ids)}) "
+                    f"as alive after {timeout_s:g} s, though none runs there"
+                )
+            time.sleep(POLL_INTERVAL_S * 2)

@@ -21,7 +21,7 @@ from toolkit.cluster.node_start import (
     POLL_INTERVAL_S,
     RAY_READY_TEXT,
     NodeOutcome,
-    await_stale_entry,
+    StaleEntries,
     prepare_node,
     record_failures,
     settled_call,
@@ -228,14 +228,19 @@ def _start_workers(
     the start pool is taken only by a ``ray start`` in flight.
     """
     ray = plan.inventory.ray
-    head_was_running = outcomes[plan.head.name].action == "already running"
+    # Restarts next to a head that ran already wait for their old raylets' entries.
+    stale = (
+        StaleEntries(plan, transport, reporter)
+        if outcomes[plan.head.name].action == "already running"
+        else None
+    )
     waves = Waves(ray.start_wave, ray.start_wave_interval_s)
 
     def start_worker(node_plan: NodePlan) -> None:
         at = time.monotonic()
         try:
-            if head_was_running:
-                await_stale_entry(plan, transport, reporter, node_plan.name)
+            if stale is not None:
+                stale.wait(node_plan.name)
             start_node(node_plan, plan, transport, reporter, outcomes[node_plan.name])
         finally:
             clock.add(at)

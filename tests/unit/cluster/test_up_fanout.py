@@ -196,3 +196,44 @@ def test_512_nodes_come_up_within_twice_the_critical_path_in_model_time(
     assert critical_s + most_held_model_s <= 2 * critical_s, most_held_model_s
     # Starts overlapped: many waves of them ran at once.
     assert transport.peak_starts >= 4 * inv.ray.start_wave
+
+
+def test_restarted_workers_wait_for_their_dead_raylets_with_one_shared_poll(
+    tmp_path: Path,
+) -> None:
+    """Next to a running head, workers killed hard restart once Ray drops their entries."""
+    cluster = SimulatedCluster(LatencyModel(scale=SCALE))
+    transport = CountingTransport(cluster)
+    inv = inventory(tmp_path, 16)
+    with session(inv, tmp_path, transport) as s:
+        s.bring_up(PreflightPolicy.SKIP)
+    # Eight workers' Ray killed hard: no process left, but Ray lists them alive still.
+    killed = [f"n{i:04d}" for i in range(9, 17)]
+    with cluster.lock:
+        cluster.processes -= set(killed)
+    dropped_at: list[float] = []
+
+    def health_check_gives_up() -> None:
+        time.sleep(0.5)
+        with cluster.lock:
+            for name in killed:
+                cluster.ray[name].alive = False
+        dropped_at.append(time.monotonic())
+
+    status_before = cluster.operations["status"]
+    dropper = threading.Thread(target=health_check_gives_up)
+    dropper.start()
+    with session(inv, tmp_path, CountingTransport(cluster)) as s:
+        transport_used = s.transport
+        up = s.bring_up(PreflightPolicy.SKIP).up
+    dropper.join()
+    assert sorted(up.started) == killed
+    assert cluster.running() == {f"n{i:04d}" for i in range(1, 17)}
+    # No restart began before Ray dropped the old entries.
+    assert isinstance(transport_used, CountingTransport)
+    begun = transport_used.worker_start_begun
+    assert sorted(begun) == killed and min(begun.values()) >= dropped_at[0]
+    # Eight nodes waited about 0.5 s, polling every 0.5 s each: shared, a handful of
+    # questions to Ray, not eight per round (plus the wait loop's own).
+    asked = cluster.operations["status"] - status_before
+    assert asked <= 8, asked
