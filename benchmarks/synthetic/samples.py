@@ -20,7 +20,8 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from synthetic.spec import COMPUTE, IDLE, T0_WALL_S, Plan, SynthSpec
-from toolkit.rundir.traces import COMPACT_ROWS, LEGACY_SAMPLES, READINGS, SCHEMA, next_segment
+from toolkit.rundir.trace_files import LEGACY_SAMPLES, next_segment
+from toolkit.rundir.traces import COMPACT_ROWS, READINGS, SCHEMA
 from toolkit.telemetry.sensors.host import model_power_w
 
 FORMATS = ("arrow", "jsonl")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from toolkit.preflight.gpu_limits import GpuLimits, Limit
 from toolkit.preflight.node_load import DeviceLoad, NodeLoad
 from toolkit.rundir.preflight import Check, Status
-from toolkit.telemetry.report.energy import CLOCK_EVENT_REASONS, NOT_THROTTLING
+from toolkit.telemetry.clock_events import CLOCK_EVENT_REASONS, NOT_THROTTLING
 
 # Reasons the hardware slows the clocks for (a power brake signal, heat, a slowdown
 # line): a GPU that shows one under a few seconds of GEMM is not fit for a long run.

@@ -24,7 +24,7 @@ import os
 from pathlib import Path
 
 from toolkit.rundir.pack import PACK_PATTERNS
-from toolkit.rundir.traces import node_trace_files
+from toolkit.rundir.trace_files import node_trace_files
 
 MARKERS_DIR = "markers"
 TELEMETRY_DIR = "telemetry"
@@ -158,7 +158,7 @@ class RunDir:
         return self.nodes_dir / node
 
     def node_traces(self, node: str) -> list[Path]:
-        """A node's collected traces, in order (``toolkit/rundir/traces.py``)."""
+        """A node's collected traces, in order (``toolkit/rundir/trace_files.py``)."""
         return node_trace_files(self.node_dir(node))
 
     @property

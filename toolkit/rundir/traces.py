@@ -34,8 +34,8 @@ from typing import IO, Any
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-TRACE_SUFFIX = ".arrows"
-LEGACY_SAMPLES = "samples.jsonl"
+from toolkit.rundir.trace_files import TRACE_SUFFIX
+
 COMPACT_ROWS = 65_536
 FORMAT_VERSION = "1"
 
@@ -318,21 +318,6 @@ def compact(sources: Sequence[Path], target: Path, stats: ReadStats | None = Non
             rows += held_rows
     os.replace(partial, target)
     return rows
-
-
-def node_trace_files(node_dir: Path) -> list[Path]:
-    """A collected node's traces in order: the legacy file first, then each segment."""
-    if not node_dir.is_dir():
-        return []
-    legacy = node_dir / LEGACY_SAMPLES
-    segments = sorted(node_dir.glob(f"trace-*{TRACE_SUFFIX}"))
-    return ([legacy] if legacy.is_file() else []) + segments
-
-
-def next_segment(node_dir: Path) -> Path:
-    """Where a node's next collected trace goes (``trace-NNN.arrows``)."""
-    taken = [p.name for p in node_dir.glob(f"trace-*{TRACE_SUFFIX}")] if node_dir.is_dir() else []
-    return node_dir / f"trace-{len(taken) + 1:03d}{TRACE_SUFFIX}"
 
 
 def row_dicts(batch: pa.RecordBatch) -> Iterator[dict[str, Any]]:

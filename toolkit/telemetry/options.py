@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolkit.errors import RtkError
-from toolkit.telemetry.sampler import MAX_POWER_RATE_HZ
-from toolkit.telemetry.sensors.base import SensorError
+from toolkit.telemetry.sensors.base import MAX_POWER_RATE_HZ, SensorError
 from toolkit.telemetry.sensors.factory import parse_kinds
 
 MAX_RATE_HZ = 50.0

@@ -22,12 +22,11 @@ from typing import Any
 
 from toolkit import wallclock
 from toolkit.rundir.traces import TraceWriter
-from toolkit.telemetry.sensors.base import Sensor
+from toolkit.telemetry.sensors.base import MAX_POWER_RATE_HZ, Sensor
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_RATE_HZ = 10.0
-MAX_POWER_RATE_HZ = 50.0
 RECENT_S = 60.0  # how far back ``Sampler.window`` can look
 
 

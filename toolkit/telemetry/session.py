@@ -33,7 +33,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from toolkit import wallclock
 from toolkit.rundir import Manifest, NodeManifest, RunDir
-from toolkit.rundir.traces import ReadStats, compact, live_files, next_segment, read_table
+from toolkit.rundir.trace_files import next_segment
+from toolkit.rundir.traces import ReadStats, compact, live_files, read_table
 from toolkit.telemetry.clock import ClockOffset, combine, estimate_offset
 from toolkit.telemetry.options import TelemetryOptions
 from toolkit.telemetry.sampler import DEFAULT_RATE_HZ, Sampler

@@ -21,7 +21,8 @@ import pytest
 from conftest import REPO
 
 from toolkit.rundir import Manifest, Marker, RunDir, read_markers, read_metrics
-from toolkit.rundir.traces import COMPACT_ROWS, LEGACY_SAMPLES, node_trace_files, read_table
+from toolkit.rundir.trace_files import LEGACY_SAMPLES, node_trace_files
+from toolkit.rundir.traces import COMPACT_ROWS, read_table
 
 # Appended, not prepended: nothing of the tests' own is shadowed by a benchmark module.
 sys.path.append(str(REPO / "benchmarks"))

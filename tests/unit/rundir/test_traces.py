@@ -14,6 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from toolkit.rundir.trace_files import next_segment, node_trace_files
 from toolkit.rundir.traces import (
     COMPACT_ROWS,
     SCHEMA,
@@ -21,8 +22,6 @@ from toolkit.rundir.traces import (
     TraceWriter,
     compact,
     live_files,
-    next_segment,
-    node_trace_files,
     read_table,
     row_dicts,
 )

@@ -7,25 +7,11 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from toolkit.rundir import NodeManifest
+from toolkit.telemetry.clock_events import CLOCK_EVENT_REASONS, NOT_THROTTLING
 from toolkit.telemetry.report.curves import EnergyCurve, Gap, find_gaps
 from toolkit.telemetry.report.series import DeviceSeries, FloatArray
 from toolkit.telemetry.report.timeline import Window
 from toolkit.telemetry.report.views import Buckets, DeviceView, device_view
-
-# NVML clocks-event reason bits (docs/telemetry.md).
-CLOCK_EVENT_REASONS = {
-    0x1: "gpu_idle",
-    0x2: "applications_clocks",
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x10: "sync_boost",
-    0x20: "sw_thermal",
-    0x40: "hw_thermal",
-    0x80: "hw_power_brake",
-    0x100: "display_clocks",
-}
-# Set bits that do not make a sample throttled.
-NOT_THROTTLING = 0x1 | 0x2 | 0x10 | 0x100
 
 COUNTER = "counter"
 INTEGRATED = "integrated power"

@@ -12,6 +12,9 @@ from typing import Any
 
 from toolkit.errors import RtkError
 
+# The fastest a sampler reads instant power (the power-only path below), per second.
+MAX_POWER_RATE_HZ = 50.0
+
 
 class SensorError(RtkError):
     """A sensor could not be opened, or a reading failed in an unexpected way."""
