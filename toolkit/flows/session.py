@@ -129,6 +129,8 @@ class Session:
         )
         self._transport: Transport | None = None
         self._parent: Session | None = None
+        # Jobs carry rtk's source until a preflight shows every node has the same.
+        self._ship_code = True
 
     def __enter__(self) -> Session:
         return self
@@ -181,8 +183,12 @@ class Session:
         return render_down(plan) if full else render_down_summary(plan)
 
     def job_request(self, workload: Workload) -> JobRequest:
-        """The Ray job ``run_workload`` would submit."""
-        return job_request(self.plan, workload)
+        """The Ray job ``run_workload`` would submit.
+
+        It carries rtk's source to the nodes unless this session's last preflight
+        found the same source installed on every node (``cluster.shipped_code``).
+        """
+        return job_request(self.plan, workload, ship_code=self._ship_code)
 
     def exec_request(
         self, argv: Sequence[str], with_env: bool = True, timeout_s: float = 600.0
@@ -235,7 +241,11 @@ class Session:
         Raises:
             PreflightFailedError: A check failed under ``ENFORCE``.
         """
-        return bringup.preflight(self.plan, self.transport, run_dir, policy, save)
+        outcome = bringup.preflight(self.plan, self.transport, run_dir, policy, save)
+        if outcome.report is not None:
+            # What it tells the jobs after it: whether to ship rtk's source.
+            self._ship_code = not outcome.report.same_code
+        return outcome
 
     def smoke(self) -> dict[str, dict[str, str]]:
         """A Ray task on every node: node -> where it ran."""

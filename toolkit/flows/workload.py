@@ -127,12 +127,18 @@ class ExecRequest:
         )
 
 
-def job_request(plan: ClusterPlan, workload: Workload, now_s: float | None = None) -> JobRequest:
-    """The Ray job that runs ``workload`` on ``plan``'s cluster (pure)."""
+def job_request(
+    plan: ClusterPlan, workload: Workload, now_s: float | None = None, ship_code: bool = True
+) -> JobRequest:
+    """The Ray job that runs ``workload`` on ``plan``'s cluster (pure).
+
+    ``ship_code`` False: the nodes import the same rtk as this machine, and the job
+    carries none (``toolkit.cluster.shipped_code``).
+    """
     stamp = int(time.time() if now_s is None else now_s)
     url = plan.dashboard_url
     if isinstance(workload, TrainWorkload):
-        entrypoint, train_env = train_job(plan, workload.config)
+        entrypoint, train_env = train_job(plan, workload.config, ship_code)
         name = f"rtk-train-{workload.run_id}-{stamp}"
         return JobRequest("train", entrypoint, train_env, name, url, workload.run_dir)
     if isinstance(workload, VllmWorkload):
@@ -141,9 +147,9 @@ def job_request(plan: ClusterPlan, workload: Workload, now_s: float | None = Non
         command = CommandWorkload(
             tuple(argv), workload.working_dir, workload.env, workload.run_dir, workload.telemetry
         )
-        return _recorded(plan, command, "vllm", stamp)
+        return _recorded(plan, command, "vllm", stamp, ship_code)
     if workload.telemetry is not None:
-        return _recorded(plan, workload, "record", stamp)
+        return _recorded(plan, workload, "record", stamp, ship_code)
     env: dict[str, Any] = {"working_dir": str(Path(workload.working_dir).resolve())}
     if workload.env:
         env["env_vars"] = dict(workload.env)
@@ -151,11 +157,13 @@ def job_request(plan: ClusterPlan, workload: Workload, now_s: float | None = Non
     return JobRequest("command", shlex.join(workload.argv), env, name, url, workload.run_dir)
 
 
-def _recorded(plan: ClusterPlan, workload: CommandWorkload, kind: str, stamp: int) -> JobRequest:
+def _recorded(
+    plan: ClusterPlan, workload: CommandWorkload, kind: str, stamp: int, ship_code: bool
+) -> JobRequest:
     run_dir = workload.run_dir or "."
     telemetry = workload.telemetry or TelemetryOptions()
     entrypoint, env = record_job(
-        plan, list(workload.argv), run_dir, telemetry, workload.working_dir, workload.env
+        plan, list(workload.argv), run_dir, telemetry, workload.working_dir, workload.env, ship_code
     )
     name = f"rtk-record-{Path(run_dir).name}-{stamp}"
     return JobRequest(kind, entrypoint, env, name, plan.dashboard_url, run_dir)

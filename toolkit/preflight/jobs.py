@@ -62,7 +62,7 @@ def run_preflight_job(
     Raises:
         ClusterError: The job failed or printed no result; the message has its status.
     """
-    from toolkit.train.submit import package_dir
+    from toolkit.cluster.shipped_code import code_env
 
     logs: list[str] = []
 
@@ -75,7 +75,7 @@ def run_preflight_job(
     outcome = run_job(
         job_client(plan, store),
         job.entrypoint(plan.head.node.python),
-        {"py_modules": [package_dir()]},
+        code_env(ship=True),
         f"rtk-{job.label}-{int(time.time() * 1000)}",
         keep,
     )

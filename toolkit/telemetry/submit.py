@@ -10,8 +10,8 @@ from typing import Any
 
 from toolkit.cluster.jobs import JOB_STOP_WAIT_S
 from toolkit.cluster.plan import ClusterPlan
+from toolkit.cluster.shipped_code import code_env
 from toolkit.telemetry.options import TelemetryOptions
-from toolkit.train.submit import package_dir
 
 
 def record_job(
@@ -21,19 +21,20 @@ def record_job(
     options: TelemetryOptions,
     working_dir: str,
     env: Mapping[str, str] | None = None,
+    ship_code: bool = True,
 ) -> tuple[str, dict[str, Any]]:
     """The entrypoint and runtime environment that run ``command`` on the head under telemetry.
 
     ``run_dir`` is the run directory; ``env`` is added to the command's environment
-    (``rtk profile`` passes each run's axes that way).
+    (``rtk profile`` passes each run's axes that way). ``ship_code`` as in
+    ``shipped_code``.
     """
     python = plan.head.node.python
     arguments = {"run_dir": run_dir, **options.to_json()}
     entrypoint = shlex.join(
         [python, "-m", "toolkit.telemetry.record", json.dumps(arguments), *command]
     )
-    runtime_env = {
-        "py_modules": [package_dir()],
+    runtime_env = code_env(ship_code) | {
         "working_dir": str(Path(working_dir).resolve()),
         "env_vars": {"RAY_JOB_STOP_WAIT_TIME_S": str(JOB_STOP_WAIT_S), **(env or {})},
     }

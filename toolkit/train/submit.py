@@ -5,23 +5,23 @@ from __future__ import annotations
 import json
 import shlex
 import time
-from pathlib import Path
 from typing import Any
 
-import toolkit
 from toolkit.cluster.jobs import JOB_STOP_WAIT_S
 from toolkit.cluster.plan import ClusterPlan
+from toolkit.cluster.shipped_code import code_env
 from toolkit.cluster.state import StateStore
 from toolkit.train.config import TrainConfig
 
 
-def train_job(plan: ClusterPlan, config: TrainConfig) -> tuple[str, dict[str, Any]]:
-    """The entrypoint and runtime environment of the training job."""
+def train_job(
+    plan: ClusterPlan, config: TrainConfig, ship_code: bool = True
+) -> tuple[str, dict[str, Any]]:
+    """The entrypoint and runtime environment of the training job (``shipped_code``)."""
     # The head's own Python (the one Ray runs), not whatever "python" is on its PATH.
     python = plan.head.node.python
     entrypoint = shlex.join([python, "-m", "toolkit.train.job", json.dumps(config.to_json())])
-    runtime_env = {
-        "py_modules": [package_dir()],
+    runtime_env = code_env(ship_code) | {
         "env_vars": {
             # Read by Ray Train's controller, which runs inside this job.
             "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": f"{config.restart_wait_s:g}",
@@ -37,11 +37,6 @@ def train_job(plan: ClusterPlan, config: TrainConfig) -> tuple[str, dict[str, An
         },
     }
     return entrypoint, runtime_env
-
-
-def package_dir() -> str:
-    """This toolkit's source directory, shipped with jobs so nodes run the same code."""
-    return str(Path(toolkit.__file__).parent)
 
 
 def remember_run(store: StateStore, run_id: str, run_dir: str) -> None:
