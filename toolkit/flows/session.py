@@ -27,6 +27,7 @@ from toolkit.cluster import (
     render_down_summary,
     render_up,
     render_up_summary,
+    shipped_code,
 )
 from toolkit.cluster.command import NodeRun, command_line, run_everywhere
 from toolkit.cluster.connect import make_transport
@@ -129,8 +130,9 @@ class Session:
         )
         self._transport: Transport | None = None
         self._parent: Session | None = None
-        # Jobs carry rtk's source until a preflight shows every node has the same.
-        self._ship_code = True
+        # Jobs carry rtk's source unless rtk up's or this session's preflight found
+        # the same on every node.
+        self._ship_code = not shipped_code.known_same(self.store.load())
 
     def __enter__(self) -> Session:
         return self
@@ -224,7 +226,10 @@ class Session:
         Raises:
             PreflightFailedError: A check failed under ``ENFORCE`` (the cluster stays up).
         """
-        return bringup.bring_up(self.plan, self.transport, self.store, self.reporter, preflight)
+        outcome = bringup.bring_up(self.plan, self.transport, self.store, self.reporter, preflight)
+        if outcome.preflight.report is not None:
+            self._ship_code = not outcome.preflight.report.same_code
+        return outcome
 
     def status(self) -> ClusterStatus:
         """Which nodes are alive in Ray."""

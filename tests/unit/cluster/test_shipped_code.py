@@ -14,7 +14,17 @@ from conftest import REPO
 from scripted_transport import ScriptedTransport, answer
 
 from toolkit.cluster import build_plan
-from toolkit.cluster.shipped_code import code_env, local_digest, nodes_differ, package_dir
+from toolkit.cluster.shipped_code import (
+    STATE_KEY,
+    code_env,
+    known_same,
+    local_digest,
+    nodes_differ,
+    package_dir,
+    remember,
+)
+from toolkit.cluster.state import StateStore
+from toolkit.flows.session import Session
 from toolkit.flows.workload import TrainWorkload, job_request
 from toolkit.inventory import load_inventory
 from toolkit.node.facts import host_facts, source_digest
@@ -141,3 +151,26 @@ def test_a_job_ships_rtk_unless_told_the_nodes_have_it(tmp_path: Path) -> None:
     assert bare.runtime_env["env_vars"] == shipped.runtime_env["env_vars"]
     assert bare.entrypoint == shipped.entrypoint
     assert code_env(False) == {}
+
+
+def test_what_rtk_up_found_reaches_the_commands_after_it(tmp_path: Path) -> None:
+    plan = plan_of(tmp_path)
+    store = StateStore(plan.inventory.name, root=tmp_path / "state")
+    remember(store, True)  # nothing brought up from here: nothing kept
+    assert store.load() is None
+    store.save({"cluster": "code"})
+    workload = TrainWorkload(TrainConfig(run_dir="/tmp/run"), "run1")
+
+    def ships() -> bool:
+        with Session(plan.inventory, store=store) as session:
+            return "py_modules" in session.job_request(workload).runtime_env
+
+    assert ships()
+    remember(store, True)
+    assert known_same(store.load()) and not ships()
+    assert store.load() == {"cluster": "code", STATE_KEY: local_digest()}
+    # Another rtk here (an upgrade since rtk up) ships its own.
+    store.save({"cluster": "code", STATE_KEY: "0" * 64})
+    assert ships()
+    remember(store, False)
+    assert store.load() == {"cluster": "code"} and ships()
