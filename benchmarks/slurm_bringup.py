@@ -88,6 +88,9 @@ port=6379
 ip_head=$head_node_ip:$port
 echo "IP Head: $ip_head"
 temp_dir=/tmp/ray-tpl-$SLURM_JOB_ID
+# Not in Ray's template, which predates token auth: Ray 2.60 turns it on by itself
+# when a token file is found in the home directory, and the workers then lack it.
+export RAY_AUTH_MODE=disabled
 
 echo "Starting HEAD at $head_node"
 srun --nodes=1 --ntasks=1 -w "$head_node" \\

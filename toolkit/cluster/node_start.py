@@ -37,6 +37,7 @@ class NodeOutcome:
     network_profile: str | None = None
     duration_s: float = 0.0
     error: str | None = None
+    rtk_digest: str | None = None  # of the rtk source the node's Python imports
 
 
 # What ``ray start`` prints once the node runs (``--block`` keeps it running after;
@@ -65,6 +66,7 @@ def prepare_node(
     if facts.route.error:
         raise ClusterError(f"{node.name}: {facts.route.error}")
     outcome.node_ip = facts.route.source_ip
+    outcome.rtk_digest = facts.rtk_digest
     reporter.phase(node.name, "probed")
     if facts.raylet_running:
         outcome.action = "already running"

@@ -1,28 +1,28 @@
 """Whether a Ray job carries rtk's source to the nodes, or the nodes run their own copy.
 
 A job ships this machine's ``toolkit/`` as ``py_modules`` unless every node's Python
-already imports the very same source (its digest, ``toolkit.node.facts.source_digest``,
-read by preflight). Shipping costs each node a download and an unpack before the
-job's first process, and every Ray Train worker waits for it: seconds on a fresh
-cluster, which is every SLURM allocation.
+already imports the very same source. ``rtk up``'s probe digests the rtk each node
+imports (``toolkit.node.agent.source_digest``), and ``up`` keeps in the cluster's
+state (``STATE_KEY``) the digest every node shared, if they did; each job after it
+compares that with the source it runs itself. Shipping costs each node a download
+and an unpack before the job's first process, and every Ray Train worker waits for
+it: seconds on a fresh cluster, which is every SLURM allocation.
 
-``rtk up``'s checks keep what they found in the cluster's state (``STATE_KEY``), so
-the commands after it (``rtk train --no-preflight`` in a batch job) know it too.
+What this trusts: that nobody replaces rtk on the nodes while the cluster runs. A
+different rtk here (an upgrade since ``rtk up``) ships its own.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import toolkit
-from toolkit.cluster.state import StateStore
-from toolkit.node.facts import source_digest
-from toolkit.node.host_facts import SoftwareFacts
+from toolkit.node.agent import source_digest
 
-# The state's record of the rtk source every node imported when last checked.
+# The state's record of the rtk source every node imported at the last rtk up.
 STATE_KEY = "nodes_rtk_digest"
 
 
@@ -42,21 +42,11 @@ def code_env(ship: bool) -> dict[str, Any]:
     return {"py_modules": [package_dir()]} if ship else {}
 
 
-def nodes_differ(software: Mapping[str, SoftwareFacts]) -> list[str]:
-    """The nodes whose Python does not import this very rtk source (none: ship nothing)."""
+def shared_digest(digests: Iterable[str | None]) -> dict[str, str]:
+    """What ``up`` keeps in the state: this rtk's digest if every node had it, else nothing."""
     here = local_digest()
-    return sorted(name for name, s in software.items() if s.rtk_digest != here)
-
-
-def remember(store: StateStore, same_code: bool) -> None:
-    """Keep in the cluster's state whether every node imports this rtk's source."""
-    record = store.load()
-    if record is None:
-        return  # no cluster brought up from here: nothing to remember it with
-    record.pop(STATE_KEY, None)
-    if same_code:
-        record[STATE_KEY] = local_digest()
-    store.save(record)
+    seen = list(digests)
+    return {STATE_KEY: here} if seen and all(d == here for d in seen) else {}
 
 
 def known_same(state: Mapping[str, Any] | None) -> bool:

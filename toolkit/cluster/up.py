@@ -15,6 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from toolkit.cluster import shipped_code
 from toolkit.cluster.down import stop_nodes
 from toolkit.cluster.grouping import group_nodes, render_failure_groups
 from toolkit.cluster.node_start import (
@@ -113,8 +114,12 @@ def up(plan: ClusterPlan, transport: Transport, store: StateStore, reporter: Rep
         result.duration_s,
         waves,
     )
+    kept = {k: v for k, v in (store.load() or {}).items() if k != shipped_code.STATE_KEY}
     store.save(
-        (store.load() or {})
+        kept
+        | shipped_code.shared_digest(
+            o.rtk_digest for o in outcomes.values() if o.action != "failed"
+        )
         | {
             "cluster": inv.name,
             "source": inv.source,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from toolkit.cluster import StateStore, shipped_code, up
+from toolkit.cluster import StateStore, up
 from toolkit.cluster.plan import ClusterPlan
 from toolkit.cluster.report import Reporter
 from toolkit.flows.outcome import (
@@ -41,7 +41,6 @@ def bring_up(
     # up has just asked Ray which nodes are alive: no second status round trip.
     alive = {n.name for n in result.status.nodes if n.alive} if result.status else None
     report = run_preflight(dataclasses.replace(plan, nodes=joined), transport, alive=alive)
-    shipped_code.remember(store, report.same_code)
     outcome = BringUpOutcome(result, PreflightOutcome(policy, report))
     if outcome.preflight.failed and policy is PreflightPolicy.ENFORCE:
         raise PreflightFailedError(

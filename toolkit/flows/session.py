@@ -130,9 +130,6 @@ class Session:
         )
         self._transport: Transport | None = None
         self._parent: Session | None = None
-        # Jobs carry rtk's source unless rtk up's or this session's preflight found
-        # the same on every node.
-        self._ship_code = not shipped_code.known_same(self.store.load())
 
     def __enter__(self) -> Session:
         return self
@@ -187,10 +184,11 @@ class Session:
     def job_request(self, workload: Workload) -> JobRequest:
         """The Ray job ``run_workload`` would submit.
 
-        It carries rtk's source to the nodes unless this session's last preflight
-        found the same source installed on every node (``cluster.shipped_code``).
+        It carries rtk's source to the nodes unless the last ``rtk up`` found the
+        same source installed on every node (``cluster.shipped_code``).
         """
-        return job_request(self.plan, workload, ship_code=self._ship_code)
+        same_code = shipped_code.known_same(self.store.load())
+        return job_request(self.plan, workload, ship_code=not same_code)
 
     def exec_request(
         self, argv: Sequence[str], with_env: bool = True, timeout_s: float = 600.0
@@ -226,10 +224,7 @@ class Session:
         Raises:
             PreflightFailedError: A check failed under ``ENFORCE`` (the cluster stays up).
         """
-        outcome = bringup.bring_up(self.plan, self.transport, self.store, self.reporter, preflight)
-        if outcome.preflight.report is not None:
-            self._ship_code = not outcome.preflight.report.same_code
-        return outcome
+        return bringup.bring_up(self.plan, self.transport, self.store, self.reporter, preflight)
 
     def status(self) -> ClusterStatus:
         """Which nodes are alive in Ray."""
@@ -246,11 +241,7 @@ class Session:
         Raises:
             PreflightFailedError: A check failed under ``ENFORCE``.
         """
-        outcome = bringup.preflight(self.plan, self.transport, run_dir, policy, save)
-        if outcome.report is not None:
-            # What it tells the jobs after it: whether to ship rtk's source.
-            self._ship_code = not outcome.report.same_code
-        return outcome
+        return bringup.preflight(self.plan, self.transport, run_dir, policy, save)
 
     def smoke(self) -> dict[str, dict[str, str]]:
         """A Ray task on every node: node -> where it ran."""

@@ -14,6 +14,8 @@ Commands:
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import importlib.util
 import json
 import logging
 import os
@@ -31,6 +33,8 @@ from collections.abc import Callable
 from typing import Any
 
 MARKER_VARIABLE = "RTK_CLUSTER_DIR"
+# The package rtk is imported as: a node with the same source needs none shipped.
+RTK_PACKAGE = "toolkit"
 
 
 def marked_pids(marker_dir: str) -> dict[int, str]:
@@ -322,6 +326,48 @@ def network_facts(interface: str | None, root: str = "/") -> dict[str, Any]:
     return facts
 
 
+def source_digest(root: str) -> str:
+    """One digest of a package's source files: their paths under ``root`` and bytes.
+
+    Compiled files and ``__pycache__`` are left out. The host digests its own copy of
+    rtk with this same function, so two copies with equal digests run the same code.
+    """
+    digest = hashlib.sha256()
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(files):
+            if name.endswith((".pyc", ".pyo")):
+                continue
+            path = os.path.join(folder, name)
+            digest.update(os.path.relpath(path, root).encode() + b"\0")
+            with open(path, "rb") as f:
+                digest.update(hashlib.sha256(f.read()).digest())
+    return digest.hexdigest()
+
+
+def rtk_source(package: str = RTK_PACKAGE) -> dict[str, str] | None:
+    """Where this Python imports rtk from, and its digest; None when it cannot.
+
+    The current directory is left out of the search: Ray's workers do not start
+    there, so only an installed rtk counts.
+    """
+    saved = sys.path[:]
+    sys.path[:] = [p for p in sys.path if p not in ("", ".")]
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        spec = None
+    finally:
+        sys.path[:] = saved
+    if spec is None or not spec.origin or not spec.submodule_search_locations:
+        return None  # not there, or a namespace package: no rtk
+    root = os.path.dirname(spec.origin)
+    try:
+        return {"path": root, "digest": source_digest(root)}
+    except OSError:
+        return None
+
+
 def probe(head: str, marker_dir: str, ports_text: str, interface: str = "") -> dict[str, Any]:
     """Everything rtk decides on before starting Ray on this node."""
     pids = marked_pids(marker_dir)
@@ -335,6 +381,7 @@ def probe(head: str, marker_dir: str, ports_text: str, interface: str = "") -> d
         network["interface_source"] = "head"
     else:
         network["interface_source"] = "route"
+    rtk = rtk_source()
     return {
         "hostname": socket.gethostname(),
         "python": platform.python_version(),
@@ -343,6 +390,7 @@ def probe(head: str, marker_dir: str, ports_text: str, interface: str = "") -> d
         "rtk_pids": sorted(pids),
         "raylet_running": "raylet" in pids.values(),
         "busy_ports": busy,
+        **({"rtk_source": rtk} if rtk else {}),
     }
 
 

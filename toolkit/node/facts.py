@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import hashlib
 import importlib
 import importlib.metadata
-import importlib.util
 import json
 import os
 import platform
@@ -33,8 +31,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-# The package rtk is imported as: a node that has the same source needs none shipped.
-RTK_PACKAGE = "toolkit"
 PACKAGES = ("ray", "torch", "nvidia-nccl-cu12", "nvidia-nccl-cu13", "deepspeed")
 CONNECT_TIMEOUT_S = 2.0
 REACH_CONCURRENCY = 64  # connections tried at once (the host's time limit counts waves)
@@ -425,48 +421,6 @@ def _listdir(path: str) -> list[str]:
         return []
 
 
-def source_digest(root: str) -> str:
-    """One digest of a package's source files: their paths under ``root`` and bytes.
-
-    Compiled files and ``__pycache__`` are left out. The host digests its own copy of
-    rtk with this same function, so two copies with equal digests run the same code.
-    """
-    digest = hashlib.sha256()
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        for name in sorted(files):
-            if name.endswith((".pyc", ".pyo")):
-                continue
-            path = os.path.join(folder, name)
-            digest.update(os.path.relpath(path, root).encode() + b"\0")
-            with open(path, "rb") as f:
-                digest.update(hashlib.sha256(f.read()).digest())
-    return digest.hexdigest()
-
-
-def rtk_source(package: str = RTK_PACKAGE) -> dict[str, str] | None:
-    """Where this Python imports rtk from, and its digest; None when it cannot.
-
-    The current directory is left out of the search: Ray's workers do not start
-    there, so only an installed rtk counts.
-    """
-    saved = sys.path[:]
-    sys.path[:] = [p for p in sys.path if p not in ("", ".")]
-    try:
-        spec = importlib.util.find_spec(package)
-    except (ImportError, ValueError):
-        spec = None
-    finally:
-        sys.path[:] = saved
-    if spec is None or not spec.origin or not spec.submodule_search_locations:
-        return None  # not there, or a namespace package: no rtk
-    root = os.path.dirname(spec.origin)
-    try:
-        return {"path": root, "digest": source_digest(root)}
-    except OSError:
-        return None
-
-
 def main(argv: list[str]) -> int:
     """Print this node's facts as JSON."""
     run_dir = argv[0] if argv else "~"
@@ -476,7 +430,6 @@ def main(argv: list[str]) -> int:
     facts["gpus"] = gpu_facts()
     facts["kernel_log"] = kernel_xids()
     facts["ib_ports"] = ib_port_files()
-    facts["rtk_source"] = rtk_source()
     dcgm = dcgm_diag(dcgm_level)
     if dcgm is not None:
         facts["dcgm"] = dcgm

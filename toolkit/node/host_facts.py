@@ -81,15 +81,10 @@ class SoftwareFacts:
     Attributes:
         versions: Package -> version (None: not installed); ``python`` included.
         python_executable: The Python that ran the facts script.
-        rtk_digest: The digest of the rtk source that Python imports
-            (``facts.source_digest``; None: it has no rtk installed).
-        rtk_path: Where that source is.
     """
 
     versions: Mapping[str, str | None] = field(default_factory=dict)
     python_executable: str | None = None
-    rtk_digest: str | None = None
-    rtk_path: str | None = None
 
     def version(self, name: str) -> str | None:
         """The version of ``name`` (None: not installed, or not asked)."""
@@ -99,14 +94,11 @@ class SoftwareFacts:
     def read(cls, f: Fields) -> SoftwareFacts:
         """Read the software fields of a facts answer."""
         versions = f.nested_or_none("versions")
-        rtk = f.nested_or_none("rtk_source")
         return cls(
             versions={}
             if versions is None
             else {k: versions.text_or_none(k) for k in versions.data},
             python_executable=f.text_or_none("python_executable"),
-            rtk_digest=None if rtk is None else rtk.text("digest"),
-            rtk_path=None if rtk is None else rtk.text("path"),
         )
 
 
@@ -189,8 +181,6 @@ class NodeFacts:
             "reach": {k: r.to_json() for k, r in self.reach.items()},
             "gpus": self.gpus.to_json(),
         }
-        if self.software.rtk_digest is not None:
-            out["rtk_source"] = {"path": self.software.rtk_path, "digest": self.software.rtk_digest}
         if self.kernel_log is not None:
             out["kernel_log"] = self.kernel_log.to_json()
         if self.ib_ports is not None:

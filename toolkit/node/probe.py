@@ -65,6 +65,9 @@ class ProbeFacts:
         busy_ports: Ports of the plan that another program listens on.
         hostname: The node's host name, when reported.
         python_version: The node's Python version, when reported.
+        rtk_digest: The digest of the rtk source the node's Python imports
+            (``agent.source_digest``; None: none installed, or not reported).
+        rtk_path: Where that source is.
     """
 
     node: str
@@ -76,6 +79,8 @@ class ProbeFacts:
     busy_ports: tuple[int, ...] = ()
     hostname: str | None = None
     python_version: str | None = None
+    rtk_digest: str | None = None
+    rtk_path: str | None = None
 
     def detected(self) -> dict[str, str | None]:
         """The facts the plan's ``Detect`` placeholders name (``node_ip``, ``interface``)."""
@@ -90,6 +95,7 @@ class ProbeFacts:
         """
         fields = answer_fields(node, WHAT, data)
         network = dict(fields.nested("network").data)
+        rtk = fields.nested_or_none("rtk_source")
         return cls(
             node=node,
             route=RouteFacts.read(fields.nested("route")),
@@ -100,11 +106,13 @@ class ProbeFacts:
             busy_ports=fields.integers("busy_ports", required=True),
             hostname=fields.text_or_none("hostname"),
             python_version=fields.text_or_none("python"),
+            rtk_digest=None if rtk is None else rtk.text("digest"),
+            rtk_path=None if rtk is None else rtk.text("path"),
         )
 
     def to_json(self) -> dict[str, Any]:
         """The answer as the agent sends it (``from_json`` reads it back)."""
-        return {
+        out = {
             "hostname": self.hostname,
             "python": self.python_version,
             "route": self.route.to_json(),
@@ -113,3 +121,6 @@ class ProbeFacts:
             "raylet_running": self.raylet_running,
             "busy_ports": list(self.busy_ports),
         }
+        if self.rtk_digest is not None:
+            out["rtk_source"] = {"path": self.rtk_path, "digest": self.rtk_digest}
+        return out

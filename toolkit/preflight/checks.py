@@ -14,7 +14,6 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from toolkit.inventory.hostrange import name_ranges
 from toolkit.preflight.bandwidth import plateau
 from toolkit.preflight.localise_checks import localise_checks
 from toolkit.preflight.result import Check, Status
@@ -173,28 +172,6 @@ def version_checks(software: Mapping[str, SoftwareFacts]) -> list[Check]:
                 )
             )
     return checks
-
-
-def code_check(differ: Sequence[str], answered: int) -> Check:
-    """Whether jobs can use the nodes' own rtk: ``differ`` import another source or none.
-
-    Never a failure: jobs then carry this machine's source (``shipped_code``).
-    """
-    if not differ:
-        value = f"this rtk's source on all {answered} node(s): jobs use theirs"
-    else:
-        value = (
-            f"{len(differ)} of {answered} node(s) import another rtk or none "
-            f"({name_ranges(differ)}): jobs ship this one"
-        )
-    return Check(
-        "software.rtk",
-        "cluster",
-        "pass",
-        value,
-        "the same rtk installed on every node (else shipped with each job)",
-        "install this rtk in the nodes' Python to save each job's download and unpack",
-    )
 
 
 def clock_checks(

@@ -31,8 +31,6 @@ class PreflightReport:
         excluded: The nodes left out before the checks ran (``rtk up --exclude``).
         reach: Ray-port reachability per node and port, failures pair by pair,
             bounded (None: no port was checked).
-        same_code: Every node answered, and its Python imports the same rtk source
-            as this machine: jobs need not ship it (``cluster.shipped_code``).
     """
 
     cluster: str
@@ -41,7 +39,6 @@ class PreflightReport:
     head: str = ""
     excluded: list[Exclusion] = field(default_factory=list)
     reach: ReachRecord | None = None
-    same_code: bool = False
 
     @property
     def status(self) -> Status:

@@ -18,7 +18,6 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from toolkit.cluster.plan import ClusterPlan, NodePlan
-from toolkit.cluster.shipped_code import nodes_differ
 from toolkit.cluster.state import StateStore
 from toolkit.cluster.status import cluster_status
 from toolkit.errors import ClusterError, RunDirError
@@ -225,9 +224,6 @@ def run_preflight(
         {n: a.facts.software for n, a in answers.results.items()}
     )
     report.checks += gpu_checks.driver_checks({n: a.facts.gpus for n, a in answers.results.items()})
-    differ = nodes_differ({n: a.facts.software for n, a in answers.results.items()})
-    report.checks.append(checks.code_check(differ, len(answers.results)))
-    report.same_code = not differ and not answers.failed
     # Clock offsets from one round trip each: coarse (the transport's latency is the
     # error bar), enough to catch a node whose clock is seconds off.
     offsets = {n: a.offset_s for n, a in answers.results.items()}

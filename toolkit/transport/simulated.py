@@ -20,6 +20,7 @@ ports that preflight's connections find closed on a node or cut between two.
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import re
@@ -32,8 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import toolkit
 from toolkit.errors import TransportError
 from toolkit.inventory import Node
+from toolkit.node.agent import source_digest
 from toolkit.node.reach_request import ReachRequest, request_in
 from toolkit.node.script import AGENT, FACTS
 from toolkit.ray_resources import host_resource
@@ -93,6 +96,7 @@ class Faults:
         ports_closed: Node -> the Ray ports (by name: ``gcs``, ``object_manager``)
             that refuse every connection there.
         pairs_cut: (source, target) pairs whose connections to any port time out.
+        other_rtk: Nodes whose Python imports no rtk (the others import this one).
     """
 
     unreachable: frozenset[str] = frozenset()
@@ -100,6 +104,7 @@ class Faults:
     join_late_s: Mapping[str, float] = field(default_factory=dict)
     ports_closed: Mapping[str, frozenset[str]] = field(default_factory=dict)
     pairs_cut: frozenset[tuple[str, str]] = frozenset()
+    other_rtk: frozenset[str] = frozenset()
 
 
 def pick_nodes(names: Sequence[str], rate: float, seed: int = 0) -> frozenset[str]:
@@ -233,6 +238,7 @@ class SimulatedCluster:
             "rtk_pids": [4242, 4243, 4244] if running else [],
             "raylet_running": running,
             "busy_ports": [],
+            "rtk_source": None if node.name in self.faults.other_rtk else _this_rtk(),
         }
 
     def facts_answer(
@@ -425,6 +431,13 @@ class SimulatedTransport(Transport):
             return cluster.start_ray(node, head=" --head " in f" {command} ")
         self._count("command")
         return _result(node, command, 0, "", "")
+
+
+@functools.cache
+def _this_rtk() -> dict[str, str]:
+    """The probe's answer for a node with the same rtk as this process."""
+    root = str(Path(toolkit.__file__).parent)
+    return {"path": root, "digest": source_digest(root)}
 
 
 def is_ray_start(command: str) -> bool:

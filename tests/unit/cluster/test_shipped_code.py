@@ -1,4 +1,8 @@
-"""Whether jobs ship rtk's source: the digest on both sides, and what preflight learns."""
+"""Whether jobs ship rtk's source: the digest on both sides, and what ``rtk up`` keeps.
+
+The bring-ups run on the simulated transport, whose probe answers for a node that
+imports this very rtk, or none (``Faults.other_rtk``).
+"""
 
 from __future__ import annotations
 
@@ -11,26 +15,30 @@ from typing import Any
 
 import yaml
 from conftest import REPO
-from scripted_transport import ScriptedTransport, answer
 
-from toolkit.cluster import build_plan
 from toolkit.cluster.shipped_code import (
     STATE_KEY,
     code_env,
     known_same,
     local_digest,
-    nodes_differ,
     package_dir,
-    remember,
+    shared_digest,
 )
 from toolkit.cluster.state import StateStore
+from toolkit.flows.outcome import PreflightPolicy
 from toolkit.flows.session import Session
-from toolkit.flows.workload import TrainWorkload, job_request
+from toolkit.flows.workload import TrainWorkload
 from toolkit.inventory import load_inventory
-from toolkit.node.facts import host_facts, source_digest
-from toolkit.node.host_facts import SoftwareFacts
-from toolkit.preflight.runner import run_preflight
+from toolkit.node.agent import source_digest
 from toolkit.train.config import TrainConfig
+from toolkit.transport.simulated import (
+    Faults,
+    LatencyModel,
+    SimulatedCluster,
+    SimulatedTransport,
+)
+
+WORKLOAD = TrainWorkload(TrainConfig(run_dir="/tmp/run"), "run1")
 
 
 def copy_of_rtk(into: Path) -> Path:
@@ -61,7 +69,7 @@ def test_a_copy_has_the_same_digest_and_any_changed_byte_or_file_another(tmp_pat
     assert moved != source_digest(str(copy))
 
 
-def test_the_node_finds_an_installed_rtk_but_not_one_in_its_current_folder(
+def test_the_probe_finds_an_installed_rtk_but_not_one_in_its_current_folder(
     tmp_path: Path,
 ) -> None:
     installed = tmp_path / "site"
@@ -69,15 +77,16 @@ def test_the_node_finds_an_installed_rtk_but_not_one_in_its_current_folder(
     workdir = tmp_path / "work"
     copy_of_rtk(workdir)
     (workdir / "toolkit" / "errors.py").write_text("# another rtk\n")
+    # The agent's text, as the node runs it (``python -``), up to its command dispatch.
     probe = "import json, sys; sys.path.append(sys.argv[1]); " + (
         "exec(open(sys.argv[2]).read().split('\\nif __name__')[0]); print(json.dumps(rtk_source()))"
     )
-    facts_file = str(Path(REPO) / "toolkit" / "node" / "facts.py")
+    agent_file = str(Path(REPO) / "toolkit" / "node" / "agent.py")
 
     def ask(extra_path: str) -> Any:
         done = subprocess.run(
             # -S: no site-packages, where this venv has rtk installed itself.
-            [sys.executable, "-I", "-S", "-c", probe, extra_path, facts_file],
+            [sys.executable, "-I", "-S", "-c", probe, extra_path, agent_file],
             cwd=workdir,
             capture_output=True,
             text=True,
@@ -91,86 +100,68 @@ def test_the_node_finds_an_installed_rtk_but_not_one_in_its_current_folder(
     assert ask(str(tmp_path / "nowhere")) is None
 
 
-def test_nodes_differ_names_the_nodes_without_this_source() -> None:
-    same = SoftwareFacts(rtk_digest=local_digest())
-    assert nodes_differ({"a": same, "b": same}) == []
-    assert nodes_differ({"b": SoftwareFacts(), "a": same, "c": SoftwareFacts(rtk_digest="x")}) == [
-        "b",
-        "c",
-    ]
+def test_the_state_keeps_the_digest_only_when_every_node_had_this_one() -> None:
+    here = local_digest()
+    assert shared_digest([here, here]) == {STATE_KEY: here}
+    assert shared_digest([here, None]) == {}
+    assert shared_digest([here, "0" * 64]) == {}
+    assert shared_digest([]) == {}
+    assert known_same({STATE_KEY: here})
+    assert not known_same({STATE_KEY: "0" * 64}) and not known_same({}) and not known_same(None)
 
 
-def plan_of(tmp_path: Path) -> Any:
-    data = {
+def inventory_file(tmp_path: Path, min_nodes: int | None = None) -> Path:
+    data: dict[str, Any] = {
         "cluster": "code",
-        "nodes": [{"host": "n1", "address": "10.0.0.1"}, {"host": "n2", "address": "10.0.0.2"}],
+        "nodes": [{"host": f"n{i}", "address": f"10.0.0.{i}"} for i in range(1, 5)],
         "ray": {"auth": "none"},
     }
+    if min_nodes is not None:
+        data["min_nodes"] = min_nodes
+    tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "inv.yaml"
     path.write_text(yaml.safe_dump(data))
-    return build_plan(load_inventory(path))
+    return path
 
 
-def facts(tmp_path: Path, digest: str | None) -> dict[str, Any]:
-    data = host_facts(str(tmp_path / "run"))
-    data["reach"] = {}
-    data["gpus"] = {"available": False, "reason": "no pynvml"}
-    data["rtk_source"] = None if digest is None else {"path": "/opt/rtk", "digest": digest}
-    parsed: dict[str, Any] = json.loads(json.dumps(data))
-    return parsed
+def bring_up_and_ask(
+    tmp_path: Path, faults: Faults, min_nodes: int | None = None
+) -> tuple[dict[str, Any], bool]:
+    """Bring a simulated cluster up; its state after, and whether a job would ship rtk."""
+    cluster = SimulatedCluster(LatencyModel(scale=0.0), faults)
+    inv = load_inventory(inventory_file(tmp_path, min_nodes))
+    store = StateStore(inv.name, root=tmp_path / "state")
+
+    def factory(_: Any) -> SimulatedTransport:
+        return SimulatedTransport(cluster)
+
+    with Session(inv, store=store, transport_factory=factory) as session:
+        session.bring_up(PreflightPolicy.SKIP)
+    # A later command (rtk train) is another process: it reads the state.
+    with Session(inv, store=store) as later:
+        ships = "py_modules" in later.job_request(WORKLOAD).runtime_env
+    return store.load() or {}, ships
 
 
-def test_preflight_says_whether_every_node_has_this_source(tmp_path: Path) -> None:
-    plan = plan_of(tmp_path)
-    here = local_digest()
-
-    def check(n1: str | None, n2: str | None) -> tuple[bool, str]:
-        transport = (
-            ScriptedTransport()
-            .on("n1", r" - ", answer(facts(tmp_path, n1)))
-            .on("n2", r" - ", answer(facts(tmp_path, n2)))
-        )
-        report = run_preflight(plan, transport, str(tmp_path / "run"), alive={"n1", "n2"})
-        found = next(c for c in report.checks if c.name == "software.rtk")
-        assert found.status == "pass"  # shipping works: never a failure
-        return report.same_code, found.measured
-
-    assert check(here, here) == (True, "this rtk's source on all 2 node(s): jobs use theirs")
-    same, text = check(here, None)
-    assert not same and "1 of 2 node(s) import another rtk or none (n2)" in text
-    assert not check("0" * 64, here)[0]
+def test_rtk_up_lets_jobs_skip_shipping_when_every_node_has_this_rtk(tmp_path: Path) -> None:
+    state, ships = bring_up_and_ask(tmp_path / "same", Faults())
+    assert state[STATE_KEY] == local_digest() and not ships
+    state, ships = bring_up_and_ask(tmp_path / "one-without", Faults(other_rtk=frozenset({"n3"})))
+    assert STATE_KEY not in state and ships
 
 
-def test_a_job_ships_rtk_unless_told_the_nodes_have_it(tmp_path: Path) -> None:
-    plan = plan_of(tmp_path)
-    workload = TrainWorkload(TrainConfig(run_dir="/tmp/run"), "run1")
-    shipped = job_request(plan, workload, now_s=0)
-    assert shipped.runtime_env["py_modules"] == [package_dir()]
-    bare = job_request(plan, workload, now_s=0, ship_code=False)
-    assert "py_modules" not in bare.runtime_env
-    assert bare.runtime_env["env_vars"] == shipped.runtime_env["env_vars"]
-    assert bare.entrypoint == shipped.entrypoint
-    assert code_env(False) == {}
+def test_a_node_left_out_does_not_count(tmp_path: Path) -> None:
+    # n4 fails to start (min_nodes allows it): the jobs run where the others are.
+    faults = Faults(start_fails=frozenset({"n4"}), other_rtk=frozenset({"n4"}))
+    state, ships = bring_up_and_ask(tmp_path, faults, min_nodes=3)
+    assert state[STATE_KEY] == local_digest() and not ships
 
 
-def test_what_rtk_up_found_reaches_the_commands_after_it(tmp_path: Path) -> None:
-    plan = plan_of(tmp_path)
-    store = StateStore(plan.inventory.name, root=tmp_path / "state")
-    remember(store, True)  # nothing brought up from here: nothing kept
-    assert store.load() is None
-    store.save({"cluster": "code"})
-    workload = TrainWorkload(TrainConfig(run_dir="/tmp/run"), "run1")
-
-    def ships() -> bool:
-        with Session(plan.inventory, store=store) as session:
-            return "py_modules" in session.job_request(workload).runtime_env
-
-    assert ships()
-    remember(store, True)
-    assert known_same(store.load()) and not ships()
-    assert store.load() == {"cluster": "code", STATE_KEY: local_digest()}
-    # Another rtk here (an upgrade since rtk up) ships its own.
+def test_another_rtk_here_since_rtk_up_ships_its_own(tmp_path: Path) -> None:
+    inv = load_inventory(inventory_file(tmp_path))
+    store = StateStore(inv.name, root=tmp_path / "state")
     store.save({"cluster": "code", STATE_KEY: "0" * 64})
-    assert ships()
-    remember(store, False)
-    assert store.load() == {"cluster": "code"} and ships()
+    with Session(inv, store=store) as session:
+        request = session.job_request(WORKLOAD)
+    assert request.runtime_env["py_modules"] == [package_dir()]
+    assert code_env(False) == {}
