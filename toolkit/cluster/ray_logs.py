@@ -29,6 +29,7 @@ from typing import Any
 
 from toolkit.cluster.plan import ClusterPlan, NodePlan
 from toolkit.errors import ClusterError, RtkError, TransportError
+from toolkit.node.fields import answer_fields
 from toolkit.node.script import NodeScript
 from toolkit.shell import join
 from toolkit.telemetry.fetch import unpack
@@ -66,19 +67,17 @@ class NodeLogs:
         Raises:
             ClusterError: A field is missing or of the wrong type (naming the node).
         """
-        try:
-            return cls(
-                node=node,
-                files=int(answer["files"]),
-                file_bytes=int(answer["file_bytes"]),
-                archive_bytes=int(answer["size_bytes"]),
-                left_out=int(answer.get("left_out", 0)),
-                left_out_bytes=int(answer.get("left_out_bytes", 0)),
-                cut=tuple(str(c) for c in answer.get("cut", ())),
-                masked_files=int(answer.get("masked_files", 0)),
-            )
-        except (KeyError, TypeError, ValueError) as e:
-            raise ClusterError(f"{node}: the log packer's answer lacks {e}") from e
+        fields = answer_fields(node, "log packer answer", answer)
+        return cls(
+            node=node,
+            files=fields.integer("files"),
+            file_bytes=fields.integer("file_bytes"),
+            archive_bytes=fields.integer("size_bytes"),
+            left_out=fields.integer("left_out"),
+            left_out_bytes=fields.integer("left_out_bytes"),
+            cut=fields.texts("cut"),
+            masked_files=fields.integer("masked_files"),
+        )
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""

@@ -20,8 +20,8 @@ import yaml
 
 from toolkit.cli import TRANSPORT_FACTORY, main
 from toolkit.cluster.plan import ClusterPlan, build_plan
-from toolkit.cluster.ray_logs import collect_ray_logs, parse_duration_s
-from toolkit.errors import RtkError
+from toolkit.cluster.ray_logs import NodeLogs, collect_ray_logs, parse_duration_s
+from toolkit.errors import ClusterError, RtkError
 from toolkit.inventory import load_inventory
 from toolkit.transport.local import LocalTransport
 
@@ -157,3 +157,8 @@ def test_durations_read_as_seconds() -> None:
     for bad in ("", "2w", "-5m", "0", "h"):
         with pytest.raises(ValueError, match="give a duration like"):
             parse_duration_s(bad)
+
+
+def test_a_malformed_answer_names_the_node_and_the_field() -> None:
+    with pytest.raises(ClusterError, match=r"^n1: malformed log packer answer .* 'files'"):
+        NodeLogs.from_answer("n1", {"files": "3", "file_bytes": 1})
