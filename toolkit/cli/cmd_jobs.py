@@ -162,7 +162,8 @@ unknown or still running after --timeout-s.
 @click.option(
     "--submission-id",
     default=None,
-    help="The job's id (default: rtk-launch-CLUSTER-TIME; -2, -3... when taken).",
+    help="The job's id; taken already: an error (default: rtk-launch-CLUSTER-TIME, "
+    "then -2, -3... when taken).",
 )
 @slurm_option
 @local_option
@@ -203,7 +204,13 @@ def launch_cmd(
             return
         client = job_client(session.plan, session.store)
         if no_wait:
-            job_id = submit_job(client, request.entrypoint, runtime_env, request.submission_id)
+            job_id = submit_job(
+                client,
+                request.entrypoint,
+                runtime_env,
+                request.submission_id,
+                renumber=submission_id is None,
+            )
             click.echo(job_id)
             where = _inventory_words(inventory if not local else None, local, slurm)
             click.echo(
@@ -213,7 +220,12 @@ def launch_cmd(
             )
             return
         outcome = run_job(
-            client, request.entrypoint, runtime_env, request.submission_id, click.echo
+            client,
+            request.entrypoint,
+            runtime_env,
+            request.submission_id,
+            click.echo,
+            renumber=submission_id is None,
         )
     for line in outcome_lines(outcome):
         click.echo(f"rtk: {line}", err=True)
@@ -277,6 +289,7 @@ def jobs_cmd(
 @click.option(
     "--max-mib-per-node",
     type=click.FloatRange(min=0.0, min_open=True),
+    metavar="MIB",
     default=MAX_BYTES_PER_NODE / (1 << 20),
     show_default=True,
     help="With --ray: at most this many MiB of files from each node, the newest first.",
@@ -348,6 +361,7 @@ def logs_cmd(
 @click.option(
     "--timeout-s",
     type=click.FloatRange(min=0.0),
+    metavar="SECONDS",
     default=STOP_WAIT_S,
     show_default=True,
     help="How long to wait for the job to end after asking it to stop.",

@@ -152,14 +152,27 @@ def job_client(plan: ClusterPlan, store: StateStore) -> Any:
 
 
 def submit_job(
-    client: Any, entrypoint: str, runtime_env: dict[str, Any], submission_id: str
+    client: Any,
+    entrypoint: str,
+    runtime_env: dict[str, Any],
+    submission_id: str,
+    renumber: bool = True,
 ) -> str:
-    """Submit a job; its submission id (``submission_id``, or ``-2``... when taken).
+    """Submit a job; its submission id.
+
+    Args:
+        client: The Jobs API client (``job_client``).
+        entrypoint: The shell command the job runs.
+        runtime_env: Its Ray runtime environment.
+        submission_id: The id asked for.
+        renumber: When the id is taken (two submissions within the same second), try
+            ``-2``, ``-3``... after it; False: a taken id is an error (one the user gave).
 
     Raises:
         ClusterError: The Jobs API refused it (the reason is Ray's).
     """
-    for attempt in range(1, SUBMIT_TRIES + 1):
+    tries = SUBMIT_TRIES if renumber else 1
+    for attempt in range(1, tries + 1):
         wanted = submission_id if attempt == 1 else f"{submission_id}-{attempt}"
         try:
             return str(
@@ -168,7 +181,7 @@ def submit_job(
                 )
             )
         except RuntimeError as e:
-            if "already exists" not in str(e) or attempt == SUBMIT_TRIES:
+            if "already exists" not in str(e) or attempt == tries:
                 raise ClusterError(f"the Jobs API refused job {wanted}: {_reason(e)}") from e
     raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
@@ -179,15 +192,18 @@ def run_job(
     runtime_env: dict[str, Any],
     submission_id: str,
     echo: Callable[[str], None],
+    renumber: bool = True,
 ) -> JobOutcome:
     """Submit, stream the logs through ``echo``, and return once the job has ended.
+
+    ``renumber`` is ``submit_job``'s: whether a taken id gets ``-2``, ``-3``...
 
     Raises:
         KeyboardInterrupt: Interrupted; the job was stopped first (at most
             ``STOP_WAIT_S`` waited for it to end).
     """
     began = time.monotonic()
-    job_id = submit_job(client, entrypoint, runtime_env, submission_id)
+    job_id = submit_job(client, entrypoint, runtime_env, submission_id, renumber)
     status = _follow(client, job_id, echo, stop_on_interrupt=True)
     info = client.get_job_info(job_id)
     return JobOutcome(job_id, status, time.monotonic() - began, str(info.message or ""))

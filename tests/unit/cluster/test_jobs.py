@@ -177,6 +177,9 @@ def test_a_taken_submission_id_gets_a_suffix() -> None:
     assert submit_job(api, "python a.py", {}, "rtk-launch-c-1") == "rtk-launch-c-1"
     assert submit_job(api, "python a.py", {}, "rtk-launch-c-1") == "rtk-launch-c-1-2"
     assert submit_job(api, "python a.py", {}, "rtk-launch-c-1") == "rtk-launch-c-1-3"
+    # An id the user chose is theirs: taken, it is refused, not renamed.
+    with pytest.raises(ClusterError, match="refused job rtk-launch-c-1: .*already exists"):
+        submit_job(api, "python a.py", {}, "rtk-launch-c-1", renumber=False)
 
 
 def test_a_refused_submission_says_rays_reason_on_one_line() -> None:
