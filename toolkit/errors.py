@@ -75,6 +75,10 @@ class NetEnvError(ClusterError):
     exit_code = 4
 
 
+class JobError(RtkError):
+    """A Ray job is unknown to the cluster, or did not end when asked to stop."""
+
+
 class StateError(RtkError):
     """rtk's record of a cluster is missing or does not match the inventory."""
 

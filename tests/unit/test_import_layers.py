@@ -67,6 +67,7 @@ RUNS_ON: dict[str, str] = {
     "toolkit.node.agent": NODE_SCRIPT,
     "toolkit.node.facts": NODE_SCRIPT,
     "toolkit.gpu.control": NODE_SCRIPT,
+    "toolkit.node.logpack": NODE_SCRIPT,
     "toolkit.train.job": JOB_DRIVER,
     "toolkit.telemetry.record": JOB_DRIVER,
     "toolkit.preflight.bandwidth_job": JOB_DRIVER,

@@ -14,13 +14,14 @@ from toolkit.cli.cmd_demo import demo_cmd
 from toolkit.cli.cmd_env import env_cmd
 from toolkit.cli.cmd_exec import exec_cmd
 from toolkit.cli.cmd_inventory import inventory_group
+from toolkit.cli.cmd_jobs import jobs_cmd, launch_cmd, logs_cmd, stop_cmd
 from toolkit.cli.cmd_preflight import preflight_cmd
 from toolkit.cli.cmd_profile import profile_cmd
 from toolkit.cli.cmd_report import report_cmd
 from toolkit.cli.cmd_sandbox import sandbox_group
 from toolkit.cli.cmd_sbatch import sbatch_group
 from toolkit.cli.cmd_telemetry import telemetry_group
-from toolkit.cli.cmd_train import launch_cmd, train_cmd
+from toolkit.cli.cmd_train import train_cmd
 from toolkit.errors import RtkError
 from toolkit.flows import transports_from
 
@@ -75,6 +76,9 @@ cli.add_command(sandbox_group)
 cli.add_command(exec_cmd)
 cli.add_command(train_cmd)
 cli.add_command(launch_cmd)
+cli.add_command(jobs_cmd)
+cli.add_command(logs_cmd)
+cli.add_command(stop_cmd)
 cli.add_command(telemetry_group)
 cli.add_command(report_cmd)
 cli.add_command(preflight_cmd)

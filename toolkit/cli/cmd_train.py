@@ -1,4 +1,4 @@
-"""``rtk train`` (the built-in GPT trainer) and ``rtk launch`` (any entrypoint), as Ray jobs."""
+"""``rtk train``: the built-in GPT trainer, as a Ray job (``rtk launch``: ``cmd_jobs.py``)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,8 @@ import click
 from toolkit.cli.common import (
     choose_inventory,
     dry_run_option,
-    inventory_and_command,
     inventory_options,
-    local_option,
     output_options,
-    slurm_option,
     telemetry_options,
 )
 from toolkit.cli.help import TrainCommand
@@ -25,7 +22,6 @@ from toolkit.cluster import StateStore
 from toolkit.cluster.jobs import JobOutcome
 from toolkit.errors import PreflightError, RtkError
 from toolkit.flows import (
-    CommandWorkload,
     PreflightFailedError,
     PreflightPolicy,
     Session,
@@ -60,15 +56,6 @@ Examples:
   rtk train inv.yaml --strategy deepspeed --zero-stage 2 --offload-optimizer
   rtk train inv.yaml --resume --max-steps 40        continue the last run
   rtk up --local && rtk train --local --num-workers 2   this machine alone
-"""
-
-LAUNCH_HELP = """Run any COMMAND on the cluster as a Ray job (its driver runs on the head).
-
-\b
-The working directory (--working-dir, default .) is shipped with the job, and the
-command runs in the cluster's environment (NCCL/Gloo settings, Ray token).
-  rtk launch inv.yaml -- python my_train.py --lr 1e-4
-  rtk launch inv.yaml -- python -m openrlhf.cli.train_ppo_ray --actor_num_nodes 2
 """
 
 
@@ -342,40 +329,6 @@ def _train(inventory: str | None, clock: TrainClock, options: dict[str, Any]) ->
         if config.telemetry:
             with clock.phase("report"):
                 report_run(session, config.run_dir)
-    if not outcome.ok:
-        sys.exit(1)
-
-
-@click.command("launch", help=LAUNCH_HELP, context_settings={"ignore_unknown_options": True})
-@click.argument("inventory", required=False, type=click.Path(dir_okay=False))
-@click.argument("command", nargs=-1, type=click.UNPROCESSED)
-@click.option(
-    "--working-dir",
-    default=".",
-    show_default=True,
-    type=click.Path(file_okay=False),
-    help="Shipped with the job; the command runs inside it.",
-)
-@slurm_option
-@local_option
-@dry_run_option
-def launch_cmd(
-    inventory: str | None,
-    command: tuple[str, ...],
-    working_dir: str,
-    slurm: bool,
-    local: bool,
-    dry_run: bool,
-) -> None:
-    """Run any entrypoint (help: LAUNCH_HELP)."""
-    inv, command = inventory_and_command(inventory, command, local, slurm)
-    workload = CommandWorkload(command, working_dir)
-    with Session(inv, log=click.echo) as session:
-        if dry_run:
-            click.echo(session.job_request(workload).render(), nl=False)
-            return
-        outcome = session.run_workload(workload)
-    _print_outcome(outcome.job, None)
     if not outcome.ok:
         sys.exit(1)
 

@@ -1,0 +1,83 @@
+"""``--runtime-env-json`` and ``--env`` merged with rtk's runtime env, as ``ray job submit`` does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from toolkit.cluster.runtime_env import (
+    PROTECTED_ENV,
+    RuntimeEnvError,
+    merge_runtime_env,
+    parse_env_pairs,
+    parse_runtime_env_json,
+)
+
+RTK = {"working_dir": "/home/me/project", "env_vars": {"RAY_JOB_STOP_WAIT_TIME_S": "30"}}
+
+
+def test_the_users_keys_and_variables_win_over_rtks_defaults() -> None:
+    user = parse_runtime_env_json(
+        '{"pip": ["emoji"], "env_vars": {"A": "json", "B": "json", '
+        '"RAY_JOB_STOP_WAIT_TIME_S": "5"}}'
+    )
+    merged = merge_runtime_env(RTK, user, parse_env_pairs(["B=flag", "C=x=y"]))
+    assert merged == {
+        "working_dir": "/home/me/project",
+        "pip": ["emoji"],
+        "env_vars": {"RAY_JOB_STOP_WAIT_TIME_S": "5", "A": "json", "B": "flag", "C": "x=y"},
+    }
+    assert RTK["env_vars"] == {"RAY_JOB_STOP_WAIT_TIME_S": "30"}  # not changed in place
+
+
+def test_working_dir_json_beats_the_default_and_the_flag_beats_both(tmp_path: Path) -> None:
+    user = parse_runtime_env_json('{"working_dir": "s3://bucket/code.zip"}')
+    assert merge_runtime_env(RTK, user, {})["working_dir"] == "s3://bucket/code.zip"
+    given = merge_runtime_env(RTK, user, {}, working_dir=str(tmp_path))
+    assert given["working_dir"] == str(tmp_path.resolve())
+
+
+def test_no_variables_means_no_env_vars_key() -> None:
+    assert merge_runtime_env({"working_dir": "/w"}, {}, {}) == {"working_dir": "/w"}
+
+
+@pytest.mark.parametrize("name", sorted(PROTECTED_ENV))
+def test_rtks_auth_and_marker_variables_cannot_be_changed(name: str) -> None:
+    for user, flags in (({"env_vars": {name: "x"}}, {}), ({}, {name: "x"})):
+        with pytest.raises(RuntimeEnvError, match=rf"^{name}: rtk sets it for "):
+            merge_runtime_env(RTK, user, flags)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{bad", "--runtime-env-json: not JSON"),
+        ('["pip"]', "--runtime-env-json: give a JSON object, not list"),
+        ('{"env_vars": ["A=1"]}', "env_vars must be an object of strings"),
+        ('{"env_vars": {"N": 1}}', "env_vars.N must be a string, got 1"),
+    ],
+)
+def test_bad_json_is_one_line_naming_the_option(text: str, message: str) -> None:
+    with pytest.raises(RuntimeEnvError) as bad:
+        parse_runtime_env_json(text)
+    assert message in str(bad.value)
+    assert "\n" not in str(bad.value)
+
+
+@pytest.mark.parametrize(
+    ("pair", "message"),
+    [
+        ("NOEQUALS", "--env 'NOEQUALS': give KEY=VALUE"),
+        ("=value", "'' is not a variable name"),
+        ("1X=2", "'1X' is not a variable name"),
+    ],
+)
+def test_bad_env_pairs_name_what_was_given(pair: str, message: str) -> None:
+    with pytest.raises(RuntimeEnvError, match="^--env ") as bad:
+        parse_env_pairs([pair])
+    assert message in str(bad.value)
+
+
+def test_an_empty_value_is_a_value() -> None:
+    assert parse_env_pairs(["EMPTY=", "A=1", "A=2"]) == {"EMPTY": "", "A": "2"}

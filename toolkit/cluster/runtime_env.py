@@ -1,0 +1,120 @@
+"""A job's runtime environment: rtk's, with what the user gives merged in as Ray's CLI does.
+
+``rtk launch --runtime-env-json JSON --env KEY=VALUE --working-dir DIR`` reads like
+Ray's CLI and merges the same way (pure, nothing submitted here):
+
+- the JSON's keys (``pip``, ``py_modules``, ``excludes``...) win over rtk's defaults;
+- its ``working_dir`` wins over rtk's default (``.``), and an explicit
+  ``--working-dir`` wins over both, as in ``ray job submit``;
+- environment variables: rtk's, then the JSON's ``env_vars``, then each ``--env``,
+  the later winning; except ``PROTECTED_ENV``, which the cluster needs as rtk set
+  them: asking for one of them is an error, not silently ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+# Variables a job must not change, and why: Ray's token auth (a job's ray.init()
+# must reach its own cluster), and the marker rtk down finds the job's processes by.
+PROTECTED_ENV: Mapping[str, str] = {
+    "RAY_AUTH_MODE": "the cluster's token authentication",
+    "RAY_AUTH_TOKEN": "the cluster's token authentication",
+    "RAY_AUTH_TOKEN_PATH": "the cluster's token authentication",
+    "RTK_CLUSTER_DIR": "the marker rtk down finds the job's processes by",
+}
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class RuntimeEnvError(ValueError):
+    """A runtime environment option is malformed; the message is one line, naming it."""
+
+
+def parse_runtime_env_json(text: str | None) -> dict[str, Any]:
+    """``--runtime-env-json``'s value as a dict (``{}`` when not given).
+
+    Raises:
+        RuntimeEnvError: Not JSON, not an object, or ``env_vars`` is not an object of
+            strings.
+    """
+    if not text:
+        return {}
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise RuntimeEnvError(
+            f"--runtime-env-json: not JSON ({e.msg} at character {e.pos}); give an object "
+            'like \'{"env_vars": {"KEY": "value"}, "pip": ["requests"]}\''
+        ) from e
+    if not isinstance(data, dict):
+        raise RuntimeEnvError(
+            f"--runtime-env-json: give a JSON object, not {type(data).__name__} {text!r}"
+        )
+    env_vars = data.get("env_vars", {})
+    if not isinstance(env_vars, dict):
+        raise RuntimeEnvError(
+            f"--runtime-env-json: env_vars must be an object of strings, got {env_vars!r}"
+        )
+    for key, value in env_vars.items():
+        if not isinstance(value, str):
+            raise RuntimeEnvError(
+                f"--runtime-env-json: env_vars.{key} must be a string, got {value!r}"
+            )
+    return data
+
+
+def parse_env_pairs(pairs: Iterable[str]) -> dict[str, str]:
+    """``--env KEY=VALUE`` options as a dict; a key given twice keeps its last value.
+
+    Raises:
+        RuntimeEnvError: One has no ``=``, or its name is not a variable name.
+    """
+    env: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise RuntimeEnvError(f"--env {pair!r}: give KEY=VALUE, e.g. --env LOG_LEVEL=debug")
+        if not _ENV_NAME.fullmatch(key):
+            raise RuntimeEnvError(
+                f"--env {pair!r}: {key!r} is not a variable name (letters, digits, _)"
+            )
+        env[key] = value
+    return env
+
+
+def merge_runtime_env(
+    rtk_env: Mapping[str, Any],
+    user_env: Mapping[str, Any],
+    env_vars: Mapping[str, str],
+    working_dir: str | None = None,
+) -> dict[str, Any]:
+    """The runtime env rtk built, with the user's merged in (the module's rules).
+
+    Args:
+        rtk_env: What rtk builds for the job (``JobRequest.runtime_env``).
+        user_env: ``--runtime-env-json``'s object.
+        env_vars: ``--env``'s variables.
+        working_dir: ``--working-dir`` when given explicitly (None: rtk's default,
+            which the JSON's ``working_dir`` replaces).
+
+    Raises:
+        RuntimeEnvError: The user sets a ``PROTECTED_ENV`` variable.
+    """
+    user_vars = {**user_env.get("env_vars", {}), **env_vars}
+    for key in user_vars:
+        if key in PROTECTED_ENV:
+            raise RuntimeEnvError(
+                f"{key}: rtk sets it for {PROTECTED_ENV[key]}; a job cannot change it"
+            )
+    merged = {**rtk_env, **{k: v for k, v in user_env.items() if k != "env_vars"}}
+    if working_dir is not None:
+        merged["working_dir"] = str(Path(working_dir).resolve())
+    variables = {**rtk_env.get("env_vars", {}), **user_vars}
+    merged.pop("env_vars", None)
+    if variables:
+        merged["env_vars"] = variables
+    return merged
