@@ -547,3 +547,45 @@ def test_ctrl_c_stops_the_job_on_the_cluster(
     ):
         assert time.monotonic() < deadline, "training workers still run after Ctrl-C"
         time.sleep(1)
+
+
+# The guide's train_gpt.py line ("--model_size 350M ... --save_steps 500"), scaled to
+# the CPU sandbox: tiny instead of 350M, a CPU instead of a GPU per worker, 20 steps
+# with a checkpoint every 10 instead of 2000 and 500. Nothing else changes.
+SEED_LINE = [
+    *("--model_size", "tiny", "--batch_size", "2", "--gradient_accumulation_steps", "4"),
+    *("--precision", "bf16", "--max_steps", "20", "--num_workers", "0"),
+    *("--resources_per_worker", '{"CPU": 1}', "--ray_address", "auto", "--save_steps", "10"),
+]
+
+
+def test_the_seed_guides_command_line_runs_as_rtk_train(
+    trained: dict[str, Any], sandbox_train: Sandbox
+) -> None:
+    """``python train_gpt.py FLAGS`` becomes ``rtk train FLAGS``; RTK_INVENTORY names the cluster."""
+    env = {**trained["env"], "RTK_INVENTORY": trained["inventory"]}
+    done = rtk("train", *SEED_LINE, env=env, timeout=600)
+    out = done.stdout[-4000:] + done.stderr[-4000:]
+    assert done.returncode == 0, out
+    finished = re.search(r"SUCCEEDED after [\d.]+ s; run dir (\S+)", done.stderr)
+    assert finished, out
+    # The default --output-dir (~/rtk-runs), this cluster's name and the time.
+    run_dir = Path(os.path.expanduser(finished.group(1)))
+    try:
+        assert run_dir.parent == Path.home() / "rtk-runs"
+        assert run_dir.name.startswith(f"{sandbox_train.name}-")
+        metrics = metric_steps(run_dir)
+        assert [m["step"] for m in metrics] == list(range(1, 21))
+        workers = len(sandbox_train.nodes)  # --num_workers 0: one per node on CPU nodes
+        assert {m["tokens"] for m in metrics} == {2 * 4 * 64 * workers}
+        assert metrics[-1]["loss"] < metrics[0]["loss"]
+        record = json.loads((run_dir / "train_config.json").read_text())
+        assert (record["precision"], record["gradient_accumulation_steps"]) == ("bf16", 4)
+        assert record["layout"]["num_workers"] == workers
+        assert record["layout"]["resources_per_worker"] == {"CPU": 1.0}
+        assert len(checkpoints(run_dir)) == 2  # steps 10 and 20
+        assert sorted({r["rank"] for r in read_markers(run_dir)}) == list(range(workers))
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            run_dir.parent.rmdir()  # when this run made it and nothing else is there

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -27,7 +28,14 @@ from toolkit.flows import (
     Session,
     TrainWorkload,
 )
+from toolkit.flows.ray_address import (
+    RayAddress,
+    check_address,
+    find_cluster,
+    parse_ray_address,
+)
 from toolkit.flows.timings import TrainClock
+from toolkit.inventory import Inventory
 from toolkit.train.config import PRECISIONS, PRESETS, STRATEGIES, TrainConfig
 
 TRAIN_HELP = """Train the built-in GPT on the cluster INVENTORY describes, as a Ray job.
@@ -56,6 +64,13 @@ Examples:
   rtk train inv.yaml --strategy deepspeed --zero-stage 2 --offload-optimizer
   rtk train inv.yaml --resume --max-steps 40        continue the last run
   rtk up --local && rtk train --local --num-workers 2   this machine alone
+
+\b
+Options may be spelled with underscores too, as train_gpt.py's are in Ray guides:
+  eval "$(rtk env inv.yaml --export)"
+  rtk train --model_size 350M --batch_size 2 --gradient_accumulation_steps 4 \\
+      --precision bf16 --num_workers 0 --resources_per_worker '{"GPU": 1, "CPU": 4}' \\
+      --ray_address auto --save_steps 500
 """
 
 
@@ -272,6 +287,16 @@ Examples:
 )
 @telemetry_options
 @click.option(
+    "--ray-address",
+    default="auto",
+    show_default=True,
+    callback=lambda ctx, param, value: _ray_address(value),
+    help="Which cluster, as Ray names it: auto (the inventory's; without one, "
+    "$RAY_ADDRESS's or the --local cluster's), HOST:PORT (a head's GCS), ray://HOST:PORT "
+    "(its Ray Client port) or http://HOST:PORT (its dashboard), for a cluster rtk "
+    "brought up. The job's driver runs on the head either way.",
+)
+@click.option(
     "--timings",
     "show_timings",
     is_flag=True,
@@ -291,7 +316,8 @@ def train_cmd(inventory: str | None, **options: Any) -> None:
 
 
 def _train(inventory: str | None, clock: TrainClock, options: dict[str, Any]) -> None:
-    inv = choose_inventory(inventory, options.pop("local"), options.pop("slurm"))
+    address: RayAddress = options.pop("ray_address")
+    inv = _cluster(inventory, options.pop("local"), options.pop("slurm"), address)
     dry_run = options.pop("dry_run")
 
     def log(line: str) -> None:
@@ -299,6 +325,7 @@ def _train(inventory: str | None, clock: TrainClock, options: dict[str, Any]) ->
         click.echo(line)
 
     with Session(inv, log=log) as session:
+        check_address(address, session.plan)
         run_id = (
             options.pop("run_id")
             or _last_run(session.store, options["resume"])
@@ -363,6 +390,22 @@ def _print_outcome(outcome: JobOutcome, run_dir: str | None) -> None:
     )
     if not outcome.ok and outcome.message:
         click.echo(f"rtk: {outcome.message.strip()}", err=True)
+
+
+def _ray_address(text: str) -> RayAddress:
+    try:
+        return parse_ray_address(text)
+    except RtkError as e:
+        raise click.BadParameter(str(e).removeprefix("--ray-address ")) from e
+
+
+def _cluster(inventory: str | None, local: bool, slurm: bool, address: RayAddress) -> Inventory:
+    """The inventory named (argument, --local, --slurm, $RTK_INVENTORY), else --ray-address's."""
+    if inventory or local or slurm or os.environ.get("RTK_INVENTORY"):
+        return choose_inventory(inventory, local, slurm)
+    found = find_cluster(address, os.environ.get("RAY_ADDRESS"))
+    # Nothing named and nothing found for auto: choose_inventory says what to give.
+    return found if found is not None else choose_inventory(None, local, slurm)
 
 
 def _resources(text: str | None) -> dict[str, float]:

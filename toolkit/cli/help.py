@@ -7,6 +7,8 @@ from typing import ClassVar
 
 import click
 
+from toolkit.cli.spellings import UnderscoreSpellings
+
 OTHER = "Other"
 
 
@@ -54,8 +56,12 @@ class SectionedCommand(click.Command):
                     formatter.write_dl([record for _, record in sorted(rows[title])])
 
 
-class TrainCommand(SectionedCommand):
-    """``rtk train``: its options by what they are about."""
+class TrainCommand(UnderscoreSpellings, SectionedCommand):
+    """``rtk train``: its options by what they are about; ``--model_size`` works too.
+
+    The underscore spellings are those of the scripts rtk's trainer stands in for
+    (``train_gpt.py --model_size 350M --batch_size 2 ...``).
+    """
 
     SECTIONS: ClassVar[Mapping[str, Sequence[str]]] = {
         "Model": ("model_size", "layers", "width", "heads", "seq_len", "precision"),
@@ -95,5 +101,5 @@ class TrainCommand(SectionedCommand):
         ),
         "Preflight": ("preflight",),
         # dry_run: rtk train --dry-run, where it is given.
-        "Cluster and inventory": ("local", "slurm", "dry_run", "show_timings"),
+        "Cluster and inventory": ("local", "slurm", "ray_address", "dry_run", "show_timings"),
     }

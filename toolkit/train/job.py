@@ -51,6 +51,25 @@ def worker_layout(config: TrainConfig, resources: dict[str, float], nodes: int) 
     }
 
 
+def placement_problem(layout: dict[str, Any], totals: dict[str, float]) -> str | None:
+    """Why the cluster can never hold ``layout``'s workers; None when it can.
+
+    Ray Train would otherwise wait for the resources until its start timeout
+    (--restart-wait-s, ten minutes by default): a GPU asked of a CPU cluster, or more
+    CPUs than all nodes have, is better said at once.
+    """
+    count = layout["num_workers"]
+    for name, amount in layout["resources_per_worker"].items():
+        need, have = count * amount, totals.get(name, 0.0)
+        if need > have:
+            return (
+                f"{count} worker(s) x {{{name!r}: {amount:g}}} need {need:g} {name} in all; "
+                f"the cluster has {have:g}. Change --resources-per-worker or --num-workers "
+                "(0: one per GPU, or one per node on CPU clusters)"
+            )
+    return None
+
+
 def main(argv: list[str]) -> int:
     """Run the training job described by the JSON in ``argv[0]``."""
     config = TrainConfig.from_json(json.loads(argv[0])).check()
@@ -62,6 +81,10 @@ def main(argv: list[str]) -> int:
     alive = [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
     totals: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
     layout = worker_layout(config, totals, len(alive))
+    problem = placement_problem(layout, totals)
+    if problem is not None:
+        print(f"rtk train: cannot start: {problem}", flush=True)
+        return 1
     print(
         f"rtk train: {layout['num_workers']} worker(s) x {layout['resources_per_worker']}, "
         f"strategy {config.strategy}, run dir {config.run_dir}",

@@ -1,0 +1,64 @@
+"""The training job's worker group: how many workers, with what, and when it cannot fit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from toolkit.train.config import TrainConfig
+from toolkit.train.job import placement_problem, worker_layout
+
+TWO_NODES_TWO_GPUS = {"CPU": 32.0, "GPU": 4.0, "memory": 1e11}
+THREE_CPU_NODES = {"CPU": 6.0, "memory": 3e9}
+
+
+def layout(totals: dict[str, float], nodes: int, **options: Any) -> dict[str, Any]:
+    return worker_layout(TrainConfig(run_dir="r", **options), totals, nodes)
+
+
+def test_the_seed_guides_num_workers_0_is_one_worker_per_gpu() -> None:
+    # The guide's "2 nodes, 2 GPUs each (4 total GPUs)": --num_workers 0 with
+    # --resources_per_worker '{"GPU": 1, "CPU": 4}' trains on every GPU.
+    got = layout(TWO_NODES_TWO_GPUS, 2, resources_per_worker={"GPU": 1.0, "CPU": 4.0})
+    assert got == {
+        "num_workers": 4,
+        "resources_per_worker": {"GPU": 1.0, "CPU": 4.0},
+        "use_gpu": True,
+        "placement_strategy": "SPREAD",
+    }
+    assert placement_problem(got, TWO_NODES_TWO_GPUS) is None
+
+
+def test_num_workers_0_on_cpu_nodes_is_one_worker_per_node() -> None:
+    got = layout(THREE_CPU_NODES, 3, resources_per_worker={"CPU": 1.0})
+    assert (got["num_workers"], got["use_gpu"], got["placement_strategy"]) == (
+        3,
+        False,
+        "STRICT_SPREAD",
+    )
+    assert placement_problem(got, THREE_CPU_NODES) is None
+    two_gpus = layout(TWO_NODES_TWO_GPUS, 2, num_workers=0, resources_per_worker={"GPU": 2.0})
+    assert two_gpus["num_workers"] == 2
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        (
+            {"resources_per_worker": {"GPU": 1.0, "CPU": 4.0}},
+            "1 worker(s) x {'GPU': 1} need 1 GPU in all; the cluster has 0.",
+        ),
+        (
+            {"num_workers": 3, "resources_per_worker": {"CPU": 4.0}},
+            "3 worker(s) x {'CPU': 4} need 12 CPU in all; the cluster has 6.",
+        ),
+    ],
+)
+def test_workers_the_cluster_cannot_hold_are_refused_at_once(
+    options: dict[str, Any], said: str
+) -> None:
+    got = layout(THREE_CPU_NODES, 3, **options)
+    problem = placement_problem(got, THREE_CPU_NODES)
+    assert problem is not None and problem.startswith(said)
+    assert "Change --resources-per-worker or --num-workers" in problem
