@@ -159,3 +159,13 @@ def test_rtk_shell_runs_ray_on_the_nodes_with_the_cluster_environment(
 
     failing = rtk("shell", cluster["inventory"], "--", "bash", "-c", "exit 3", env=client_env)
     assert failing.returncode == 3
+
+    # Without COMMAND: the login user's shell, here reading its commands from a pipe.
+    session = rtk(
+        "shell",
+        cluster["inventory"],
+        env=client_env,
+        input='echo "address=$RAY_ADDRESS node=$RTK_NODE"\nexit 4\n',
+    )
+    assert session.returncode == 4, session.stderr
+    assert f"address={cluster['gcs']} node=node1" in session.stdout
