@@ -20,6 +20,7 @@ from toolkit.cli.cmd_profile import profile_cmd
 from toolkit.cli.cmd_report import report_cmd
 from toolkit.cli.cmd_sandbox import sandbox_group
 from toolkit.cli.cmd_sbatch import sbatch_group
+from toolkit.cli.cmd_shell import shell_cmd
 from toolkit.cli.cmd_telemetry import telemetry_group
 from toolkit.cli.cmd_train import train_cmd
 from toolkit.errors import RtkError
@@ -83,6 +84,8 @@ cli.add_command(telemetry_group)
 cli.add_command(report_cmd)
 cli.add_command(preflight_cmd)
 cli.add_command(env_cmd)
+cli.add_command(shell_cmd)
+cli.add_command(shell_cmd, name="ssh")
 cli.add_command(profile_cmd)
 cli.add_command(sbatch_group)
 

@@ -27,6 +27,11 @@ STOP_GRACE_S = 8.0
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 # The env file entry after which the network profile's variables go.
 NETWORK_AFTER = "NCCL_SOCKET_IFNAME"
+# Ray starts every worker and job supervisor through ``bash -c``, which reads ~/.bashrc
+# when one of these (set by sshd) is in its environment: a conda or pyenv init there put
+# another Python before the inventory's on PATH, and ``python`` in a job was not the
+# cluster's. Ray's daemons lose them before they start.
+SSH_SESSION_VARIABLES = ("SSH_CLIENT", "SSH2_CLIENT")
 
 
 @dataclass(frozen=True)
@@ -168,7 +173,11 @@ def _node_plan(
     # Where a command's processes end with it (srun), ray start stays in the foreground.
     block = " --block" if transport_class(inv).daemons_in_foreground else ""
     start = with_env_file(
-        paths.env_file, "exec " + join(start_argv) + ' --node-ip-address="$RTK_NODE_IP"' + block
+        paths.env_file,
+        f"unset {' '.join(SSH_SESSION_VARIABLES)} && exec "
+        + join(start_argv)
+        + ' --node-ip-address="$RTK_NODE_IP"'
+        + block,
     )
     stop = AGENT.command(node, "stop", paths.temp_dir, f"{STOP_GRACE_S:g}")
     return NodePlan(
