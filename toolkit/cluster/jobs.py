@@ -9,9 +9,12 @@ names it, an unreachable or refusing Jobs API a ``ClusterError``.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -127,8 +130,35 @@ class StopOutcome:
     was_running: bool
 
 
+# What Ray's Jobs SDK reads from the environment over the address and token it is
+# given: left from ``eval "$(rtk env OTHER --export)"`` or a user's own habits, they
+# would send this cluster's job, or another cluster's token, elsewhere.
+CLIENT_ENV = (
+    "RAY_API_SERVER_ADDRESS",
+    "RAY_ADDRESS",
+    "RAY_AUTH_MODE",
+    "RAY_AUTH_TOKEN",
+    "RAY_AUTH_TOKEN_PATH",
+)
+_CLIENT_ENV_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _without_client_env() -> Iterator[None]:
+    """``CLIENT_ENV`` out of this process's environment while a client is made."""
+    with _CLIENT_ENV_LOCK:
+        saved = {name: os.environ.pop(name) for name in CLIENT_ENV if name in os.environ}
+        try:
+            yield
+        finally:
+            os.environ.update(saved)
+
+
 def job_client(plan: ClusterPlan, store: StateStore) -> Any:
     """A JobSubmissionClient for the head's dashboard, with the cluster's token.
+
+    Ray's own variables in this environment (``CLIENT_ENV``) are not heeded: the
+    client talks to ``plan``'s head with ``plan``'s token only.
 
     Raises:
         StateError: Token auth is on and this machine has no token for the cluster.
@@ -146,7 +176,8 @@ def job_client(plan: ClusterPlan, store: StateStore) -> Any:
             )
         headers["Authorization"] = f"Bearer {token}"
     try:
-        return JobSubmissionClient(plan.dashboard_url, headers=headers)
+        with _without_client_env():
+            return JobSubmissionClient(plan.dashboard_url, headers=headers)
     except Exception as e:  # noqa: BLE001 - Ray raises plain exceptions for all of these
         raise ClusterError(f"the Jobs API at {plan.dashboard_url} does not answer: {e}") from e
 
