@@ -9,8 +9,10 @@ set -euo pipefail
 # slurmd, sbatch/srun/...) and munge: `rtk sandbox up --slurm`, a real SLURM cluster
 # on the sandbox's nodes that rtk's sbatch path is tested against; chromium and
 # chromium-driver: the report page (report.html) is opened in a real headless browser
-# by tests/unit/telemetry/test_report_browser.py (selenium drives it).
-packages=(iproute2 procps openssh-server tini rsync iptables slurm-wlm munge chromium chromium-driver)
+# by tests/unit/telemetry/test_report_browser.py (selenium drives it); zsh and fish:
+# `rtk env --export --shell zsh|fish` is read back by the real shells.
+packages=(iproute2 procps openssh-server tini rsync iptables slurm-wlm munge chromium chromium-driver
+  zsh fish)
 
 missing=()
 for pkg in "${packages[@]}"; do
