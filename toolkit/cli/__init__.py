@@ -42,7 +42,10 @@ Start here:
   rtk status inv.yaml            alive nodes and their resources
   rtk preflight inv.yaml         prove the nodes fit: host, software, ports, clocks
   rtk env inv.yaml               network detected per node, NCCL/Gloo variables and why
+  eval "$(rtk env inv.yaml --export)"    then Ray's own CLI: ray status, ray job ...
+  rtk shell inv.yaml             a shell on the head with the cluster's environment
   rtk train inv.yaml --barrier-every 5   GPT on Ray Train, with power telemetry
+  rtk launch inv.yaml --no-wait -- CMD   any command as a Ray job; rtk jobs/logs/stop
   rtk report RUN_DIR             energy per node, GPU, step and token; report.html
   rtk telemetry record inv.yaml -- CMD   telemetry around any workload
   rtk profile sweep.yaml         a sweep (sizes, batch, nodes, power limits): energy vs speed
