@@ -47,6 +47,7 @@ class CountingTransport(SimulatedTransport):
         self.peak_starts = 0
         self.worker_start_begun: dict[str, float] = {}
         self.prepared_at: dict[str, float] = {}  # the end of a node's last file put
+        self.first_call_at: dict[str, float] = {}  # when a node was first asked anything
         self.head_up_at: float | None = None
 
     def run(
@@ -62,6 +63,7 @@ class CountingTransport(SimulatedTransport):
         head = start and "--head" in command.split()
         began = time.monotonic()
         with self._count_lock:
+            self.first_call_at.setdefault(node.name, began)
             if start:
                 self.starts_in_flight += 1
                 self.peak_starts = max(self.peak_starts, self.starts_in_flight)
@@ -160,6 +162,21 @@ def test_worker_starts_come_in_waves_that_overlap(tmp_path: Path) -> None:
     assert transport.peak_starts == 16
     # ...and the last wave began about 3 intervals after the first, not 3 starts later.
     assert (begun[-1] - begun[0]) / SCALE < 3 * interval_model_s + 4.0
+
+
+def test_the_head_is_prepared_before_any_worker_is_asked_anything(tmp_path: Path) -> None:
+    # Workers' handshakes and probes would slow the head's own on a few cores; they
+    # have the head's whole start to catch up in.
+    cluster = SimulatedCluster(LatencyModel(round_trip_s=1.0, scale=SCALE))
+    transport = CountingTransport(cluster)
+    inv = inventory(tmp_path, 16)
+    with session(inv, tmp_path, transport) as s:
+        up = s.bring_up(PreflightPolicy.SKIP).up
+    assert len(up.started) == 16
+    head = inv.head.name
+    workers = {n: at for n, at in transport.first_call_at.items() if n != head}
+    assert len(workers) == 15
+    assert min(workers.values()) >= transport.prepared_at[head]
 
 
 def test_512_nodes_come_up_within_twice_the_critical_path_in_model_time(
