@@ -10,6 +10,7 @@ For each size (default 3 and 6 nodes), on one sandbox, in one run:
 
 Needs root (the sandbox), openssh-client and rsync (ray up uses it). Run by hand:
     python benchmarks/bringup.py [--sizes 3,6] [--repeats 3] [--ray-up-limit-s 120] [--skip-ray-up]
+        [--no-preflight]
 """
 
 from __future__ import annotations
@@ -103,10 +104,10 @@ def wait_alive(count: int, limit_s: float, probe: Callable[[], int]) -> float | 
     return None
 
 
-def time_rtk(sandbox: Sandbox, env: dict[str, str]) -> float:
+def time_rtk(sandbox: Sandbox, env: dict[str, str], extra: list[str]) -> float:
     began = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-m", "toolkit", "up", str(sandbox.inventory_path)],
+        [sys.executable, "-m", "toolkit", "up", str(sandbox.inventory_path), *extra],
         env=env,
         check=True,
         capture_output=True,
@@ -236,6 +237,11 @@ def main() -> None:
     parser.add_argument("--ray-up-limit-s", type=float, default=120.0)
     parser.add_argument("--skip-ray-up", action="store_true")
     parser.add_argument("--repeats", type=int, default=3, help="rtk and bare, alternated")
+    parser.add_argument(
+        "--no-preflight",
+        action="store_true",
+        help="rtk up --no-preflight: without the checks after, which bare ray start lacks",
+    )
     args = parser.parse_args()
     state = tempfile.mkdtemp(prefix="rtk-bench-")
     atexit.register(shutil.rmtree, state, True)
@@ -248,7 +254,8 @@ def main() -> None:
             # Alternated, medians: one sample each varies by 10-20% on a 2-core machine.
             rtk_runs, bare_runs = [], []
             for _ in range(args.repeats):
-                rtk_runs.append(time_rtk(sandbox, env))
+                extra = ["--no-preflight"] if args.no_preflight else []
+                rtk_runs.append(time_rtk(sandbox, env, extra))
                 bare_runs.append(time_bare(sandbox))
             rtk_s, bare_s = statistics.median(rtk_runs), statistics.median(bare_runs)
             print(f"   rtk up {rtk_s:.2f} s (median of {_runs(rtk_runs)})", flush=True)
