@@ -115,6 +115,8 @@ def test_a_training_job_trains_with_telemetry_reports_and_completes(
     assert scontrol_job(cluster, job_id)["JobState"] == "COMPLETED"
     log = done.stdout
     assert "3/3 node(s) alive" in log
+    # Inside the allocation, on the head, the driver runs as the template's does.
+    assert "here, on the head, as a local process" in log
     assert re.search(r"step 1/20 loss", log) and re.search(r"step 20/20 loss", log)
     run_dir = workdir / "runs" / f"power-{job_id}"
     metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -101,5 +101,12 @@ class TrainCommand(UnderscoreSpellings, SectionedCommand):
         ),
         "Preflight": ("preflight",),
         # dry_run: rtk train --dry-run, where it is given.
-        "Cluster and inventory": ("local", "slurm", "ray_address", "dry_run", "show_timings"),
+        "Cluster and inventory": (
+            "local",
+            "slurm",
+            "ray_address",
+            "driver",
+            "dry_run",
+            "show_timings",
+        ),
     }

@@ -20,6 +20,7 @@ from toolkit.flows.plan import RunPlan
 from toolkit.flows.session import Session, TransportFactory, transports_from
 from toolkit.flows.workload import (
     CommandWorkload,
+    Driver,
     ExecRequest,
     JobRequest,
     TrainWorkload,
@@ -32,6 +33,7 @@ __all__ = [
     "BringUpOutcome",
     "CollectOutcome",
     "CommandWorkload",
+    "Driver",
     "ExecRequest",
     "JobRequest",
     "PreflightFailedError",

@@ -9,8 +9,9 @@ What a step would do is available as data first (``up_plan``, ``job_request``,
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
@@ -33,8 +34,9 @@ from toolkit.cluster.command import NodeRun, command_line, run_everywhere
 from toolkit.cluster.connect import make_transport
 from toolkit.cluster.exclude import ExcludeError, excluded_from_state
 from toolkit.cluster.jobs import job_client, run_job
+from toolkit.cluster.local_driver import is_local_address, run_local_driver
 from toolkit.cluster.report import QuietReporter, Reporter
-from toolkit.errors import RtkError
+from toolkit.errors import JobError, RtkError
 from toolkit.flows import bringup
 from toolkit.flows.outcome import (
     BringUpOutcome,
@@ -46,6 +48,7 @@ from toolkit.flows.outcome import (
 )
 from toolkit.flows.plan import RunPlan
 from toolkit.flows.workload import (
+    Driver,
     ExecRequest,
     JobRequest,
     TrainWorkload,
@@ -181,14 +184,41 @@ class Session:
         plan = build_plan(self.inventory)
         return render_down(plan) if full else render_down_summary(plan)
 
-    def job_request(self, workload: Workload) -> JobRequest:
-        """The Ray job ``run_workload`` would submit.
+    def job_request(self, workload: Workload, driver: Driver = Driver.JOB) -> JobRequest:
+        """The Ray job ``run_workload`` would submit, its driver placed as ``driver`` says.
 
         It carries rtk's source to the nodes unless the last ``rtk up`` found the
         same source installed on every node (``cluster.shipped_code``).
+
+        Raises:
+            JobError: ``driver`` is ``LOCAL`` but this machine is not the head.
         """
         same_code = shipped_code.known_same(self.store.load())
-        return job_request(self.plan, workload, ship_code=not same_code)
+        request = job_request(self.plan, workload, ship_code=not same_code)
+        return dataclasses.replace(request, driver=self.place_driver(driver))
+
+    def place_driver(self, driver: Driver, environ: Mapping[str, str] | None = None) -> Driver:
+        """Where the driver runs: ``AUTO`` decided, ``LOCAL`` checked.
+
+        ``AUTO`` is ``LOCAL`` inside a SLURM allocation (``SLURM_JOB_ID`` in
+        ``environ``, default this process's) on the head, else ``JOB``.
+
+        Raises:
+            JobError: ``LOCAL`` asked for, but the head's address is not this machine's.
+        """
+        if driver is Driver.JOB:
+            return driver
+        here = is_local_address(self.plan.head.node.address)
+        if driver is Driver.LOCAL:
+            if not here:
+                raise JobError(
+                    f"--driver local runs the job's driver on this machine, but the head "
+                    f"of {self.inventory.name!r} is {self.plan.head.node.address}, not "
+                    "here: run it on the head, or use --driver job"
+                )
+            return driver
+        in_allocation = "SLURM_JOB_ID" in (os.environ if environ is None else environ)
+        return Driver.LOCAL if here and in_allocation else Driver.JOB
 
     def exec_request(
         self, argv: Sequence[str], with_env: bool = True, timeout_s: float = 600.0
@@ -203,7 +233,11 @@ class Session:
         )
 
     def run_plan(
-        self, workload: Workload, preflight: PreflightPolicy, report: bool = True
+        self,
+        workload: Workload,
+        preflight: PreflightPolicy,
+        report: bool = True,
+        driver: Driver = Driver.JOB,
     ) -> RunPlan:
         """What a run of ``workload`` would do: preflight, the job, collect and report."""
         return RunPlan(
@@ -211,7 +245,7 @@ class Session:
             self.plan.head.name,
             tuple(n.name for n in self.plan.nodes),
             preflight,
-            self.job_request(workload),
+            self.job_request(workload, driver),
             report,
             self.plan.excluded,
         )
@@ -257,21 +291,28 @@ class Session:
             self.plan, self.transport, argv, with_env=with_env, timeout_s=timeout_s
         )
 
-    def run_workload(self, workload: Workload) -> WorkloadOutcome:
+    def run_workload(self, workload: Workload, driver: Driver = Driver.JOB) -> WorkloadOutcome:
         """Run ``workload`` as a Ray job to its end, its log streamed to ``log``.
 
+        ``driver`` says where the job's driver runs (``Driver``).
+
         Raises:
-            RtkError: Its telemetry options are invalid (before anything starts), or
-                the Jobs API cannot be reached.
+            RtkError: Its telemetry options are invalid (before anything starts), the
+                Jobs API cannot be reached, or the driver cannot run where asked.
             KeyboardInterrupt: Interrupted; the job was stopped first.
         """
         if isinstance(workload, TrainWorkload):
             workload.config.check()
         elif workload.telemetry is not None:
             workload.telemetry.check()
-        request = self.job_request(workload)
+        request = self.job_request(workload, driver)
         if isinstance(workload, TrainWorkload):
             remember_run(self.store, workload.run_id, workload.config.run_dir)
+        if request.driver is Driver.LOCAL:
+            job = run_local_driver(
+                self.plan, request.entrypoint, request.runtime_env, request.submission_id, self.log
+            )
+            return WorkloadOutcome(request, job)
         job = run_job(
             job_client(self.plan, self.store),
             request.entrypoint,

@@ -13,6 +13,7 @@ import shlex
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,21 @@ class VllmWorkload:
 Workload = TrainWorkload | CommandWorkload | VllmWorkload
 
 
+class Driver(StrEnum):
+    """Where a job's driver runs.
+
+    ``JOB``: submitted to Ray's Jobs API, whose supervisor starts it on the head
+    (``rtk jobs``, ``logs`` and ``stop`` reach it). ``LOCAL``: a process started by
+    rtk on this machine, which is the head, as Ray's SLURM template runs its program
+    (``cluster.local_driver``: no supervisor to start first, so the job starts sooner).
+    ``AUTO``: ``LOCAL`` inside a SLURM allocation on the head, else ``JOB``.
+    """
+
+    AUTO = "auto"
+    JOB = "job"
+    LOCAL = "local"
+
+
 @dataclass(frozen=True)
 class JobRequest:
     """A Ray job as it would be submitted: printable, nothing started."""
@@ -79,11 +95,16 @@ class JobRequest:
     submission_id: str
     dashboard_url: str
     run_dir: str | None = None
+    driver: Driver = Driver.JOB
 
     def render(self) -> str:
         """The request as text (``--dry-run``)."""
+        if self.driver is Driver.LOCAL:
+            how = "as a process here, on the head (not through the Jobs API)"
+        else:
+            how = f"via {self.dashboard_url}"
         lines = [
-            f"{self.kind} job {self.submission_id} via {self.dashboard_url}",
+            f"{self.kind} job {self.submission_id} {how}",
             f"  entrypoint: {self.entrypoint}",
         ]
         for key, value in self.runtime_env.items():
@@ -105,6 +126,7 @@ class JobRequest:
             "submission_id": self.submission_id,
             "dashboard_url": self.dashboard_url,
             "run_dir": self.run_dir,
+            "driver": self.driver.value,
         }
 
 
