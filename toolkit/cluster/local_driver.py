@@ -16,6 +16,7 @@ job's ``env_vars``, and its ``working_dir`` as the current directory.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import os
 import signal
@@ -34,6 +35,8 @@ from toolkit.errors import JobError
 # The runtime environment's keys a local driver honours; any other (pip, conda,
 # container...) needs Ray's runtime env agent, that is, the Jobs API.
 LOCAL_RUNTIME_ENV_KEYS = ("env_vars", "working_dir", "py_modules")
+# prctl(2): the signal a process gets when its parent dies.
+PR_SET_PDEATHSIG = 1
 
 
 def is_local_address(address: str) -> bool:
@@ -118,6 +121,7 @@ def run_local_driver(
             text=True,
             errors="replace",
             start_new_session=True,
+            preexec_fn=_end_with_parent,
         )
     except OSError as e:
         raise JobError(f"cannot start {name} here: {e}") from e
@@ -136,6 +140,17 @@ def run_local_driver(
     if code == 0:
         return JobOutcome(name, "SUCCEEDED", elapsed_s)
     return JobOutcome(name, "FAILED", elapsed_s, f"the driver exited with status {code}")
+
+
+def _end_with_parent() -> None:
+    """In the driver, before it runs: SIGTERM when rtk dies (Linux's parent-death signal).
+
+    Were rtk killed (SIGKILL after an sbatch teardown's grace), the driver, in its own
+    session, would otherwise train on unseen.
+    """
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _echo_lines(stream: IO[str], echo: Callable[[str], None]) -> None:

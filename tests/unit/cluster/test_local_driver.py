@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -163,3 +165,44 @@ def test_the_dry_run_says_where_the_driver_runs(tmp_path: Path, ray_dir: str) ->
     assert "as a process here, on the head (not through the Jobs API)" in local.render()
     assert local.to_json()["driver"] == "local" and job.to_json()["driver"] == "job"
     assert "via http://127.0.0.1:8265" in job.render()
+
+
+def test_the_driver_ends_when_rtk_is_killed(tmp_path: Path, ray_dir: str) -> None:
+    """SIGKILL to rtk (an sbatch teardown past its grace) must not leave a driver training."""
+    ended = tmp_path / "ended"
+    started = tmp_path / "started"
+    script = (
+        f"trap 'echo TERM > {ended}; exit 143' TERM; touch {started}; while :; do sleep 0.1; done"
+    )
+    program = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from toolkit.cluster import build_plan\n"
+        "from toolkit.cluster.local_driver import run_local_driver\n"
+        "from toolkit.inventory import parse_inventory\n"
+        "inv = parse_inventory(sys.argv[1], 'inventory.yaml', Path('.'))\n"
+        "run_local_driver(build_plan(inv), sys.argv[2], {}, 'job', print)\n"
+    )
+    text = (
+        "cluster: drv\ntransport: local\nnodes:\n  - host: localhost\n    address: 127.0.0.1\n"
+        f"ray:\n  temp_dir: {ray_dir}\n"
+    )
+    rtk = subprocess.Popen(
+        [sys.executable, "-c", program, text, script],
+        stdout=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])},
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not started.exists():
+            assert time.monotonic() < deadline and rtk.poll() is None, "the driver never started"
+            time.sleep(0.05)
+        rtk.kill()
+        rtk.wait()
+        deadline = time.monotonic() + 10
+        while not ended.exists():
+            assert time.monotonic() < deadline, "the driver outlived rtk"
+            time.sleep(0.05)
+        assert ended.read_text().strip() == "TERM"
+    finally:
+        rtk.kill()
