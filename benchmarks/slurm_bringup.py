@@ -56,6 +56,8 @@ POLL_S = 0.1
 STATE_POLL_S = 0.5
 FIRST_STEP = re.compile(r"\bstep 1/\d+")
 RTK_UP = re.compile(r"^cluster \S+ is up", re.MULTILINE)
+# rtk train's line as it starts the driver (--driver local, the default in a batch job).
+RTK_DRIVER = "here, on the head, as a local process"
 RAY_HANDOVER = "ray-template: workers started"
 # Ray's daemons and workers, as `pgrep -f` patterns.
 RAY_PROCESSES = "raylet|gcs_server|ray::|ray/dashboard|ray/_private"
@@ -121,6 +123,7 @@ class Timing:
     tool: str
     job_id: str
     up_s: float | None
+    driver_s: float | None  # the driver starts (ray: the handover, as up)
     first_step_s: float | None
     total_s: float
     state: str
@@ -201,7 +204,7 @@ def time_job(
     )
     job_id = parse_submit_output(done.stdout)
     output = submit_dir / f"{tool}-{job_id}.out"
-    up_s = first_step_s = None
+    up_s = driver_s = first_step_s = None
     next_query = 0.0
     text = ""
     while True:
@@ -216,6 +219,9 @@ def time_job(
         marker = RTK_UP.search(text) if tool == "rtk" else re.search(RAY_HANDOVER, text)
         if up_s is None and marker:
             up_s = now - began
+        driver_seen = marker if tool == "ray" else RTK_DRIVER in text
+        if driver_s is None and driver_seen:
+            driver_s = now - began
         if first_step_s is None and FIRST_STEP.search(text):
             first_step_s = now - began
         if now >= next_query:
@@ -226,7 +232,10 @@ def time_job(
                 text = output.read_text(errors="replace") if output.exists() else ""
                 if first_step_s is None and FIRST_STEP.search(text):
                     first_step_s = total_s
-                return Timing(tool, job_id, up_s, first_step_s, total_s, state.describe()), text
+                timing = Timing(
+                    tool, job_id, up_s, driver_s, first_step_s, total_s, state.describe()
+                )
+                return timing, text
         time.sleep(POLL_S)
 
 
@@ -273,12 +282,16 @@ def show(value: float | None) -> str:
 
 
 def ratio(a: float | None, b: float | None) -> str:
-    return "-" if a is None or b is None else f"{a / b:.2f}"
+    return "-" if a is None or b is None or b == 0 else f"{a / b:.2f}"
 
 
 def mean(values: list[float | None]) -> float | None:
     known = [v for v in values if v is not None]
     return sum(known) / len(known) if known and len(known) == len(values) else None
+
+
+def _between(start: float | None, end: float | None) -> float | None:
+    return None if start is None or end is None else end - start
 
 
 def main() -> None:
@@ -343,17 +356,26 @@ def main() -> None:
 
     print()
     print("up: rtk's 'cluster ... is up' line; ray: the template's sleeps done")
-    print(f"{'run':>3} {'tool':>4} {'job':>4} {'up':>8} {'step 1':>8} {'total':>8}")
+    print("driver: the training driver starts (rtk's line as it starts it; ray: at up)")
+    print(f"{'run':>3} {'tool':>4} {'job':>4} {'up':>8} {'driver':>8} {'step 1':>8} {'total':>8}")
     for run, t in rows:
         print(
-            f"{run:>3} {t.tool:>4} {t.job_id:>4} {show(t.up_s):>8} {show(t.first_step_s):>8} "
-            f"{show(t.total_s):>8}"
+            f"{run:>3} {t.tool:>4} {t.job_id:>4} {show(t.up_s):>8} {show(t.driver_s):>8} "
+            f"{show(t.first_step_s):>8} {show(t.total_s):>8}"
         )
     print()
     print(f"{'mean':>8} {'rtk':>8} {'ray':>8} {'rtk/ray':>8}")
-    for label, key in (("up", "up_s"), ("step 1", "first_step_s"), ("total", "total_s")):
-        rtk = mean([getattr(t, key) for _, t in rows if t.tool == "rtk"])
-        ray = mean([getattr(t, key) for _, t in rows if t.tool == "ray"])
+    spans = {
+        "up": lambda t: t.up_s,
+        "step 1": lambda t: t.first_step_s,
+        "total": lambda t: t.total_s,
+        "up->drv": lambda t: _between(t.up_s, t.driver_s),
+        "drv->st1": lambda t: _between(t.driver_s, t.first_step_s),
+        "up->st1": lambda t: _between(t.up_s, t.first_step_s),
+    }
+    for label, span in spans.items():
+        rtk = mean([span(t) for _, t in rows if t.tool == "rtk"])
+        ray = mean([span(t) for _, t in rows if t.tool == "ray"])
         print(f"{label:>8} {show(rtk):>8} {show(ray):>8} {ratio(rtk, ray):>8}")
     print()
     for note in notes:
