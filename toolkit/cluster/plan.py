@@ -15,6 +15,7 @@ import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from toolkit.cluster.container import ContainerPlan, container_plan
 from toolkit.cluster.exclude import inventory_without
 from toolkit.inventory import Inventory, Node
 from toolkit.node import AGENT
@@ -32,6 +33,9 @@ NETWORK_AFTER = "NCCL_SOCKET_IFNAME"
 # another Python before the inventory's on PATH, and ``python`` in a job was not the
 # cluster's. Ray's daemons lose them before they start.
 SSH_SESSION_VARIABLES = ("SSH_CLIENT", "SSH2_CLIENT")
+# What ``ray start`` prints once the node runs (``--block`` keeps it running after;
+# see ``Transport.start_daemon``, and a container's start, which waits for it).
+RAY_READY_TEXT = "Ray runtime started."
 
 
 @dataclass(frozen=True)
@@ -69,7 +73,12 @@ class ClusterPaths:
 
 @dataclass(frozen=True)
 class NodePlan:
-    """What rtk does on one node."""
+    """What rtk does on one node.
+
+    With ``container``, ``start_command`` starts the node's container (``ray start``
+    inside it) and the probe checks the container's runtime too; ``stop_command`` is
+    still the node agent's, run after the container is removed (``cluster.down``).
+    """
 
     node: Node
     role: str
@@ -79,6 +88,7 @@ class NodePlan:
     start_argv: tuple[str, ...]
     start_command: str
     stop_command: str
+    container: ContainerPlan | None = None
 
     @property
     def name(self) -> str:
@@ -161,6 +171,7 @@ def _node_plan(
     inv: Inventory, paths: ClusterPaths, node: Node, role: str, head_address: str
 ) -> NodePlan:
     ports = _node_ports(inv, role)
+    container = container_plan(inv, node, paths.temp_dir, paths.rtk_dir)
     probe = AGENT.command(
         node,
         "probe",
@@ -168,17 +179,21 @@ def _node_plan(
         paths.temp_dir,
         ",".join(str(p) for p in ports),
         inv.network.interface or "",
+        *([container.probe_request()] if container else []),
     )
     start_argv = tuple(_ray_start_argv(inv, paths, node, role, head_address))
-    # Where a command's processes end with it (srun), ray start stays in the foreground.
-    block = " --block" if transport_class(inv).daemons_in_foreground else ""
-    start = with_env_file(
-        paths.env_file,
-        f"unset {' '.join(SSH_SESSION_VARIABLES)} && exec "
-        + join(start_argv)
-        + ' --node-ip-address="$RTK_NODE_IP"'
-        + block,
-    )
+    ray_start = join(start_argv) + ' --node-ip-address="$RTK_NODE_IP"'
+    if container is not None:
+        # The container's PID 1 (after its init) is ray start, which stays there.
+        inner = with_env_file(paths.env_file, f"exec {ray_start} --block")
+        start = container.start_command(inner, RAY_READY_TEXT, inv.ray.start_timeout_s)
+    else:
+        # Where a command's processes end with it (srun), ray start stays in the foreground.
+        block = " --block" if transport_class(inv).daemons_in_foreground else ""
+        start = with_env_file(
+            paths.env_file,
+            f"unset {' '.join(SSH_SESSION_VARIABLES)} && exec {ray_start}{block}",
+        )
     stop = AGENT.command(node, "stop", paths.temp_dir, f"{STOP_GRACE_S:g}")
     return NodePlan(
         node=node,
@@ -189,6 +204,7 @@ def _node_plan(
         start_argv=start_argv,
         start_command=start,
         stop_command=stop,
+        container=container,
     )
 
 

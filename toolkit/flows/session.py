@@ -31,6 +31,7 @@ from toolkit.cluster import (
 )
 from toolkit.cluster.command import NodeRun, command_line, run_everywhere
 from toolkit.cluster.connect import make_transport
+from toolkit.cluster.container import check_startable
 from toolkit.cluster.exclude import ExcludeError, excluded_from_state
 from toolkit.cluster.jobs import job_client, run_job
 from toolkit.cluster.report import QuietReporter, Reporter
@@ -173,7 +174,12 @@ class Session:
     # Plans: pure, printable, nothing touched.
 
     def up_plan(self, full: bool = False) -> str:
-        """What ``bring_up`` would run, as text: a block per command shape, or every node."""
+        """What ``bring_up`` would run, as text: a block per command shape, or every node.
+
+        Raises:
+            ClusterError: A node's container runs only under SLURM (apptainer, pyxis).
+        """
+        check_startable(self.inventory, [n.node for n in self.plan.nodes])
         return render_up(self.plan) if full else render_up_summary(self.plan)
 
     def down_plan(self, full: bool = False) -> str:
