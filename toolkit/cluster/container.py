@@ -22,7 +22,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from toolkit.cluster.plan_summary import cut_hostlist
+from toolkit.cluster.plan_summary import NAME, Token, cut_hostlist
 from toolkit.errors import ClusterError
 from toolkit.inventory import Container, Inventory, Node
 from toolkit.shell import join, quote
@@ -196,6 +196,18 @@ class ContainerPlan:
             f"{self.runtime} container {self.name} (label {CLUSTER_LABEL}={self.cluster}) "
             f"of {self.image}: host network, {ipc}{gpus}"
         )
+
+
+def name_tokens(container: ContainerPlan) -> tuple[Token, ...]:
+    """The node's name in its container's commands, to mask (``plan_summary``).
+
+    It stands alone (``rtk.node=NODE``) and joined on in the container's name
+    (``rtk-<cluster>-NODE``), where it is masked after that prefix.
+    """
+    tokens = [Token(NAME, container.node)]
+    if container.name.endswith("-" + container.node):
+        tokens.append(Token(NAME, container.node, prefix=container.name[: -len(container.node)]))
+    return tuple(tokens)
 
 
 def _size(n: int) -> str:

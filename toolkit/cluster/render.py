@@ -5,7 +5,7 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Mapping, Sequence
 
-from toolkit.cluster.container import CLUSTER_LABEL, NODE_LABEL
+from toolkit.cluster.container import CLUSTER_LABEL, NODE_LABEL, name_tokens
 from toolkit.cluster.plan import NETWORK_AFTER, STOP_GRACE_S, ClusterPlan, Detect, NodePlan
 from toolkit.cluster.plan_summary import (
     ADDRESS,
@@ -143,11 +143,8 @@ def _own_tokens(node_plan: NodePlan) -> tuple[Token, ...]:
         Token(ADDRESS, node.address),
         Token(SSH_PORT, str(node.ssh.port), prefix="-p "),
     )
-    container = node_plan.container
-    if container is not None and container.name.endswith("-" + node.name):
-        # The container's name, rtk-<cluster>-<node>, holds the node's name joined on.
-        prefix = container.name[: -len(node.name)]
-        tokens += (Token(NAME, node.name, prefix=prefix),)
+    if node_plan.container is not None:
+        tokens += name_tokens(node_plan.container)[1:]
     return tokens
 
 

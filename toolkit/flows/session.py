@@ -29,7 +29,7 @@ from toolkit.cluster import (
     render_up_summary,
     shipped_code,
 )
-from toolkit.cluster.command import NodeRun, command_line, run_everywhere
+from toolkit.cluster.command import NodeRun, command_line, container_lines, run_everywhere
 from toolkit.cluster.connect import make_transport
 from toolkit.cluster.container import check_startable
 from toolkit.cluster.exclude import ExcludeError, excluded_from_state
@@ -200,12 +200,14 @@ class Session:
         self, argv: Sequence[str], with_env: bool = True, timeout_s: float = 600.0
     ) -> ExecRequest:
         """What ``exec`` would run on every node."""
+        command = command_line(self.plan, argv, with_env)
         return ExecRequest(
             self.inventory.name,
             self.inventory.transport,
             tuple(n.name for n in self.plan.nodes),
-            command_line(self.plan, argv, with_env),
+            command,
             timeout_s,
+            container_lines(self.plan, command),
         )
 
     def run_plan(
