@@ -159,9 +159,11 @@ class ContainerPlan:
         """Stop (SIGTERM, SIGKILL after ``grace_s``) and remove this container, if there.
 
         Prints the id of each container removed; fails when the runtime does not answer.
+        A node without the runtime has no container to remove: that is no failure.
         """
         rt = quote(self.runtime)
         return (
+            f"command -v {rt} >/dev/null || exit 0; "
             f'ids=$({self.find_command()}) && if [ -n "$ids" ]; then'
             f" {rt} stop -t {int(grace_s)} $ids >/dev/null 2>&1; {rt} rm -f $ids; fi"
         )

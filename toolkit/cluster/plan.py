@@ -33,6 +33,8 @@ NETWORK_AFTER = "NCCL_SOCKET_IFNAME"
 # another Python before the inventory's on PATH, and ``python`` in a job was not the
 # cluster's. Ray's daemons lose them before they start.
 SSH_SESSION_VARIABLES = ("SSH_CLIENT", "SSH2_CLIENT")
+# The Python that runs rtk's agent inside a container, for the commands that import Ray.
+CONTAINER_PYTHON = "python3"
 # What ``ray start`` prints once the node runs (``--block`` keeps it running after;
 # see ``Transport.start_daemon``, and a container's start, which waits for it).
 RAY_READY_TEXT = "Ray runtime started."
@@ -123,11 +125,20 @@ class ClusterPlan:
         return self.nodes[1:]
 
     def status_command(self) -> str:
-        """Command run on the head that prints Ray's node list as JSON (agent on stdin)."""
-        url = self.dashboard_url if self.inventory.ray.include_dashboard else "-"
-        return AGENT.command(
-            self.head.node, "status", url, self.head_address, env_file=self.paths.env_file
-        )
+        """Command run on the head that prints Ray's node list as JSON (agent on stdin).
+
+        With a dashboard the agent asks it over HTTP (the host's Python will do);
+        without, it imports Ray, so in a container it runs there.
+        """
+        if self.inventory.ray.include_dashboard:
+            return AGENT.command(
+                self.head.node,
+                "status",
+                self.dashboard_url,
+                self.head_address,
+                env_file=self.paths.env_file,
+            )
+        return self._ray_agent_command("status", "-", self.head_address)
 
     def pack_command(self, run_dir: str, out_path: str) -> str:
         """Command run on the head that packs a run directory's results into ``out_path``."""
@@ -136,9 +147,19 @@ class ClusterPlan:
     def smoke_command(self) -> str:
         """Command run on the head that runs one Ray task on every node (agent on stdin)."""
         hosts = ",".join(n.name for n in self.nodes)
-        return AGENT.command(
-            self.head.node, "smoke", self.head_address, hosts, env_file=self.paths.env_file
-        )
+        return self._ray_agent_command("smoke", self.head_address, hosts)
+
+    def _ray_agent_command(self, *args: str) -> str:
+        """An agent command that imports Ray: in the head's container when it has one.
+
+        There the image's ``python3`` runs it (the env file puts the directory of the
+        inventory's ``ray`` first on PATH); the agent still comes on stdin.
+        """
+        container = self.head.container
+        if container is None:
+            return AGENT.command(self.head.node, *args, env_file=self.paths.env_file)
+        line = with_env_file(self.paths.env_file, join([CONTAINER_PYTHON, "-", *args]))
+        return container.exec_command(line)
 
 
 def build_plan(inventory: Inventory, excluded: Sequence[Exclusion] = ()) -> ClusterPlan:

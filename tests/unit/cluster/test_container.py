@@ -8,6 +8,7 @@ rtk's container of the node, whatever else runs there.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -126,7 +127,7 @@ def test_ray_starts_inside_after_the_env_file_and_blocks(boxes: ClusterPlan) -> 
 def test_remove_exec_and_probe_request_text(boxes: ClusterPlan) -> None:
     head = container_of(boxes, "gpu01")
     assert head.remove_command(8) == (
-        "ids=$(docker ps -aq --filter label=rtk.cluster=boxes --filter label=rtk.node=gpu01 "
+        "command -v docker >/dev/null || exit 0; ids=$(docker ps -aq --filter label=rtk.cluster=boxes --filter label=rtk.node=gpu01 "
         "--filter 'name=^rtk-boxes-gpu01$') && if [ -n \"$ids\" ]; then docker stop -t 8 $ids "
         ">/dev/null 2>&1; docker rm -f $ids; fi"
     )
@@ -286,6 +287,19 @@ def test_remove_takes_exactly_rtks_container_of_the_node(
     assert "docker rm -f " + own in calls
 
 
+def test_remove_on_a_node_without_the_runtime_has_nothing_to_do(tmp_path: Path) -> None:
+    env = {**os.environ, "PATH": str(tmp_path)}
+    done = subprocess.run(
+        ["/bin/sh", "-c", plan_for("ray:ok").remove_command(8)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+
+
 def test_remove_fails_when_the_runtime_does_not_answer(
     node_shell: tuple[Path, dict[str, str]],
 ) -> None:
@@ -326,3 +340,19 @@ def test_cli_dry_run_shows_the_container_commands(monkeypatch: pytest.MonkeyPatc
         "/tmp/rtk-boxes/rtk/node.env ]; then set -a && . /tmp/rtk-boxes/rtk/node.env && "
         "set +a; fi; nvidia-smi -L'\n"
     ) in done.stdout
+
+
+def test_agent_commands_that_import_ray_run_in_the_heads_container(boxes: ClusterPlan) -> None:
+    # With a dashboard, status asks it over HTTP: the host's Python does.
+    assert boxes.status_command().startswith("set -a && . /tmp/rtk-boxes/rtk/node.env && ")
+    assert " python3 - status http://10.10.0.11:8265 " in boxes.status_command()
+    assert boxes.smoke_command() == (
+        "docker exec -i rtk-boxes-gpu01 sh -c 'set -a && . /tmp/rtk-boxes/rtk/node.env && "
+        "set +a && python3 - smoke 10.10.0.11:6379 gpu01,gpu02,gpu03'"
+    )
+    ray = boxes.inventory.ray.model_copy(update={"include_dashboard": False})
+    plain = build_plan(dataclasses.replace(boxes.inventory, ray=ray))
+    assert plain.status_command() == (
+        "docker exec -i rtk-boxes-gpu01 sh -c 'set -a && . /tmp/rtk-boxes/rtk/node.env && "
+        "set +a && python3 - status - 10.10.0.11:6379'"
+    )

@@ -142,7 +142,7 @@ def transport_for(nodes: Nodes) -> ScriptedTransport:
     transport.on("n1", r" - status ", status)
     transport.on("*", r" - stop ", answer({"stopped": 0, "killed": 0, "left": []}))
     transport.on("*", r"^(docker|podman) (run|exec) ", nodes.sh)
-    transport.on("*", r"^ids=\$\((docker|podman) ps ", nodes.sh)
+    transport.on("*", r"^command -v (docker|podman) .*; ids=\$\(", nodes.sh)
     return transport
 
 
@@ -225,7 +225,7 @@ def test_a_leftover_container_is_removed_before_the_start(tmp_path: Path, nodes:
     box = nodes.containers("n2")["rtk-boxed-n2"]
     assert box["id"] != old and box["state"] == "running"
     n2 = calls_on(transport, "n2")
-    removal = next(i for i, c in enumerate(n2) if c.startswith("ids=$(docker ps "))
+    removal = next(i for i, c in enumerate(n2) if "; ids=$(docker ps " in c)
     start = next(i for i, c in enumerate(n2) if c.startswith("docker run -d "))
     assert removal < start
 
