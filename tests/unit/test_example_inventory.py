@@ -15,7 +15,7 @@ import yaml
 from conftest import REPO
 from pydantic import BaseModel
 
-from toolkit.inventory import Inventory, InventorySpec, load_inventory
+from toolkit.inventory import Container, Inventory, InventorySpec, load_inventory
 
 ROOT = REPO
 EXAMPLE = ROOT / "inventory.example.yaml"
@@ -96,6 +96,19 @@ def test_workers_inherit_defaults(inv: Inventory) -> None:
         assert dict(worker.env) == {"OMP_NUM_THREADS": "8", "HF_HOME": "/scratch/hf-cache"}
 
 
+def test_every_node_runs_ray_in_the_defaults_container(inv: Inventory) -> None:
+    for node in inv.nodes:
+        assert node.container == Container(
+            runtime="podman",
+            image="localhost/rtk-ray:2.60",
+            mounts=("/scratch:/scratch", "/etc/pki:/etc/pki:ro"),
+            options=("--security-opt", "label=disable"),
+            gpus="auto",
+            shm_size_bytes=16 * 1024**3,
+        )
+        assert node.container.wants_gpus(node.gpus)
+
+
 def test_ssh_defaults_reach_every_node(inv: Inventory) -> None:
     for node in inv.nodes:
         assert node.ssh.port == 22
@@ -173,6 +186,7 @@ def test_model_walk_finds_every_model() -> None:
         "PortSettings",
         "RaySettings",
         "SlurmSettings",
+        "ContainerSettings",
     } <= names
 
 

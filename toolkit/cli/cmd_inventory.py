@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import click
@@ -42,6 +43,7 @@ def check_cmd(file: str, as_json: bool) -> None:
                         "python": n.python,
                         "user": n.ssh.user,
                         "port": n.ssh.port,
+                        "container": dataclasses.asdict(n.container) if n.container else None,
                     }
                     for n in inv.nodes
                 ],
@@ -55,7 +57,8 @@ def check_cmd(file: str, as_json: bool) -> None:
     for n in inv.nodes:
         via = f"{n.ssh.user}@{n.address}:{n.ssh.port}" if inv.transport == "ssh" else n.address
         jump = f" via {n.ssh.jump_host}" if n.ssh.jump_host else ""
-        click.echo(f"  {n.name:<16} {via}{jump}  gpus={n.gpus}")
+        runs = f"  {n.container.runtime} {n.container.image}" if n.container else ""
+        click.echo(f"  {n.name:<16} {via}{jump}  gpus={n.gpus}{runs}")
 
 
 @inventory_group.command("schema")

@@ -31,7 +31,9 @@ and sets RAY_ADDRESS and RAY_API_SERVER_ADDRESS, so Ray's own tools work as
 Ray's docs show them: ray status, ray job submit/list/logs/stop,
 ray.init() or ray.init(address="auto") in python or a notebook.
 It logs in with the system ssh and the inventory's user, port, key,
-known_hosts and jump host. With -- COMMAND it runs COMMAND there instead
+known_hosts and jump host; on a node whose Ray runs in a container
+(container: in the inventory) the shell runs inside that container.
+With -- COMMAND it runs COMMAND there instead
 (its words quoted, as rtk exec does; for pipes run bash -c '...') and ends
 with its exit status. With --local, or an inventory whose transport is local,
 the shell runs on this machine.
@@ -91,11 +93,18 @@ def pick_node(inv: Inventory, name: str | None) -> Node:
 def session_argv(inv: Inventory, node: Node, command: Sequence[str], tty: bool) -> list[str]:
     """The argv that opens the session on ``node``: ssh, or bash here for a local inventory.
 
+    On a node whose Ray runs in a container, the session's bash runs in that container
+    (``docker exec``/``podman exec``, with a terminal when ``tty``).
+
     Raises:
         TransportError: The inventory's transport has no shell session (srun).
     """
-    script = node_session_script(build_plan(inv), command)
+    plan = build_plan(inv)
+    script = node_session_script(plan, command)
     bash = ["bash", "--norc", "--noprofile", "-c", script]
+    container = next((n.container for n in plan.nodes if n.name == node.name), None)
+    if container is not None:
+        bash = container.exec_argv(bash, tty=tty)
     if inv.transport == "local":
         return bash
     if inv.transport == "ssh":

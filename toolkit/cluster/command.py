@@ -6,7 +6,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from toolkit.cluster.container import name_tokens
 from toolkit.cluster.plan import ClusterPlan, NodePlan
+from toolkit.cluster.plan_summary import RenderedNode, group_nodes
 from toolkit.shell import join, quote
 from toolkit.transport.base import CommandResult, Transport
 from toolkit.transport.group import run_each
@@ -30,12 +32,31 @@ class NodeRun:
 
 
 def command_line(plan: ClusterPlan, argv: Sequence[str], with_env: bool) -> str:
-    """The shell text run on each node: argv quoted, after the env file when present."""
+    """The shell text run on each node: argv quoted, after the env file when present.
+
+    On a node with a container it runs inside that container (``node_command``).
+    """
     command = join(argv)
     if not with_env:
         return command
     env_file = quote(plan.paths.env_file)
     return f"if [ -f {env_file} ]; then set -a && . {env_file} && set +a; fi; {command}"
+
+
+def node_command(node_plan: NodePlan, command: str) -> str:
+    """Shell text ``command`` as run on the node: in its container when it has one."""
+    container = node_plan.container
+    return command if container is None else container.exec_command(command)
+
+
+def container_lines(plan: ClusterPlan, command: str) -> tuple[str, ...]:
+    """How ``command`` runs on the nodes with a container: a line per shape, host lists first."""
+    rendered = [
+        RenderedNode(n.name, "node", (node_command(n, command),), name_tokens(n.container))
+        for n in plan.nodes
+        if n.container is not None
+    ]
+    return tuple(f"[{b.hostlist()}] {b.lines[0]}" for b in group_nodes(rendered))
 
 
 def run_everywhere(
@@ -50,7 +71,7 @@ def run_everywhere(
     command = command_line(plan, argv, with_env)
 
     def run(node_plan: NodePlan) -> CommandResult:
-        return transport.run(node_plan.node, command, timeout_s=timeout_s)
+        return transport.run(node_plan.node, node_command(node_plan, command), timeout_s=timeout_s)
 
     group = run_each(plan.nodes, run, parallel=plan.inventory.fanout.parallel)
     runs = []

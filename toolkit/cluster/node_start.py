@@ -12,15 +12,19 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from toolkit.cluster.plan import ClusterPlan, NodePlan, fill_env
+from toolkit.cluster.down import stop_node
+from toolkit.cluster.plan import RAY_READY_TEXT, ClusterPlan, NodePlan, fill_env
 from toolkit.cluster.render import env_file
 from toolkit.cluster.report import Reporter
 from toolkit.cluster.status import ClusterStatus, cluster_status
 from toolkit.errors import ClusterError, WaitTimeoutError
 from toolkit.netenv import env_for_node
 from toolkit.node import call_agent
-from toolkit.node.probe import ProbeFacts
+from toolkit.node.probe import ContainerFacts, ProbeFacts
+from toolkit.preflight.container_checks import container_checks, failure_text
 from toolkit.transport.base import Transport
+
+__all__ = ["RAY_READY_TEXT", "NodeOutcome", "StaleEntries", "prepare_node", "start_node"]
 
 PROBE_TIMEOUT_S = 60.0
 POLL_INTERVAL_S = 0.25
@@ -40,11 +44,6 @@ class NodeOutcome:
     rtk_digest: str | None = None  # of the rtk source the node's Python imports
 
 
-# What ``ray start`` prints once the node runs (``--block`` keeps it running after;
-# see ``Transport.start_daemon``).
-RAY_READY_TEXT = "Ray runtime started."
-
-
 def prepare_node(
     node_plan: NodePlan,
     plan: ClusterPlan,
@@ -55,9 +54,14 @@ def prepare_node(
 ) -> bool:
     """Probe, write token and env file; True when ``ray start`` is still needed.
 
+    A node with a container is ready when its runtime answers, the image is there and,
+    for GPUs, the runtime's GPU hook (``preflight.container_checks``); its Ray runs
+    when rtk's container of it runs.
+
     Raises:
         ClusterError: The node cannot start Ray: no route to the head, a port in use,
-            or (``NetEnvError``) its network does not fit the inventory's profile.
+            its container's runtime, image or GPU hook missing, or (``NetEnvError``)
+            its network does not fit the inventory's profile.
     """
     node = node_plan.node
     reporter.node(node.name, "probing")
@@ -66,15 +70,23 @@ def prepare_node(
     if facts.route.error:
         raise ClusterError(f"{node.name}: {facts.route.error}")
     outcome.node_ip = facts.route.source_ip
-    outcome.rtk_digest = facts.rtk_digest
+    # Ray in a container imports the image's rtk, if any, not the host's.
+    outcome.rtk_digest = facts.rtk_digest if node_plan.container is None else None
     reporter.phase(node.name, "probed")
-    if facts.raylet_running:
+    container = _container_facts(node_plan, facts)
+    if container.running if container is not None else facts.raylet_running:
         outcome.action = "already running"
-        reporter.node(node.name, "this cluster's Ray already runs here; leaving it")
+        what = "Ray" if node_plan.container is None else f"container {node_plan.container.name}"
+        reporter.node(node.name, f"this cluster's {what} already runs here; leaving it")
         return False
-    if facts.rtk_pids:
+    if node_plan.container is not None and container is not None:
+        spec = node_plan.container
+        failed = failure_text(container_checks(node.name, spec.image, spec.gpus, container))
+        if failed:
+            raise ClusterError(f"{node.name}: {failed}")
+    if facts.rtk_pids or (container is not None and container.state is not None):
         reporter.node(node.name, "stopping leftovers of an earlier run of this cluster")
-        call_agent(transport, node, node_plan.stop_command, PROBE_TIMEOUT_S)
+        stop_node(node_plan, transport)
     busy = facts.busy_ports
     if busy:
         raise ClusterError(
@@ -98,6 +110,22 @@ def prepare_node(
     return True
 
 
+def _container_facts(node_plan: NodePlan, facts: ProbeFacts) -> ContainerFacts | None:
+    """The probe's container facts for a node with a container (None for one without).
+
+    Raises:
+        ClusterError: The node has a container and the probe said nothing of it.
+    """
+    if node_plan.container is None:
+        return None
+    if facts.container is None:
+        raise ClusterError(
+            f"{node_plan.name}: the node agent's probe reported nothing of the container "
+            f"runtime ({node_plan.container.runtime}); is the agent rtk's own?"
+        )
+    return facts.container
+
+
 def start_node(
     node_plan: NodePlan,
     plan: ClusterPlan,
@@ -117,10 +145,11 @@ def start_node(
         reporter.node(node.name, f"Ray started in {outcome.duration_s:.1f} s")
         reporter.phase(node.name, "started")
         return
+    what = "ray start" if node_plan.container is None else "container start"
     outcome.action = "failed"
-    outcome.error = f"ray start exited {result.exit_code}:\n{result.tail()}"
-    reporter.node(node.name, f"ray start failed (exit {result.exit_code})")
-    reporter.phase(node.name, "failed", f"ray start exited {result.exit_code}")
+    outcome.error = f"{what} exited {result.exit_code}:\n{result.tail()}"
+    reporter.node(node.name, f"{what} failed (exit {result.exit_code})")
+    reporter.phase(node.name, "failed", f"{what} exited {result.exit_code}")
 
 
 def settled_call(

@@ -15,6 +15,7 @@ import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from toolkit.cluster.container import ContainerPlan, container_plan
 from toolkit.cluster.exclude import inventory_without
 from toolkit.inventory import Inventory, Node
 from toolkit.node import AGENT
@@ -32,6 +33,11 @@ NETWORK_AFTER = "NCCL_SOCKET_IFNAME"
 # another Python before the inventory's on PATH, and ``python`` in a job was not the
 # cluster's. Ray's daemons lose them before they start.
 SSH_SESSION_VARIABLES = ("SSH_CLIENT", "SSH2_CLIENT")
+# The Python that runs rtk's agent inside a container, for the commands that import Ray.
+CONTAINER_PYTHON = "python3"
+# What ``ray start`` prints once the node runs (``--block`` keeps it running after;
+# see ``Transport.start_daemon``, and a container's start, which waits for it).
+RAY_READY_TEXT = "Ray runtime started."
 
 
 @dataclass(frozen=True)
@@ -69,7 +75,12 @@ class ClusterPaths:
 
 @dataclass(frozen=True)
 class NodePlan:
-    """What rtk does on one node."""
+    """What rtk does on one node.
+
+    With ``container``, ``start_command`` starts the node's container (``ray start``
+    inside it) and the probe checks the container's runtime too; ``stop_command`` is
+    still the node agent's, run after the container is removed (``cluster.down``).
+    """
 
     node: Node
     role: str
@@ -79,6 +90,7 @@ class NodePlan:
     start_argv: tuple[str, ...]
     start_command: str
     stop_command: str
+    container: ContainerPlan | None = None
 
     @property
     def name(self) -> str:
@@ -113,11 +125,20 @@ class ClusterPlan:
         return self.nodes[1:]
 
     def status_command(self) -> str:
-        """Command run on the head that prints Ray's node list as JSON (agent on stdin)."""
-        url = self.dashboard_url if self.inventory.ray.include_dashboard else "-"
-        return AGENT.command(
-            self.head.node, "status", url, self.head_address, env_file=self.paths.env_file
-        )
+        """Command run on the head that prints Ray's node list as JSON (agent on stdin).
+
+        With a dashboard the agent asks it over HTTP (the host's Python will do);
+        without, it imports Ray, so in a container it runs there.
+        """
+        if self.inventory.ray.include_dashboard:
+            return AGENT.command(
+                self.head.node,
+                "status",
+                self.dashboard_url,
+                self.head_address,
+                env_file=self.paths.env_file,
+            )
+        return self._ray_agent_command("status", "-", self.head_address)
 
     def pack_command(self, run_dir: str, out_path: str) -> str:
         """Command run on the head that packs a run directory's results into ``out_path``."""
@@ -126,9 +147,19 @@ class ClusterPlan:
     def smoke_command(self) -> str:
         """Command run on the head that runs one Ray task on every node (agent on stdin)."""
         hosts = ",".join(n.name for n in self.nodes)
-        return AGENT.command(
-            self.head.node, "smoke", self.head_address, hosts, env_file=self.paths.env_file
-        )
+        return self._ray_agent_command("smoke", self.head_address, hosts)
+
+    def _ray_agent_command(self, *args: str) -> str:
+        """An agent command that imports Ray: in the head's container when it has one.
+
+        There the image's ``python3`` runs it (the env file puts the directory of the
+        inventory's ``ray`` first on PATH); the agent still comes on stdin.
+        """
+        container = self.head.container
+        if container is None:
+            return AGENT.command(self.head.node, *args, env_file=self.paths.env_file)
+        line = with_env_file(self.paths.env_file, join([CONTAINER_PYTHON, "-", *args]))
+        return container.exec_command(line)
 
 
 def build_plan(inventory: Inventory, excluded: Sequence[Exclusion] = ()) -> ClusterPlan:
@@ -161,6 +192,7 @@ def _node_plan(
     inv: Inventory, paths: ClusterPaths, node: Node, role: str, head_address: str
 ) -> NodePlan:
     ports = _node_ports(inv, role)
+    container = container_plan(inv, node, paths.temp_dir, paths.rtk_dir)
     probe = AGENT.command(
         node,
         "probe",
@@ -168,17 +200,21 @@ def _node_plan(
         paths.temp_dir,
         ",".join(str(p) for p in ports),
         inv.network.interface or "",
+        *([container.probe_request()] if container else []),
     )
     start_argv = tuple(_ray_start_argv(inv, paths, node, role, head_address))
-    # Where a command's processes end with it (srun), ray start stays in the foreground.
-    block = " --block" if transport_class(inv).daemons_in_foreground else ""
-    start = with_env_file(
-        paths.env_file,
-        f"unset {' '.join(SSH_SESSION_VARIABLES)} && exec "
-        + join(start_argv)
-        + ' --node-ip-address="$RTK_NODE_IP"'
-        + block,
-    )
+    ray_start = join(start_argv) + ' --node-ip-address="$RTK_NODE_IP"'
+    if container is not None:
+        # The container's PID 1 (after its init) is ray start, which stays there.
+        inner = with_env_file(paths.env_file, f"exec {ray_start} --block")
+        start = container.start_command(inner, RAY_READY_TEXT, inv.ray.start_timeout_s)
+    else:
+        # Where a command's processes end with it (srun), ray start stays in the foreground.
+        block = " --block" if transport_class(inv).daemons_in_foreground else ""
+        start = with_env_file(
+            paths.env_file,
+            f"unset {' '.join(SSH_SESSION_VARIABLES)} && exec {ray_start}{block}",
+        )
     stop = AGENT.command(node, "stop", paths.temp_dir, f"{STOP_GRACE_S:g}")
     return NodePlan(
         node=node,
@@ -189,6 +225,7 @@ def _node_plan(
         start_argv=start_argv,
         start_command=start,
         stop_command=stop,
+        container=container,
     )
 
 

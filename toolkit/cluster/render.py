@@ -5,7 +5,8 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Mapping, Sequence
 
-from toolkit.cluster.plan import NETWORK_AFTER, ClusterPlan, Detect, NodePlan
+from toolkit.cluster.container import CLUSTER_LABEL, NODE_LABEL, name_tokens
+from toolkit.cluster.plan import NETWORK_AFTER, STOP_GRACE_S, ClusterPlan, Detect, NodePlan
 from toolkit.cluster.plan_summary import (
     ADDRESS,
     NAME,
@@ -29,18 +30,21 @@ MAX_EXCLUDED_LINES = 8
 
 def env_file(plan: ClusterPlan, node_plan: NodePlan, env: Mapping[str, str]) -> str:
     """The text of a node's env file (``templates/node.env.j2``)."""
+    node = node_plan.node
+    # In a container the env file is read inside: Ray's own directory goes first there.
+    where = node.ray[0] if node_plan.container is not None else node.python
     return render(
         "node.env.j2",
         cluster=plan.inventory.name,
         node=node_plan.name,
         path=plan.paths.env_file,
         env=env,
-        path_first=python_bin_dir(node_plan.node.python),
+        path_first=python_bin_dir(where),
     )
 
 
 def python_bin_dir(python: str) -> str:
-    """The directory of the node's Python when the inventory names it by path, else ''.
+    """The directory of the node's Python (or Ray) when named by path, else ''.
 
     That directory (a venv's ``bin``) goes first on PATH in the node's env file.
     """
@@ -134,11 +138,14 @@ def _reach(plan: ClusterPlan, node_plan: NodePlan) -> str:
 
 def _own_tokens(node_plan: NodePlan) -> tuple[Token, ...]:
     node = node_plan.node
-    return (
+    tokens: tuple[Token, ...] = (
         Token(NAME, node.name),
         Token(ADDRESS, node.address),
         Token(SSH_PORT, str(node.ssh.port), prefix="-p "),
     )
+    if node_plan.container is not None:
+        tokens += name_tokens(node_plan.container)[1:]
+    return tokens
 
 
 def _block_heading(index: int, block: PlanBlock) -> str:
@@ -179,10 +186,16 @@ def _render_node(plan: ClusterPlan, node_plan: NodePlan) -> list[str]:
         for key, value in node_plan.env.items()
     }
     gpus = f"{node.gpus} GPU(s) expected, detected by Ray" if node.gpus else "no GPU expected"
-    lines = [
-        f"[{node.name}] {node_plan.role} at {node.address}, {gpus}",
-        f"  1. probe: {node_plan.probe_command}  {AGENT_NOTE}",
-    ]
+    container = node_plan.container
+    lines = [f"[{node.name}] {node_plan.role} at {node.address}, {gpus}"]
+    if container is not None:
+        lines.append(f"  container: {container.describe()}")
+    checks = (
+        f"; it checks {container.runtime}, the image and the GPU hook too"
+        if container is not None
+        else ""
+    )
+    lines.append(f"  1. probe: {node_plan.probe_command}  {AGENT_NOTE[:-1]}{checks})")
     step = 2
     if plan.auth:
         lines.append(f"  {step}. write {plan.paths.token_file} (0600): the cluster's token")
@@ -195,38 +208,73 @@ def _render_node(plan: ClusterPlan, node_plan: NodePlan) -> list[str]:
     )
     env_lines[after:after] = describe_profile(plan.inventory.network.profile).splitlines()
     lines += [f"       {line}" for line in env_lines]
-    lines.append(f"  {step + 1}. start (skipped when this cluster's Ray already runs there):")
+    what = "Ray" if container is None else "container"
+    lines.append(
+        f"  {step + 1}. start{' the container' if container else ''} (skipped when this "
+        f"cluster's {what} already runs there):"
+    )
     lines.append(f"       {node_plan.start_command}")
     return lines
 
 
+def _down_commands(node_plan: NodePlan) -> tuple[str, ...]:
+    """The node's teardown commands, in order: its container's removal first, if any."""
+    container = node_plan.container
+    first = (container.remove_command(STOP_GRACE_S),) if container is not None else ()
+    return (*first, node_plan.stop_command)
+
+
 def render_down(plan: ClusterPlan) -> str:
-    """The teardown plan, a line per node (``--dry-run --full``)."""
+    """The teardown plan, a line per node and command (``--dry-run --full``)."""
     lines = _down_header(plan)
-    lines += [f"  [{n.node.name}] {n.stop_command}  {AGENT_NOTE}" for n in plan.nodes]
+    for n in plan.nodes:
+        *first, stop = _down_commands(n)
+        lines += [f"  [{n.node.name}] {command}" for command in first]
+        lines.append(f"  [{n.node.name}] {stop}  {AGENT_NOTE}")
     return "\n".join(lines) + "\n"
 
 
 def render_down_summary(plan: ClusterPlan) -> str:
     """The teardown plan, a line per command shape with its host list (``--dry-run``)."""
     blocks = group_nodes(
-        [RenderedNode(n.name, "node", (n.stop_command,), _own_tokens(n)[:2]) for n in plan.nodes]
+        [RenderedNode(n.name, "node", _down_commands(n), _down_tokens(n)) for n in plan.nodes]
     )
     lines = _down_header(plan)
     for block in blocks:
         count = f" ({len(block.nodes):,} nodes)" if len(block.nodes) > 1 else ""
         own = f"; {', '.join(block.varying)}: each node's own" if block.varying else ""
-        lines.append(f"  [{block.hostlist()}]{count} {block.lines[0]}  {AGENT_NOTE}{own}")
+        *first, stop = block.lines
+        if first:
+            many = f"{len(block.nodes):,} nodes" if len(block.nodes) > 1 else ""
+            note = "; ".join(w for w in (many, own.removeprefix("; ")) if w)
+            lines.append(f"  [{block.hostlist()}]" + (f" ({note})" if note else ""))
+            lines += [f"      {command}" for command in first]
+            lines.append(f"      then {stop}  {AGENT_NOTE}")
+        else:
+            lines.append(f"  [{block.hostlist()}]{count} {stop}  {AGENT_NOTE}{own}")
     lines.append(
         f"total: {len(plan.nodes):,} node(s) in {len(blocks)} block(s); --full shows every node"
     )
     return "\n".join(lines) + "\n"
 
 
+def _down_tokens(node_plan: NodePlan) -> tuple[Token, ...]:
+    """The node's own values in its teardown commands: name and address, no SSH port."""
+    return tuple(t for t in _own_tokens(node_plan) if t.placeholder != SSH_PORT)
+
+
 def _down_header(plan: ClusterPlan) -> list[str]:
-    return [
+    lines = [
         f"plan: rtk down, cluster {plan.inventory.name!r} from {plan.inventory.source}",
         "  on every node, in parallel: stop the processes carrying "
         f"RTK_CLUSTER_DIR={plan.paths.temp_dir} (SIGTERM, then SIGKILL), then remove "
         f"{plan.paths.temp_dir}; any other Ray on the node is left alone",
     ]
+    if any(n.container is not None for n in plan.nodes):
+        lines.append(
+            f"  first, on a node with a container: stop it (SIGTERM, SIGKILL after "
+            f"{STOP_GRACE_S:g} s) and remove it, if it has rtk's name for it and the labels "
+            f"{CLUSTER_LABEL}={plan.inventory.name} and {NODE_LABEL}=<node>; no other "
+            "container is touched"
+        )
+    return lines

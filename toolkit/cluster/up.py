@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit.cluster import shipped_code
+from toolkit.cluster.container import check_startable
 from toolkit.cluster.down import stop_nodes
 from toolkit.cluster.grouping import group_nodes, render_failure_groups
 from toolkit.cluster.node_start import (
@@ -77,11 +78,13 @@ def up(plan: ClusterPlan, transport: Transport, store: StateStore, reporter: Rep
     only by an operation in flight: a node waiting for its turn holds none.
 
     Raises:
-        ClusterError: The head failed, or fewer than ``min_nodes`` nodes came up.
+        ClusterError: The head failed, fewer than ``min_nodes`` nodes came up, or a
+            node's container runs only under SLURM (nothing is touched then).
         WaitTimeoutError: Nodes did not join within ``ray.wait_timeout_s``.
     """
     began = time.monotonic()
     inv = plan.inventory
+    check_startable(inv, [n.node for n in plan.nodes])
     outcomes = {n.node.name: NodeOutcome(n.node.name, n.role) for n in plan.nodes}
     result = UpResult(inv.name, plan.dashboard_url, list(outcomes.values()))
     token = store.token() if plan.auth else None

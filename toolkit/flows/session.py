@@ -30,8 +30,9 @@ from toolkit.cluster import (
     render_up_summary,
     shipped_code,
 )
-from toolkit.cluster.command import NodeRun, command_line, run_everywhere
+from toolkit.cluster.command import NodeRun, command_line, container_lines, run_everywhere
 from toolkit.cluster.connect import make_transport
+from toolkit.cluster.container import check_startable
 from toolkit.cluster.exclude import ExcludeError, excluded_from_state
 from toolkit.cluster.jobs import job_client, run_job
 from toolkit.cluster.local_driver import is_local_address, run_local_driver
@@ -176,7 +177,12 @@ class Session:
     # Plans: pure, printable, nothing touched.
 
     def up_plan(self, full: bool = False) -> str:
-        """What ``bring_up`` would run, as text: a block per command shape, or every node."""
+        """What ``bring_up`` would run, as text: a block per command shape, or every node.
+
+        Raises:
+            ClusterError: A node's container runs only under SLURM (apptainer, pyxis).
+        """
+        check_startable(self.inventory, [n.node for n in self.plan.nodes])
         return render_up(self.plan) if full else render_up_summary(self.plan)
 
     def down_plan(self, full: bool = False) -> str:
@@ -224,12 +230,14 @@ class Session:
         self, argv: Sequence[str], with_env: bool = True, timeout_s: float = 600.0
     ) -> ExecRequest:
         """What ``exec`` would run on every node."""
+        command = command_line(self.plan, argv, with_env)
         return ExecRequest(
             self.inventory.name,
             self.inventory.transport,
             tuple(n.name for n in self.plan.nodes),
-            command_line(self.plan, argv, with_env),
+            command,
             timeout_s,
+            container_lines(self.plan, command),
         )
 
     def run_plan(

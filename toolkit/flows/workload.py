@@ -139,14 +139,19 @@ class ExecRequest:
     nodes: tuple[str, ...]
     command: str
     timeout_s: float
+    in_containers: tuple[str, ...] = ()  # ``[hosts] docker exec ...``, nodes with one
 
     def render(self) -> str:
         """The request as text (``--dry-run``)."""
-        return (
+        text = (
             f"cluster {self.cluster!r}: on {len(self.nodes)} node(s) over {self.transport} "
             f"({', '.join(self.nodes)}), at most {self.timeout_s:g} s each:\n"
             f"  {self.command}\n"
         )
+        if self.in_containers:
+            text += "inside the node's container, on the nodes that have one:\n"
+            text += "".join(f"  {line}\n" for line in self.in_containers)
+        return text
 
 
 def job_request(

@@ -10,10 +10,11 @@ from toolkit.inventory.loader import (
     parse_inventory,
 )
 from toolkit.inventory.models import InventorySpec
-from toolkit.inventory.resolved import Inventory, Node, SshTarget
+from toolkit.inventory.resolved import Container, Inventory, Node, SshTarget
 
 __all__ = [
     "EMBEDDED_DEFAULT",
+    "Container",
     "HostRangeError",
     "Inventory",
     "InventorySpec",

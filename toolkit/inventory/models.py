@@ -84,6 +84,7 @@ EnvValue = Annotated[str, BeforeValidator(_env_value)]
 EnvName = Annotated[str, Field(pattern=ENV_NAME_PATTERN)]
 Port = Annotated[int, Field(ge=1, le=65535)]
 SizeBytes = Annotated[int, BeforeValidator(_size_bytes), Field(ge=78_643_200)]
+ShmBytes = Annotated[int, BeforeValidator(_size_bytes), Field(ge=1_048_576)]
 
 
 class _Strict(BaseModel):
@@ -114,6 +115,39 @@ class SshSettings(_Strict):
     )
 
 
+class ContainerSettings(_Strict):
+    """Run the node's Ray in a container; unset fields inherit from ``defaults.container``.
+
+    rtk runs one long-lived container per node with the host's network, and the
+    host's IPC unless ``shm_size`` asks for a /dev/shm of the container's own.
+    """
+
+    runtime: Literal["docker", "podman", "apptainer", "pyxis"] | None = Field(
+        None,
+        description="docker or podman (rtk up over SSH); apptainer or pyxis run only under SLURM.",
+    )
+    image: str | None = Field(
+        None, min_length=1, description="Image on the node (rtk pulls nothing): name[:tag]."
+    )
+    mounts: list[str] | None = Field(
+        None,
+        description="Bind mounts SRC:DST or SRC:DST:ro (DST absolute); a node's list "
+        "replaces the defaults' list.",
+    )
+    options: list[str] | None = Field(
+        None, description="Extra arguments of docker/podman run, one word per item."
+    )
+    gpus: Literal["auto", "none", "all"] | None = Field(
+        None,
+        description="auto (default): the node's GPUs when it has gpus > 0; all; none.",
+    )
+    shm_size: ShmBytes | None = Field(
+        None,
+        description="A /dev/shm of this size in its own IPC namespace (e.g. '16GiB'); "
+        "default: the host's /dev/shm, through host IPC.",
+    )
+
+
 class NodeSettings(_Strict):
     """Settings a node inherits from ``defaults`` and may override for itself."""
 
@@ -131,6 +165,10 @@ class NodeSettings(_Strict):
     )
     env: dict[EnvName, EnvValue] = Field(
         default_factory=dict, description="Extra environment for Ray and everything it runs."
+    )
+    container: ContainerSettings = Field(
+        default_factory=ContainerSettings,
+        description="Run Ray in a container (docker, podman) instead of on the host's Python.",
     )
 
 

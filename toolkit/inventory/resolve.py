@@ -14,6 +14,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from toolkit.errors import InventoryError, Problem
+from toolkit.inventory.container import (
+    CONTAINER_RAY,
+    check_complete,
+    check_container,
+    merge_container,
+)
 from toolkit.inventory.hostrange import HostRangeError, expand_hosts
 from toolkit.inventory.models import InventorySpec, NodeSettings, NodeSpec, PortSettings
 from toolkit.inventory.problems import format_path
@@ -100,11 +106,13 @@ def _expand_nodes(spec: InventorySpec, base_dir: Path, out: _Collector) -> list[
     seen_host: dict[str, int] = {}
     seen_address: dict[str, int] = {}
     key_checked: set[str] = set()
+    said: set[str] = set()
     _check_settings(spec.defaults, ("defaults",), base_dir, out, key_checked)
     for index, entry in enumerate(spec.nodes):
         where: KeyPath = ("nodes", index)
         _check_settings(entry, where, base_dir, out, key_checked)
         _check_resources(entry, where, out)
+        check_complete(spec.defaults.container, entry.container, where, out.add, said)
         pairs = _host_address_pairs(entry, where, out)
         for host, address in pairs:
             if host in seen_host:
@@ -170,6 +178,7 @@ def _check_settings(
             (*where, "python"),
             "give either venv or python, not both (venv implies <venv>/bin/python)",
         )
+    check_container(settings.container, where, out.add)
     key = settings.ssh.key
     if key is not None and key not in checked:
         checked.add(key)
@@ -263,8 +272,11 @@ def _node(spec: InventorySpec, entry: NodeSpec, host: str, address: str, base: P
         python = posixpath.join(venv, "bin", "python")
     # On this machine, default to the Python running rtk: the one that has Ray.
     python = python or (sys.executable if spec.transport == "local" else "python3")
+    container = merge_container(defaults.container, entry.container)
     ray_exe = entry.ray or defaults.ray
-    ray = (ray_exe,) if ray_exe else (python, "-m", "ray.scripts.scripts")
+    # In a container, Ray is the image's: python names the host's, for rtk's node scripts.
+    default_ray = CONTAINER_RAY if container else (python, "-m", "ray.scripts.scripts")
+    ray = (ray_exe,) if ray_exe else default_ray
     port = pick("port")
     timeout = pick("connect_timeout_s")
     return Node(
@@ -287,6 +299,7 @@ def _node(spec: InventorySpec, entry: NodeSpec, host: str, address: str, base: P
         python=python,
         ray=ray,
         env={**defaults.env, **entry.env},
+        container=container,
     )
 
 

@@ -36,8 +36,38 @@ class SshTarget:
 
 
 @dataclass(frozen=True)
+class Container:
+    """The container a node's Ray runs in (``container:``, defaults applied).
+
+    Attributes:
+        runtime: docker, podman, apptainer or pyxis.
+        image: The image, present on the node.
+        mounts: Extra bind mounts, ``SRC:DST`` or ``SRC:DST:OPTIONS`` (``ro``).
+        options: Extra words for the runtime's ``run``.
+        gpus: auto, all or none.
+        shm_size_bytes: The container's own /dev/shm size; None: the host's (host IPC).
+    """
+
+    runtime: str
+    image: str
+    mounts: tuple[str, ...] = ()
+    options: tuple[str, ...] = ()
+    gpus: str = "auto"
+    shm_size_bytes: int | None = None
+
+    def wants_gpus(self, node_gpus: int) -> bool:
+        """True when the container gets the node's GPUs (``auto``: when it has any)."""
+        return self.gpus == "all" or (self.gpus == "auto" and node_gpus > 0)
+
+
+@dataclass(frozen=True)
 class Node:
-    """One node of the cluster, with its inherited settings applied."""
+    """One node of the cluster, with its inherited settings applied.
+
+    ``container`` None: Ray runs on the host's Python. Otherwise ``python`` is still
+    the host's (rtk's stdlib node scripts run there) and ``ray`` is Ray's command
+    inside the image.
+    """
 
     name: str
     address: str
@@ -48,6 +78,7 @@ class Node:
     python: str
     ray: tuple[str, ...]
     env: Mapping[str, str]
+    container: Container | None = None
 
 
 @dataclass(frozen=True)

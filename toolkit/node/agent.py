@@ -5,7 +5,9 @@ that Ray supports, because it runs in the node's own environment. It prints one 
 object on stdout.
 
 Commands:
-  probe HEAD_ADDRESS MARKER_DIR PORTS [INTERFACE]  what rtk needs to know before ray start
+  probe HEAD_ADDRESS MARKER_DIR PORTS [INTERFACE [CONTAINER_JSON]]
+                                                   what rtk needs to know before ray start
+                                                   (and of the container runtime, if any)
   stop MARKER_DIR GRACE_S                          stop rtk's Ray there, remove MARKER_DIR
   status DASHBOARD_URL|- GCS_ADDRESS               alive Ray nodes, seen from the head
   smoke GCS_ADDRESS HOSTS                          one Ray task on each node (comma list)
@@ -33,6 +35,14 @@ from collections.abc import Callable
 from typing import Any
 
 MARKER_VARIABLE = "RTK_CLUSTER_DIR"
+# Container runtimes: how each tells its version (docker's answer needs its daemon).
+CONTAINER_VERSION_FORMAT = {"docker": "{{.Server.Version}}", "podman": "{{.Client.Version}}"}
+CONTAINER_TIMEOUT_S = 20.0
+# Where podman (and docker >= 25) find CDI specs, which name the GPUs as nvidia.com/gpu.
+CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
+CDI_GPU_KIND = "nvidia.com/gpu"
+# What docker's --gpus calls: the NVIDIA Container Toolkit's hook.
+NVIDIA_HOOK = "nvidia-container-runtime-hook"
 # The package rtk is imported as: a node with the same source needs none shipped.
 RTK_PACKAGE = "toolkit"
 
@@ -368,8 +378,114 @@ def rtk_source(package: str = RTK_PACKAGE) -> dict[str, str] | None:
         return None
 
 
-def probe(head: str, marker_dir: str, ports_text: str, interface: str = "") -> dict[str, Any]:
-    """Everything rtk decides on before starting Ray on this node."""
+def _quiet(argv: list[str], timeout_s: float = CONTAINER_TIMEOUT_S) -> tuple[int, str, str]:
+    """Run ``argv``; its exit status, stdout and stderr (124: timed out, 127: not run)."""
+    try:
+        done = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired:
+        return 124, "", f"{' '.join(argv[:2])} did not answer within {timeout_s:g} s"
+    except OSError as e:
+        return 127, "", str(e)
+    return done.returncode, done.stdout, done.stderr
+
+
+def _last_line(*texts: str) -> str:
+    for text in texts:
+        lines = [line for line in text.strip().splitlines() if line.strip()]
+        if lines:
+            return lines[-1].strip()[:300]
+    return ""
+
+
+def gpu_hook(runtime: str, binary: str, cdi_dirs: tuple[str, ...] = CDI_DIRS) -> dict[str, Any]:
+    """Whether the runtime can hand the node's GPUs to a container, and through what.
+
+    docker: an ``nvidia`` runtime in ``docker info``, or the NVIDIA Container Toolkit's
+    hook on PATH (what ``--gpus`` runs). podman: a CDI spec naming nvidia.com/gpu.
+    """
+    if runtime == "docker":
+        code, out, _ = _quiet([binary, "info", "--format", "{{json .Runtimes}}"])
+        try:
+            runtimes = json.loads(out) if code == 0 else {}
+        except json.JSONDecodeError:
+            runtimes = {}
+        if isinstance(runtimes, dict) and "nvidia" in runtimes:
+            return {"found": True, "via": "docker's nvidia runtime"}
+        hook = shutil.which(NVIDIA_HOOK)
+        return {"found": hook is not None, "via": hook or ""}
+    for folder in cdi_dirs:
+        for name in _names(folder):
+            path = os.path.join(folder, name)
+            if not name.endswith((".yaml", ".yml", ".json")):
+                continue
+            text = _read(path)
+            if text is not None and CDI_GPU_KIND in text:
+                return {"found": True, "via": path}
+    return {"found": False, "via": ""}
+
+
+def container_facts(request_text: str, cdi_dirs: tuple[str, ...] = CDI_DIRS) -> dict[str, Any]:
+    """The node's container runtime: does it answer, the image, the GPU hook, rtk's container.
+
+    REQUEST is JSON: runtime, image, name, labels (``key=value``), gpus (true: look
+    for the GPU hook). ``state`` is the container's (``running``, ``exited``...) when
+    one with that name and those labels exists, else null.
+    """
+    request = json.loads(request_text)
+    runtime = str(request["runtime"])
+    binary = shutil.which(runtime)
+    facts: dict[str, Any] = {
+        "runtime": runtime,
+        "path": binary,
+        "version": None,
+        "error": None,
+        "image_present": None,
+        "gpu_hook": None,
+        "state": None,
+    }
+    if binary is None:
+        facts["error"] = f"{runtime} not found on PATH"
+        return facts
+    version = CONTAINER_VERSION_FORMAT.get(runtime, "{{.Client.Version}}")
+    code, out, err = _quiet([binary, "version", "--format", version])
+    if code != 0:
+        facts["error"] = _last_line(err, out) or f"{runtime} version exited {code}"
+        return facts
+    facts["version"] = out.strip()
+    image = str(request["image"])
+    if runtime == "podman":
+        code, _, _ = _quiet([binary, "image", "exists", image])
+    else:
+        code, _, _ = _quiet([binary, "image", "inspect", "--format", "{{.Id}}", image])
+    facts["image_present"] = code == 0
+    if request.get("gpus"):
+        facts["gpu_hook"] = gpu_hook(runtime, binary, cdi_dirs)
+    filters = [w for label in request["labels"] for w in ("--filter", f"label={label}")]
+    name = f"name=^{request['name']}$"
+    argv = [binary, "ps", "-a", *filters, "--filter", name, "--format", "{{.State}}"]
+    code, out, err = _quiet(argv)
+    if code != 0:
+        facts["error"] = _last_line(err, out) or f"{runtime} ps exited {code}"
+    else:
+        states = out.split()
+        facts["state"] = states[0].lower() if states else None
+    return facts
+
+
+def probe(
+    head: str, marker_dir: str, ports_text: str, interface: str = "", container: str = ""
+) -> dict[str, Any]:
+    """Everything rtk decides on before starting Ray on this node.
+
+    With ``container`` (``container_facts``'s request), the container runtime's facts.
+    """
     pids = marked_pids(marker_dir)
     ports = [int(p) for p in ports_text.split(",") if p]
     busy = sorted(set(ports) & listening_ports()) if not pids else []
@@ -391,6 +507,7 @@ def probe(head: str, marker_dir: str, ports_text: str, interface: str = "") -> d
         "raylet_running": "raylet" in pids.values(),
         "busy_ports": busy,
         **({"rtk_source": rtk} if rtk else {}),
+        **({"container": container_facts(container)} if container else {}),
     }
 
 

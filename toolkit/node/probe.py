@@ -52,6 +52,64 @@ class RouteFacts:
 
 
 @dataclass(frozen=True)
+class ContainerFacts:
+    """The node's container runtime, as the probe found it (``agent.container_facts``).
+
+    Attributes:
+        runtime: docker or podman.
+        path: Where the runtime's command is; None: not on PATH.
+        version: Its version, when it answered.
+        error: Why it did not answer (not found, daemon down, permission denied).
+        image_present: The image is on the node (None: not asked, it did not answer).
+        gpu_hook: The runtime can hand GPUs to a container (None: not asked).
+        gpu_hook_via: What provides it (docker's nvidia runtime, the hook, a CDI spec).
+        state: rtk's container of this node: running, exited, created...; None: none.
+    """
+
+    runtime: str
+    path: str | None = None
+    version: str | None = None
+    error: str | None = None
+    image_present: bool | None = None
+    gpu_hook: bool | None = None
+    gpu_hook_via: str | None = None
+    state: str | None = None
+
+    @property
+    def running(self) -> bool:
+        """True when rtk's container of this node runs (and so Ray, its main process)."""
+        return self.state == "running" or (self.state or "").startswith("up")
+
+    @classmethod
+    def read(cls, fields: Fields) -> ContainerFacts:
+        """Read the ``container`` object of a probe answer."""
+        hook = fields.nested_or_none("gpu_hook")
+        return cls(
+            runtime=fields.text("runtime"),
+            path=fields.text_or_none("path"),
+            version=fields.text_or_none("version"),
+            error=fields.text_or_none("error"),
+            image_present=fields.flag_or_none("image_present"),
+            gpu_hook=None if hook is None else hook.flag("found"),
+            gpu_hook_via=None if hook is None else hook.text_or_none("via"),
+            state=fields.text_or_none("state"),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``container`` object as the agent sends it."""
+        hook = None if self.gpu_hook is None else {"found": self.gpu_hook, "via": self.gpu_hook_via}
+        return {
+            "runtime": self.runtime,
+            "path": self.path,
+            "version": self.version,
+            "error": self.error,
+            "image_present": self.image_present,
+            "gpu_hook": hook,
+            "state": self.state,
+        }
+
+
+@dataclass(frozen=True)
 class ProbeFacts:
     """One node's answer to ``agent.py probe``: what bring-up decides on.
 
@@ -68,6 +126,7 @@ class ProbeFacts:
         rtk_digest: The digest of the rtk source the node's Python imports
             (``agent.source_digest``; None: none installed, or not reported).
         rtk_path: Where that source is.
+        container: The container runtime's facts, when the node has a container.
     """
 
     node: str
@@ -81,6 +140,7 @@ class ProbeFacts:
     python_version: str | None = None
     rtk_digest: str | None = None
     rtk_path: str | None = None
+    container: ContainerFacts | None = None
 
     def detected(self) -> dict[str, str | None]:
         """The facts the plan's ``Detect`` placeholders name (``node_ip``, ``interface``)."""
@@ -96,6 +156,7 @@ class ProbeFacts:
         fields = answer_fields(node, WHAT, data)
         network = dict(fields.nested("network").data)
         rtk = fields.nested_or_none("rtk_source")
+        container = fields.nested_or_none("container")
         return cls(
             node=node,
             route=RouteFacts.read(fields.nested("route")),
@@ -108,6 +169,7 @@ class ProbeFacts:
             python_version=fields.text_or_none("python"),
             rtk_digest=None if rtk is None else rtk.text("digest"),
             rtk_path=None if rtk is None else rtk.text("path"),
+            container=None if container is None else ContainerFacts.read(container),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -123,4 +185,6 @@ class ProbeFacts:
         }
         if self.rtk_digest is not None:
             out["rtk_source"] = {"path": self.rtk_path, "digest": self.rtk_digest}
+        if self.container is not None:
+            out["container"] = self.container.to_json()
         return out

@@ -44,6 +44,9 @@ from toolkit.transport.base import CommandResult, Transport
 
 READY_TEXT = "Ray runtime started."
 _AGENT_WORD = re.compile(r"^(probe|stop|status|smoke|pack)$")
+# rtk's container commands (``cluster.container``): start, removal, exec.
+_CONTAINER_RUN = re.compile(r"^(docker|podman) run -d --name (\S+) ")
+_CONTAINER_REMOVE = re.compile(r"^command -v (docker|podman) >/dev/null \|\| exit 0; ids=")
 
 
 @dataclass(frozen=True)
@@ -133,6 +136,7 @@ class SimulatedCluster:
         self.faults = faults or Faults()
         self.files: dict[tuple[str, str], bytes] = {}
         self.processes: set[str] = set()  # nodes where this cluster's Ray processes run
+        self.containers: dict[str, str] = {}  # node -> the name of rtk's container there
         self.ray: dict[str, _RayNode] = {}  # Ray's view: node name -> its entry in the GCS
         self.head: str | None = None
         self.ray_starts = 0
@@ -174,8 +178,11 @@ class SimulatedCluster:
             ]
         return 0, {"ray_version": "2.60.0", "nodes": nodes}
 
-    def start_ray(self, node: Node, head: bool) -> CommandResult:
-        """``ray start`` on ``node``: it runs, and registers when the model says."""
+    def start_ray(self, node: Node, head: bool, container: str | None = None) -> CommandResult:
+        """``ray start`` on ``node`` (in ``container``): it runs, and registers when the model says.
+
+        A failed start in a container leaves no container, as rtk's start command does.
+        """
         model, name = self.model, node.name
         model.sleep(model.head_start_s if head else model.worker_start_s)
         with self.lock:
@@ -192,6 +199,8 @@ class SimulatedCluster:
         with self.lock:
             self.ray_starts += 1
             self.processes.add(name)
+            if container is not None:
+                self.containers[name] = container
             self.ray[name] = _RayNode(
                 f"{self.ray_starts:056x}",
                 node.address,
@@ -217,12 +226,25 @@ class SimulatedCluster:
                 self.head = None
         return {"stopped": 3 if was_running else 0, "killed": 0, "left": [], "removed": True}
 
+    def remove_container(self, node: Node) -> CommandResult:
+        """Rtk's removal of its container there: its processes end; the id it removed."""
+        with self.lock:
+            name = self.containers.pop(node.name, None)
+        if name is not None:
+            self.stop_ray(node)
+        return _result(node, "remove container", 0, f"{name}\n" if name else "", "")
+
     def probe_answer(self, node: Node, args: Sequence[str]) -> dict[str, Any]:
-        """The agent's ``probe``: the route to the head, and whether Ray runs here."""
+        """The agent's ``probe``: the route to the head, and whether Ray runs here.
+
+        With a container request (its fifth argument), a runtime that answers, has the
+        image and the GPU hook, and rtk's container running where Ray runs.
+        """
         self.model.sleep(self.model.probe_s)
         head_address = args[0] if args else ""
         running = node.name in self.running()
-        return {
+        request = json.loads(args[4]) if len(args) > 4 and args[4] else None
+        answer = {
             "hostname": node.name,
             "python": "3.11.9",
             "route": {"head_ip": head_address, "source_ip": node.address, "interface": "eth0"},
@@ -240,6 +262,19 @@ class SimulatedCluster:
             "busy_ports": [],
             "rtk_source": None if node.name in self.faults.other_rtk else _this_rtk(),
         }
+        if request is not None:
+            with self.lock:
+                boxed = node.name in self.containers
+            answer["container"] = {
+                "runtime": request["runtime"],
+                "path": f"/usr/bin/{request['runtime']}",
+                "version": "simulated",
+                "error": None,
+                "image_present": True,
+                "gpu_hook": {"found": True, "via": "simulated"} if request["gpus"] else None,
+                "state": "running" if boxed and running else None,
+            }
+        return answer
 
     def facts_answer(
         self, node: Node, args: Sequence[str], request: ReachRequest
@@ -291,6 +326,7 @@ class SimulatedCluster:
                 "head": self.head,
                 "ray_starts": self.ray_starts,
                 "processes": sorted(self.processes),
+                "containers": self.containers,
                 "files": [[n, p, d.decode("latin-1")] for (n, p), d in self.files.items()],
                 "ray": {
                     name: {**vars(e), "registers_at": max(0.0, e.registers_at - now)}
@@ -307,6 +343,7 @@ class SimulatedCluster:
             self.head = data["head"]
             self.ray_starts = data["ray_starts"]
             self.processes = set(data["processes"])
+            self.containers = dict(data.get("containers", {}))
             self.files = {(n, p): d.encode("latin-1") for n, p, d in data["files"]}
             self.ray = {
                 name: _RayNode(**{**e, "registers_at": now + e["registers_at"]})
@@ -428,7 +465,12 @@ class SimulatedTransport(Transport):
             return _json(node, command, cluster.facts_answer(node, args, request))
         if is_ray_start(command):
             self._count("ray start")
-            return cluster.start_ray(node, head=" --head " in f" {command} ")
+            boxed = _CONTAINER_RUN.match(command)
+            name = boxed.group(2) if boxed else None
+            return cluster.start_ray(node, head=" --head " in f" {command} ", container=name)
+        if _CONTAINER_REMOVE.match(command):
+            self._count("remove container")
+            return cluster.remove_container(node)
         self._count("command")
         return _result(node, command, 0, "", "")
 

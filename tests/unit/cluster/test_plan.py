@@ -34,20 +34,20 @@ def in_data(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(DATA)
 
 
-@pytest.mark.parametrize("name", ["plan-3node", "plan-single"])
+@pytest.mark.parametrize("name", ["plan-3node", "plan-single", "plan-containers"])
 def test_up_plan_text(name: str, in_data: None) -> None:
     plan = build_plan(load_inventory(f"{name}.yaml"))
     check_golden(f"{name}.up.txt", render_up(plan))
 
 
-@pytest.mark.parametrize("name", ["plan-3node", "plan-single"])
+@pytest.mark.parametrize("name", ["plan-3node", "plan-single", "plan-containers"])
 def test_summary_plan_text(name: str, in_data: None) -> None:
     plan = build_plan(load_inventory(f"{name}.yaml"))
     check_golden(f"{name}.up-summary.txt", render_up_summary(plan))
     check_golden(f"{name}.down-summary.txt", render_down_summary(plan))
 
 
-@pytest.mark.parametrize("name", ["plan-3node", "plan-single"])
+@pytest.mark.parametrize("name", ["plan-3node", "plan-single", "plan-containers"])
 def test_down_plan_text(name: str, in_data: None) -> None:
     plan = build_plan(load_inventory(f"{name}.yaml"))
     check_golden(f"{name}.down.txt", render_down(plan))

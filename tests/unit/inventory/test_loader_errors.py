@@ -255,5 +255,5 @@ def test_cli_check_prints_lines_and_exits_3(tmp_path: Path) -> None:
         f"rtk: {path}:4: nodes[0].gpus: got 'eight'; expected a valid integer",
         f"rtk: {path}:5: nodes[1].host: required key is missing",
         f"rtk: {path}:5: nodes[1].hots: unknown key 'hots'; did you mean 'host'? allowed keys: "
-        "address, cpus, env, gpus, host, python, ray, resources, ssh, venv",
+        "address, container, cpus, env, gpus, host, python, ray, resources, ssh, venv",
     ]
