@@ -133,7 +133,7 @@ def run_local_driver(
     except KeyboardInterrupt:
         echo(f"rtk: stopping {name} (SIGINT, then up to {JOB_STOP_WAIT_S} s)")
         _stop(driver)
-        reader.join(timeout=5.0)
+        reader.join(timeout=30.0)
         raise
     reader.join()
     elapsed_s = time.monotonic() - began
