@@ -103,13 +103,17 @@ class StepContainerPlan:
         """
         if self.runtime != "apptainer":
             return line
+        inner = with_env_file(env_file, line)
+        return "exec " + join([*self.apptainer_argv(), "sh", "-c", inner])
+
+    def apptainer_argv(self) -> list[str]:
+        """``apptainer exec [--nv] --bind SRC:DST[:ro],... [OPTIONS] IMAGE``."""
         binds = ",".join(
             ":".join([source, destination, *([",".join(flags)] if flags else [])])
             for source, destination, flags in self.mounts()
         )
         argv = ["apptainer", "exec", *(["--nv"] if self.gpus else []), "--bind", binds]
-        inner = with_env_file(env_file, line)
-        return "exec " + join([*argv, *self.spec.options, self.spec.image, "sh", "-c", inner])
+        return [*argv, *self.spec.options, self.spec.image]
 
     def describe(self) -> str:
         """One line for the plan: runtime, image, name and how it shares the host."""
@@ -141,3 +145,42 @@ def step_container_plan(
         temp_dir=temp_dir,
         rtk_dir=rtk_dir,
     )
+
+
+def batch_script_note(inventory: Inventory) -> list[str]:
+    """Comment lines for a batch script: how each node's Ray step runs in its container.
+
+    One paragraph per distinct container of the inventory's nodes; the job's values
+    (``$SLURM_JOB_ID`` in the name and Ray's temp dir) stay as the job will see them.
+    ``rtk up --slurm --dry-run`` in the job shows each node's whole command.
+    """
+    temp_dir = "/tmp/rtk-${SLURM_JOB_ID}"
+    name = step_container_name(inventory.name + "-${SLURM_JOB_ID}")
+    lines: list[str] = []
+    seen: list[tuple[Container, bool]] = []
+    for node in inventory.nodes:
+        spec = node.container
+        if spec is None or spec.runtime not in RUNTIMES_IN_STEPS:
+            continue
+        gpus = spec.wants_gpus(node.gpus)
+        if (spec, gpus) in seen:
+            continue
+        seen.append((spec, gpus))
+        step = StepContainerPlan(spec, name, node.name, gpus, temp_dir, temp_dir + "/rtk")
+        lines.append(f"# Ray in containers: {step.describe()}.")
+        if spec.runtime == "pyxis":
+            lines.append(
+                "# `rtk up --slurm` runs each node's `ray start --block` as an srun step with"
+            )
+            lines += [f"#   {option}" for option in step.step_options()]
+        else:
+            lines.append(
+                "# `rtk up --slurm` runs each node's `ray start --block` in an srun step as"
+            )
+            lines.append(f"#   {' '.join(step.apptainer_argv())} \\")
+            lines.append("#     sh -c '. ENV_FILE && exec ray start ... --block'")
+    if lines:
+        lines.append(
+            "# (`rtk up --slurm --dry-run` inside the job prints every node's whole command.)"
+        )
+    return lines
