@@ -19,7 +19,7 @@ import fnmatch
 import json
 import re
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -108,10 +108,17 @@ class ScriptedTransport(Transport):
         return self._answer(Call(node.name, "run", command, stdin, timeout_s))
 
     def start_daemon(
-        self, node: Node, command: str, ready_text: str, timeout_s: float
+        self,
+        node: Node,
+        command: str,
+        ready_text: str,
+        timeout_s: float,
+        *,
+        step_options: Sequence[str] = (),
     ) -> CommandResult:
-        """Answer like ``run``, recorded as ``start_daemon``."""
-        return self._answer(Call(node.name, "start_daemon", command, None, timeout_s))
+        """Answer like ``run``, recorded as ``start_daemon`` (srun's options before it)."""
+        shown = " ".join([*step_options, command])
+        return self._answer(Call(node.name, "start_daemon", shown, None, timeout_s))
 
     def put(self, node: Node, path: str, data: bytes, *, mode: int = 0o600) -> None:
         """Keep the file in ``files``, or fail as scripted with ``fail_put``."""

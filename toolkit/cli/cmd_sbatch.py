@@ -12,6 +12,7 @@ import click
 
 from toolkit.cli.common import exclude_options
 from toolkit.cluster.exclude import asked_exclusions
+from toolkit.cluster.step_container import batch_script_note
 from toolkit.inventory import load_inventory
 from toolkit.slurm.options import PREFLIGHT_MODES, merge_options
 from toolkit.slurm.render import TEMPLATES, render_script
@@ -213,7 +214,8 @@ def _script_and_names(given: dict[str, Any]) -> tuple[str, str, str]:
     if template == "train":
         _check_train_options(command)
     text = Path(inventory_path).read_text(encoding="utf-8")
-    script = render_script(template, text, inventory_path, options, command)
+    note = batch_script_note(inventory)
+    script = render_script(template, text, inventory_path, options, command, note)
     return script, options.job_name, options.job_output
 
 

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from toolkit.cluster.plan_summary import NAME, Token, cut_hostlist
+from toolkit.cluster.step_container import RUNTIMES_IN_STEPS
 from toolkit.errors import ClusterError
 from toolkit.inventory import Container, Inventory, Node
 from toolkit.shell import join, quote
@@ -238,26 +239,50 @@ def container_plan(
 
 
 def check_startable(inventory: Inventory, nodes: Sequence[Node]) -> None:
-    """Refuse containers that ``rtk up`` cannot start on ``nodes`` (apptainer, pyxis).
+    """Refuse containers that ``inventory``'s transport cannot start on ``nodes``.
+
+    Over SSH (and on this machine) rtk runs docker and podman itself; in a SLURM
+    job (transport srun) Ray's step runs in pyxis or apptainer, which size no
+    /dev/shm of their own (they share the host's).
 
     Raises:
-        ClusterError: A node's runtime runs only under SLURM; every such node named.
+        ClusterError: A node's runtime does not run under this transport, or asks for
+            what it cannot do; every such node named.
     """
+    in_steps = inventory.transport == "srun"
+    allowed = RUNTIMES_IN_STEPS if in_steps else RUNTIMES_OVER_SSH
     refused: dict[str, list[str]] = {}
     for node in nodes:
-        if node.container is not None and node.container.runtime not in RUNTIMES_OVER_SSH:
-            refused.setdefault(node.container.runtime, []).append(node.name)
+        spec = node.container
+        if spec is None:
+            continue
+        if spec.runtime not in allowed:
+            refused.setdefault(spec.runtime, []).append(node.name)
+        elif in_steps and spec.shm_size_bytes is not None:
+            refused.setdefault("shm_size", []).append(node.name)
     if not refused:
         return
     lines = [f"{inventory.source}: rtk up over {inventory.transport} cannot start these nodes:"]
     for runtime, names in refused.items():
-        why = (
-            "pyxis exists only inside srun (a SLURM job step)"
-            if runtime == "pyxis"
-            else "apptainer containers are started by SLURM jobs"
-        )
-        lines.append(
-            f"  {cut_hostlist(names)}: container.runtime {runtime}: {why}; use rtk sbatch, "
-            "or docker or podman for rtk up"
-        )
+        lines.append(f"  {cut_hostlist(names)}: {_refusal(runtime, in_steps)}")
     raise ClusterError("\n".join(lines))
+
+
+def _refusal(runtime: str, in_steps: bool) -> str:
+    """Why ``runtime`` (or ``shm_size``) cannot run here, and what to do instead."""
+    if runtime == "shm_size":
+        return (
+            "container.shm_size: pyxis and apptainer share the host's /dev/shm; "
+            "remove shm_size (size /dev/shm on the nodes)"
+        )
+    if in_steps:
+        return (
+            f"container.runtime {runtime}: a SLURM job runs Ray's step in pyxis or "
+            "apptainer; set one of them for --slurm, or use rtk up over SSH"
+        )
+    why = (
+        "pyxis exists only inside srun (a SLURM job step)"
+        if runtime == "pyxis"
+        else "apptainer containers are started by SLURM jobs"
+    )
+    return f"container.runtime {runtime}: {why}; use rtk sbatch, or docker or podman for rtk up"

@@ -138,7 +138,13 @@ def start_node(
     reporter.node(node.name, f"starting Ray ({node_plan.role})")
     began = time.monotonic()
     timeout_s = plan.inventory.ray.start_timeout_s
-    result = transport.start_daemon(node, node_plan.start_command, RAY_READY_TEXT, timeout_s)
+    result = transport.start_daemon(
+        node,
+        node_plan.start_command,
+        RAY_READY_TEXT,
+        timeout_s,
+        step_options=node_plan.start_step_options,
+    )
     outcome.duration_s = time.monotonic() - began
     if result.ok:
         outcome.action = "started"

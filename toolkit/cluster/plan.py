@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from toolkit.cluster.container import ContainerPlan, container_plan
 from toolkit.cluster.exclude import inventory_without
+from toolkit.cluster.step_container import StepContainerPlan, step_container_plan
 from toolkit.inventory import Inventory, Node
 from toolkit.node import AGENT
 from toolkit.ray_resources import host_resource
@@ -80,6 +81,10 @@ class NodePlan:
     With ``container``, ``start_command`` starts the node's container (``ray start``
     inside it) and the probe checks the container's runtime too; ``stop_command`` is
     still the node agent's, run after the container is removed (``cluster.down``).
+    With ``step_container`` (pyxis, apptainer under SLURM) Ray's srun step runs in the
+    container: ``start_step_options`` are srun's options for that step (pyxis), and
+    ``start_command`` runs inside the container (apptainer wraps it); the step's end
+    ends the container, so stopping is as on the host.
     """
 
     node: Node
@@ -91,6 +96,8 @@ class NodePlan:
     start_command: str
     stop_command: str
     container: ContainerPlan | None = None
+    step_container: StepContainerPlan | None = None
+    start_step_options: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -193,6 +200,7 @@ def _node_plan(
 ) -> NodePlan:
     ports = _node_ports(inv, role)
     container = container_plan(inv, node, paths.temp_dir, paths.rtk_dir)
+    step_container = step_container_plan(inv, node, paths.temp_dir, paths.rtk_dir)
     probe = AGENT.command(
         node,
         "probe",
@@ -209,11 +217,14 @@ def _node_plan(
         inner = with_env_file(paths.env_file, f"exec {ray_start} --block")
         start = container.start_command(inner, RAY_READY_TEXT, inv.ray.start_timeout_s)
     else:
-        # Where a command's processes end with it (srun), ray start stays in the foreground.
+        # Where a command's processes end with it (srun), ray start stays in the foreground;
+        # in a step's container too (apptainer's wraps it, pyxis's is the step itself).
         block = " --block" if transport_class(inv).daemons_in_foreground else ""
+        ray_line = f"exec {ray_start}{block}"
+        if step_container is not None:
+            ray_line = step_container.wrap(paths.env_file, ray_line)
         start = with_env_file(
-            paths.env_file,
-            f"unset {' '.join(SSH_SESSION_VARIABLES)} && exec {ray_start}{block}",
+            paths.env_file, f"unset {' '.join(SSH_SESSION_VARIABLES)} && {ray_line}"
         )
     stop = AGENT.command(node, "stop", paths.temp_dir, f"{STOP_GRACE_S:g}")
     return NodePlan(
@@ -226,6 +237,8 @@ def _node_plan(
         start_command=start,
         stop_command=stop,
         container=container,
+        step_container=step_container,
+        start_step_options=step_container.step_options() if step_container else (),
     )
 
 

@@ -190,6 +190,8 @@ def _render_node(plan: ClusterPlan, node_plan: NodePlan) -> list[str]:
     lines = [f"[{node.name}] {node_plan.role} at {node.address}, {gpus}"]
     if container is not None:
         lines.append(f"  container: {container.describe()}")
+    if node_plan.step_container is not None:
+        lines.append(f"  container: {node_plan.step_container.describe()}")
     checks = (
         f"; it checks {container.runtime}, the image and the GPU hook too"
         if container is not None
@@ -213,6 +215,8 @@ def _render_node(plan: ClusterPlan, node_plan: NodePlan) -> list[str]:
         f"  {step + 1}. start{' the container' if container else ''} (skipped when this "
         f"cluster's {what} already runs there):"
     )
+    if node_plan.start_step_options:
+        lines.append(f"       as an srun step with: {join(node_plan.start_step_options)}")
     lines.append(f"       {node_plan.start_command}")
     return lines
 

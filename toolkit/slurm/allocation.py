@@ -5,7 +5,9 @@ command of a job, so ``rtk up``, ``preflight``, ``train`` and ``down`` agree:
 
 - the nodes are the allocation's (``SLURM_JOB_NODELIST``, expanded by
   ``scontrol show hostnames``), the first one the head; each keeps the settings the
-  inventory gives a node of that name, else those of the inventory's first node;
+  inventory gives a node of that name, else those of the inventory's first node
+  (its container too: pyxis or apptainer run Ray's step in it, see
+  ``toolkit.cluster.step_container``);
 - GPUs per node come from SLURM's variables, else the inventory;
 - the transport is srun (no SSH between compute nodes);
 - Ray's ports are a block chosen by the job id, so two jobs sharing a node do not
@@ -174,6 +176,7 @@ def slurm_inventory(
                 python=base.python,
                 ray=base.ray,
                 env=base.env,
+                container=base.container,
             )
         )
     return dataclasses.replace(

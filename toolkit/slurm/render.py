@@ -24,6 +24,7 @@ def render_script(
     inventory_path: str,
     options: SbatchOptions,
     command: Sequence[str] = (),
+    container_note: Sequence[str] = (),
 ) -> str:
     """The complete batch script.
 
@@ -35,6 +36,8 @@ def render_script(
         options: The merged job options.
         command: For ``cluster``, the command to run (none: hold the cluster); for
             ``train``, options passed on to ``rtk train``.
+        container_note: Comment lines on how Ray's steps run in containers
+            (``toolkit.cluster.step_container.batch_script_note``); none without.
 
     Raises:
         SbatchOptionError: Unknown template.
@@ -53,6 +56,7 @@ def render_script(
             heredoc_end=_heredoc_end(text),
             command=list(command),
             hold=template == "cluster" and not command,
+            container_note=list(container_note),
         )
     )
 

@@ -8,11 +8,12 @@ Implementations: ``local`` (this machine, subprocess), ``ssh`` (fabric), ``srun`
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from toolkit.errors import TransportError
 from toolkit.inventory import Node
 
 COPY_CHUNK_BYTES = 1 << 20  # what ``get`` holds of a file at a time
@@ -95,7 +96,13 @@ class Transport(ABC):
         """
 
     def start_daemon(
-        self, node: Node, command: str, ready_text: str, timeout_s: float
+        self,
+        node: Node,
+        command: str,
+        ready_text: str,
+        timeout_s: float,
+        *,
+        step_options: Sequence[str] = (),
     ) -> CommandResult:
         """Start long-lived ``command`` on ``node``; return once it is running.
 
@@ -104,13 +111,27 @@ class Transport(ABC):
         started them (``daemons_in_foreground``) keep it running in the foreground
         instead and return once it prints ``ready_text``.
 
+        Args:
+            node: Where to start it.
+            command: Shell text.
+            ready_text: What it prints once running (foreground daemons).
+            timeout_s: Limit for the start.
+            step_options: Options of the job step that runs it (srun's, such as
+                pyxis's ``--container-image``); only the srun transport takes any.
+
         Returns:
             A failed result when it exited with an error, or was not ready within
             ``timeout_s`` (then it is stopped).
 
         Raises:
-            toolkit.errors.TransportError: The node could not be reached.
+            toolkit.errors.TransportError: The node could not be reached, or
+                ``step_options`` were given to a transport without job steps.
         """
+        if step_options:
+            raise TransportError(
+                f"{node.name}: the {self.name} transport runs no job steps, so it cannot "
+                f"take srun's options {' '.join(step_options)}; they need --slurm"
+            )
         return self.run(node, command, timeout_s=timeout_s)
 
     def close(self) -> None:

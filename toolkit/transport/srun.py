@@ -13,7 +13,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from toolkit.errors import SlurmError, TransportError
@@ -39,8 +39,12 @@ class SrunTransport(Transport):
         self.job_id = job_id
         self.log_dir = log_dir
 
-    def argv(self, node: Node, command: str) -> list[str]:
-        """The srun command line that runs shell ``command`` on ``node``."""
+    def argv(self, node: Node, command: str, step_options: Sequence[str] = ()) -> list[str]:
+        """The srun command line that runs shell ``command`` on ``node``.
+
+        ``step_options`` go before the command (pyxis's ``--container-*``: the step,
+        ``bash -c`` included, then runs in the container).
+        """
         return [
             self.srun,
             f"--jobid={self.job_id}",
@@ -51,6 +55,7 @@ class SrunTransport(Transport):
             f"--job-name=rtk-{node.name}",
             "--chdir=/",
             "--quiet",
+            *step_options,
             "bash",
             "-c",
             command,
@@ -105,20 +110,27 @@ class SrunTransport(Transport):
         return local.stat().st_size
 
     def start_daemon(
-        self, node: Node, command: str, ready_text: str, timeout_s: float
+        self,
+        node: Node,
+        command: str,
+        ready_text: str,
+        timeout_s: float,
+        *,
+        step_options: Sequence[str] = (),
     ) -> CommandResult:
         """Start ``command`` as a step that keeps running; return once it prints ``ready_text``.
 
         Its output goes to a log file under ``log_dir`` (never a pipe: the step must
         outlive this process). A step that exits first, or is not ready in time
         (then it is stopped), gives a failed result with the log's tail.
+        ``step_options`` are srun's for this step (``argv``).
         """
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = self.log_dir / f"{node.name}.log"
         started = time.monotonic()
         with log.open("wb") as out:
             process = subprocess.Popen(
-                self.argv(node, command),
+                self.argv(node, command, step_options),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,

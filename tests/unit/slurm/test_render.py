@@ -22,6 +22,7 @@ from click.testing import CliRunner
 from conftest import REPO, rtk
 
 from toolkit.cli import cli
+from toolkit.cluster.step_container import batch_script_note
 from toolkit.inventory import load_inventory
 from toolkit.slurm.options import SbatchOptionError, SbatchOptions, merge_options
 from toolkit.slurm.render import render_script
@@ -67,11 +68,42 @@ slurm:
 """
 
 
+# Ray in a pyxis container on four GPU nodes (image from a registry through enroot).
+PYXIS_INVENTORY = """\
+cluster: nemo
+defaults:
+  python: /usr/bin/python3
+  container:
+    runtime: pyxis
+    image: nvcr.io#nvidia/pytorch:25.02-py3
+    mounts: [/lustre/data:/data:ro, /lustre/ckpt:/ckpt]
+nodes:
+  - host: gpu[01-04]
+    gpus: 8
+"""
+
+# Ray in an apptainer image file on GPU nodes (apptainer exec --nv).
+APPTAINER_INVENTORY = """\
+cluster: hpc
+defaults:
+  python: /usr/bin/python3
+  container:
+    runtime: apptainer
+    image: /shared/images/ray.sif
+    mounts: [/scratch:/scratch]
+nodes:
+  - host: gpu[01-03]
+    gpus: 4
+"""
+
+
 @pytest.fixture
 def inventories(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Both inventories in a fresh directory, which becomes the working directory."""
     (tmp_path / "plain.yaml").write_text(PLAIN_INVENTORY)
     (tmp_path / "gpu.yaml").write_text(GPU_INVENTORY)
+    (tmp_path / "pyxis.yaml").write_text(PYXIS_INVENTORY)
+    (tmp_path / "apptainer.yaml").write_text(APPTAINER_INVENTORY)
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
@@ -82,7 +114,8 @@ def render(
     inventory = load_inventory(name)
     options = merge_options(inventory, given)
     text = Path(name).read_text()
-    return render_script(template, text, name, options, command), options
+    note = batch_script_note(inventory)
+    return render_script(template, text, name, options, command, note), options
 
 
 def check_golden(name: str, text: str) -> None:
@@ -131,6 +164,8 @@ CONFIGURATIONS = [
         (),
         {"preflight": "skip", "output_dir": "~/rtk-runs", "python": "/usr/bin/python3"},
     ),
+    ("cluster-pyxis.sbatch", "pyxis.yaml", "cluster", (), {}),
+    ("train-apptainer.sbatch", "apptainer.yaml", "train", (), {"nodes": 3}),
 ]
 
 
