@@ -9,22 +9,8 @@ from typing import Any
 import click
 
 from toolkit import __version__
-from toolkit.cli.cmd_cluster import down_cmd, status_cmd, up_cmd
-from toolkit.cli.cmd_demo import demo_cmd
-from toolkit.cli.cmd_env import env_cmd
-from toolkit.cli.cmd_exec import exec_cmd
-from toolkit.cli.cmd_inventory import inventory_group
-from toolkit.cli.cmd_jobs import jobs_cmd, launch_cmd, logs_cmd, stop_cmd
-from toolkit.cli.cmd_preflight import preflight_cmd
-from toolkit.cli.cmd_profile import profile_cmd
-from toolkit.cli.cmd_report import report_cmd
-from toolkit.cli.cmd_sandbox import sandbox_group
-from toolkit.cli.cmd_sbatch import sbatch_group
-from toolkit.cli.cmd_shell import shell_cmd
-from toolkit.cli.cmd_telemetry import telemetry_group
-from toolkit.cli.cmd_train import train_cmd
+from toolkit.cli.lazy import LazyGroup
 from toolkit.errors import RtkError
-from toolkit.flows import transports_from
 
 # The key of ``main(obj=...)`` whose value, a function inventory -> Transport, every
 # session of the command reaches its nodes with (a simulated cluster, in the benchmark
@@ -56,7 +42,34 @@ Every command that changes nodes takes --dry-run; data commands take --json.
 """
 
 
+# Each command's module is imported only when that command runs (or for rtk --help).
+COMMANDS = {
+    "inventory": "toolkit.cli.cmd_inventory:inventory_group",
+    "up": "toolkit.cli.cmd_cluster:up_cmd",
+    "status": "toolkit.cli.cmd_cluster:status_cmd",
+    "down": "toolkit.cli.cmd_cluster:down_cmd",
+    "demo": "toolkit.cli.cmd_demo:demo_cmd",
+    "sandbox": "toolkit.cli.cmd_sandbox:sandbox_group",
+    "exec": "toolkit.cli.cmd_exec:exec_cmd",
+    "train": "toolkit.cli.cmd_train:train_cmd",
+    "launch": "toolkit.cli.cmd_jobs:launch_cmd",
+    "jobs": "toolkit.cli.cmd_jobs:jobs_cmd",
+    "logs": "toolkit.cli.cmd_jobs:logs_cmd",
+    "stop": "toolkit.cli.cmd_jobs:stop_cmd",
+    "telemetry": "toolkit.cli.cmd_telemetry:telemetry_group",
+    "report": "toolkit.cli.cmd_report:report_cmd",
+    "preflight": "toolkit.cli.cmd_preflight:preflight_cmd",
+    "env": "toolkit.cli.cmd_env:env_cmd",
+    "shell": "toolkit.cli.cmd_shell:shell_cmd",
+    "ssh": "toolkit.cli.cmd_shell:shell_cmd",
+    "profile": "toolkit.cli.cmd_profile:profile_cmd",
+    "sbatch": "toolkit.cli.cmd_sbatch:sbatch_group",
+}
+
+
 @click.group(
+    cls=LazyGroup,
+    lazy_commands=COMMANDS,
     help=CLI_HELP,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
@@ -68,29 +81,9 @@ def cli(ctx: click.Context) -> None:
     if factory is not None:
         if not callable(factory):
             raise TypeError(f"obj[{TRANSPORT_FACTORY!r}] must be callable, got {factory!r}")
+        from toolkit.flows import transports_from
+
         ctx.with_resource(transports_from(factory))
-
-
-cli.add_command(inventory_group)
-cli.add_command(up_cmd)
-cli.add_command(status_cmd)
-cli.add_command(down_cmd)
-cli.add_command(demo_cmd)
-cli.add_command(sandbox_group)
-cli.add_command(exec_cmd)
-cli.add_command(train_cmd)
-cli.add_command(launch_cmd)
-cli.add_command(jobs_cmd)
-cli.add_command(logs_cmd)
-cli.add_command(stop_cmd)
-cli.add_command(telemetry_group)
-cli.add_command(report_cmd)
-cli.add_command(preflight_cmd)
-cli.add_command(env_cmd)
-cli.add_command(shell_cmd)
-cli.add_command(shell_cmd, name="ssh")
-cli.add_command(profile_cmd)
-cli.add_command(sbatch_group)
 
 
 def main(obj: Mapping[str, Any] | None = None) -> None:

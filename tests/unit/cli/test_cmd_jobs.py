@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner, Result
 from conftest import REPO
@@ -162,8 +163,11 @@ def test_launch_help_teaches_no_wait_and_the_merge_rules() -> None:
 
 
 def test_the_job_commands_are_registered_and_launch_left_train() -> None:
-    assert {"launch", "jobs", "logs", "stop", "train"} <= set(cli.commands)
-    assert cli.commands["launch"].callback.__module__ == "toolkit.cli.cmd_jobs"  # type: ignore[union-attr]
+    ctx = click.Context(cli)
+    assert {"launch", "jobs", "logs", "stop", "train"} <= set(cli.list_commands(ctx))
+    launch = cli.get_command(ctx, "launch")
+    assert launch is not None and launch.callback is not None
+    assert launch.callback.__module__ == "toolkit.cli.cmd_jobs"
     source = (REPO / "toolkit" / "cli" / "cmd_train.py").read_text()
     assert '"launch"' not in source
 
