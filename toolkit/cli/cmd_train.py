@@ -18,6 +18,7 @@ from toolkit.cli.common import (
     telemetry_options,
 )
 from toolkit.cli.help import TrainCommand
+from toolkit.cli.jobs_output import outcome_lines
 from toolkit.cli.reporting import report_run
 from toolkit.cluster import StateStore
 from toolkit.cluster.jobs import JobOutcome
@@ -397,13 +398,12 @@ def _preflight(session: Session, run_dir: str) -> None:
 
 
 def _print_outcome(outcome: JobOutcome, run_dir: str | None) -> None:
-    where = f"; run dir {run_dir}" if run_dir else ""
-    click.echo(
-        f"rtk: job {outcome.job_id} {outcome.status} after {outcome.duration_s:.1f} s{where}",
-        err=True,
-    )
-    if not outcome.ok and outcome.message:
-        click.echo(f"rtk: {outcome.message.strip()}", err=True)
+    """How the job ended (as ``rtk launch`` says it), then where its run directory is."""
+    lines = outcome_lines(outcome)
+    if run_dir:
+        lines[0] += f"; run dir {run_dir}"
+    for line in lines:
+        click.echo(f"rtk: {line}", err=True)
 
 
 def _ray_address(text: str) -> RayAddress:
