@@ -36,9 +36,7 @@ from toolkit.cluster.jobs import (
     job_client,
     job_log,
     list_jobs,
-    run_job,
     stop_job,
-    submit_job,
 )
 from toolkit.cluster.ray_logs import (
     MAX_BYTES_PER_NODE,
@@ -202,15 +200,8 @@ def launch_cmd(
         if dry_run:
             click.echo(request.render(), nl=False)
             return
-        client = job_client(session.plan, session.store)
         if no_wait:
-            job_id = submit_job(
-                client,
-                request.entrypoint,
-                runtime_env,
-                request.submission_id,
-                renumber=submission_id is None,
-            )
+            job_id = session.submit_request(request, renumber=submission_id is None)
             click.echo(job_id)
             where = _inventory_words(inventory if not local else None, local, slurm)
             click.echo(
@@ -219,14 +210,7 @@ def launch_cmd(
                 err=True,
             )
             return
-        outcome = run_job(
-            client,
-            request.entrypoint,
-            runtime_env,
-            request.submission_id,
-            click.echo,
-            renumber=submission_id is None,
-        )
+        outcome = session.run_request(request, renumber=submission_id is None)
     for line in outcome_lines(outcome):
         click.echo(f"rtk: {line}", err=True)
     if not outcome.ok:

@@ -127,8 +127,9 @@ def run_local_driver(
         raise JobError(f"cannot start {name} here: {e}") from e
     assert driver.stdout is not None
     reader = threading.Thread(target=_echo_lines, args=(driver.stdout, echo), daemon=True)
-    reader.start()
     try:
+        # Started inside the try: Ctrl-C may come as soon as the driver prints.
+        reader.start()
         code = driver.wait()
     except KeyboardInterrupt:
         echo(f"rtk: stopping {name} (SIGINT, then up to {JOB_STOP_WAIT_S} s)")

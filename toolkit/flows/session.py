@@ -34,7 +34,7 @@ from toolkit.cluster.command import NodeRun, command_line, container_lines, run_
 from toolkit.cluster.connect import make_transport
 from toolkit.cluster.container import check_startable
 from toolkit.cluster.exclude import ExcludeError, excluded_from_state
-from toolkit.cluster.jobs import job_client, run_job
+from toolkit.cluster.jobs import JobOutcome, job_client, run_job, submit_job
 from toolkit.cluster.local_driver import is_local_address, run_local_driver
 from toolkit.cluster.report import QuietReporter, Reporter
 from toolkit.errors import JobError, RtkError
@@ -316,19 +316,47 @@ class Session:
         request = self.job_request(workload, driver)
         if isinstance(workload, TrainWorkload):
             remember_run(self.store, workload.run_id, workload.config.run_dir)
+        return WorkloadOutcome(request, self.run_request(request))
+
+    def run_request(self, request: JobRequest, renumber: bool = True) -> JobOutcome:
+        """Run ``request`` to its end, where its ``driver`` says, its log to ``log``.
+
+        ``renumber``: when its submission id is taken, try ``-2``, ``-3``... after it
+        (False: a taken id is an error; the user gave it).
+
+        Raises:
+            RtkError: The Jobs API cannot be reached, or the driver cannot run here.
+            KeyboardInterrupt: Interrupted; the job was stopped first.
+        """
         if request.driver is Driver.LOCAL:
-            job = run_local_driver(
+            return run_local_driver(
                 self.plan, request.entrypoint, request.runtime_env, request.submission_id, self.log
             )
-            return WorkloadOutcome(request, job)
-        job = run_job(
+        return run_job(
             job_client(self.plan, self.store),
             request.entrypoint,
             dict(request.runtime_env),
             request.submission_id,
             self.log,
+            renumber=renumber,
         )
-        return WorkloadOutcome(request, job)
+
+    def submit_request(self, request: JobRequest, renumber: bool = True) -> str:
+        """Submit ``request`` to the Jobs API and return its job id at once (not followed).
+
+        Raises:
+            JobError: Its driver is local (it runs only while rtk waits for it).
+            RtkError: The Jobs API cannot be reached or refused the job.
+        """
+        if request.driver is Driver.LOCAL:
+            raise JobError("a job whose driver runs here cannot be left running; --driver job")
+        return submit_job(
+            job_client(self.plan, self.store),
+            request.entrypoint,
+            dict(request.runtime_env),
+            request.submission_id,
+            renumber=renumber,
+        )
 
     def collect(self, run_dir: str, fetch: bool = True) -> CollectOutcome:
         """Make the run's results readable here: copy them from the head when needed.

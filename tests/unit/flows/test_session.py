@@ -53,7 +53,10 @@ nodes:
 
 
 def _commands(group: click.Group, prefix: str = "") -> Iterator[tuple[str, click.Command]]:
-    for name, command in group.commands.items():
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        assert command is not None
         path = f"{prefix}{name}"
         if isinstance(command, click.Group):
             yield from _commands(command, f"{path} ")
