@@ -9,8 +9,8 @@ import click
 from toolkit.cli.common import choose_inventory, inventory_options, print_json
 from toolkit.cluster import StateStore, build_plan
 from toolkit.cluster.client_env import SHELLS, detect_shell, local_client_env, render_exports
-from toolkit.cluster.connect import make_transport
 from toolkit.errors import ClusterError
+from toolkit.flows import Session
 from toolkit.netenv.detect import detect_network
 from toolkit.netenv.render import render_network
 
@@ -76,8 +76,9 @@ def env_cmd(
         env = local_client_env(plan, StateStore(inv.name), path)
         click.echo(render_exports(env, shell or detect_shell(os.environ.get("SHELL"))), nl=False)
         return
-    with make_transport(inv) as transport:
-        report = detect_network(plan, transport)
+    # Through a session, so a simulated cluster (ctx.obj's transport factory) serves too.
+    with Session(inv) as session:
+        report = detect_network(session.plan, session.transport)
     if as_json:
         print_json(report.to_json())
     else:

@@ -217,3 +217,16 @@ def test_the_cli_takes_the_transport_from_its_obj_and_prints_timings(
     monkeypatch.setattr(sys, "argv", ["rtk", "down", inv.source])
     main(obj=obj)
     assert cluster.running() == set()
+
+
+def test_rtk_env_reaches_the_nodes_through_the_cli_s_transport(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster = simulate()
+    inv = inventory(tmp_path)
+    monkeypatch.setenv("RTK_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setattr(sys, "argv", ["rtk", "env", inv.source, "--json"])
+    main(obj={TRANSPORT_FACTORY: lambda _: SimulatedTransport(cluster)})
+    printed = json.loads(capsys.readouterr().out)
+    assert [n["name"] for n in printed["nodes"]] == NAMES
+    assert {n["detected"]["interface"] for n in printed["nodes"]} == {"eth0"}
