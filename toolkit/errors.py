@@ -91,6 +91,12 @@ class PreflightError(RtkError):
     exit_code = 1
 
 
+class TelemetryError(RtkError):
+    """The telemetry endpoint cannot be served as asked (no address, unreadable token)."""
+
+    exit_code = 4
+
+
 class SlurmError(RtkError):
     """Not inside an allocation, or sbatch/srun/scontrol is missing or refused a request."""
 

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ import pytest
 import yaml
 from conftest import require, rtk
 
+from toolkit.inventory import load_inventory
 from toolkit.rundir import RunDir, read_markers
 from toolkit.rundir.traces import read_table, row_dicts
 from toolkit.sandbox import Sandbox
@@ -389,11 +391,29 @@ def metric_lines(run_dir: Path) -> list[str]:
         return []
 
 
+def scrape(url: str, token: str | None = None) -> tuple[int, str] | None:
+    """Status and body of a GET of ``url``; None while nothing listens there."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=2) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, ""
+    except OSError:
+        return None
+
+
 def test_telemetry_record_samples_every_node_around_any_command(
     trained: dict[str, Any], sandbox_train: Sandbox, tmp_path: Path
 ) -> None:
-    """``rtk telemetry record``: traces from all nodes, live /metrics, the command's status."""
+    """``rtk telemetry record``: traces from all nodes, live /metrics, the command's status.
+
+    /metrics answers only with the cluster token, and on each node's cluster address.
+    """
     port = "9464"
+    cluster = load_inventory(trained["inventory"]).name
+    token = (Path(trained["env"]["RTK_STATE_DIR"]) / cluster / "auth_token").read_text().strip()
+    refused: dict[str, int] = {}
     job = rtk_background(
         trained,
         *("telemetry", "record", trained["inventory"], "--prometheus-port", port),
@@ -408,8 +428,12 @@ def test_telemetry_record_samples_every_node_around_any_command(
                 if node.name in scraped:
                     continue
                 url = f"http://{node.address}:{port}/metrics"
-                with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as r:
-                    scraped[node.name] = r.read().decode()
+                answer = scrape(url, token)
+                if answer is None:  # not listening yet
+                    continue
+                assert answer[0] == 200, (url, answer)
+                scraped[node.name] = answer[1]
+                refused[node.name] = (scrape(url) or (0, ""))[0]
             time.sleep(0.3)
         output, _ = job.communicate(timeout=300)
     finally:
@@ -417,6 +441,7 @@ def test_telemetry_record_samples_every_node_around_any_command(
             job.kill()
     assert job.returncode == 0, output[-4000:]
     assert sorted(scraped) == sorted(n.name for n in sandbox_train.nodes)
+    assert set(refused.values()) == {401}
     for name, body in scraped.items():
         assert f'rtk_cpu_util_pct{{node="{name}",device="host",kind="host"}}' in body
     run_dir = trained["output"] / "record"

@@ -130,7 +130,11 @@ def telemetry_options(func: F) -> F:
                 type=int,
                 default=0,
                 show_default=True,
-                help="Serve each node's newest readings at http://NODE:PORT/metrics; 0: off.",
+                help=(
+                    "Serve each node's newest readings at http://NODE_IP:PORT/metrics, "
+                    "on the node's cluster address only, to requests bearing the "
+                    "cluster token (loopback only under ray.auth: none); 0: off."
+                ),
             ),
         ]
     ):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import threading
 import time
 from collections import deque
@@ -187,7 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     """Sample this machine into a file until SIGTERM or SIGINT (benchmarks, debugging).
 
     ``python -m toolkit.telemetry.sampler OUT.arrows [--sensors auto] [--rate-hz 10]
-    [--power-rate-hz 0]``
+    [--power-rate-hz 0] [--prometheus-port 0] [--prometheus-host ADDRESS]``: the endpoint
+    listens on ``--prometheus-host`` (default ``RTK_NODE_IP``) and asks for the token in
+    ``RAY_AUTH_TOKEN_PATH``, as ``prometheus.endpoint`` says.
     """
     import argparse
     import signal
@@ -200,17 +203,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate-hz", type=float, default=DEFAULT_RATE_HZ)
     parser.add_argument("--power-rate-hz", type=float, default=0.0)
     parser.add_argument("--prometheus-port", type=int, default=0)
+    parser.add_argument("--prometheus-host", default=None)
     args = parser.parse_args(argv)
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())
     sensors = make_sensors(args.sensors)
     sampler = Sampler(sensors, args.out, args.rate_hz, args.power_rate_hz or None)
-    sampler.start()
     if args.prometheus_port:
-        from toolkit.telemetry.prometheus import serve
+        from toolkit.errors import TelemetryError
+        from toolkit.telemetry.prometheus import endpoint, serve
 
-        serve(sampler, args.prometheus_port, node=os.environ.get("RTK_NODE", ""))
+        try:
+            where = endpoint(args.prometheus_port, args.prometheus_host)
+            serve(sampler, where, node=os.environ.get("RTK_NODE", ""))
+        except TelemetryError as e:
+            print(f"rtk: {e}", file=sys.stderr, flush=True)
+            return e.exit_code
+    sampler.start()
     print(json.dumps({"started": True, "sensors": [s.name for s in sensors]}), flush=True)
     done.wait()
     stats = sampler.stop()
@@ -221,6 +231,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    import sys
-
     sys.exit(main())

@@ -32,6 +32,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from toolkit import wallclock
+from toolkit.errors import RtkError
 from toolkit.rundir import Manifest, NodeManifest, RunDir
 from toolkit.rundir.trace_files import next_segment
 from toolkit.rundir.traces import ReadStats, compact, live_files, read_table
@@ -128,13 +129,24 @@ class NodeSampler:
         return wallclock.wall_s()
 
     def start(self) -> None:
-        """Start sampling (and serving /metrics when a Prometheus port was given)."""
-        self.sampler.start()
-        if self.prometheus_port:
-            from toolkit.telemetry.prometheus import serve
+        """Start sampling (and serving /metrics when a Prometheus port was given).
 
+        The endpoint comes first, so one that cannot be served leaves nothing running.
+
+        Raises:
+            TelemetryError: The endpoint cannot be served (see ``prometheus.endpoint``).
+        """
+        if self.prometheus_port:
+            from toolkit.telemetry.prometheus import NODE_IP_VARIABLE, endpoint, serve
+
+            # rtk's env file names the node's cluster address; on a cluster rtk did
+            # not start, Ray's own address of this node stands in for it.
+            host = None
+            if not os.environ.get(NODE_IP_VARIABLE):
+                host = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
             node = os.environ.get("RTK_NODE") or socket.gethostname()
-            self.server = serve(self.sampler, self.prometheus_port, node)
+            self.server = serve(self.sampler, endpoint(self.prometheus_port, host), node)
+        self.sampler.start()
 
     def window(self, seconds: float) -> dict[str, Any]:
         """This node's power and hottest temperature over the last ``seconds``."""
@@ -297,7 +309,9 @@ class TelemetrySession:
                 ray.get(node.actor.start.remote(), timeout=CALL_TIMEOUT_S)
                 node.status = "running"
             except Exception as e:  # noqa: BLE001 - one node's failure is recorded, not fatal
-                node.status, node.error = "missing", f"sampler did not start: {e}"
+                cause = getattr(e, "cause", None)  # an actor's own error, in a RayTaskError
+                why = cause if isinstance(cause, RtkError) else e
+                node.status, node.error = "missing", f"sampler did not start: {why}"
                 logger.warning("telemetry: %s: %s", node.name, node.error)
 
         self._each_node(start_one, "rtk-sampler-start")
