@@ -87,28 +87,34 @@ class ContainerPlan:
         """The labels that mark it as this cluster's container of this node."""
         return (f"{CLUSTER_LABEL}={self.cluster}", f"{NODE_LABEL}={self.node}")
 
-    def bind_mounts(self) -> list[tuple[str, str]]:
-        """Each ``-v`` of the container as (host path, path inside): rtk's, then the inventory's."""
-        pairs = [(self.temp_dir, self.temp_dir), (self.rtk_dir, self.rtk_dir)]
+    def bind_mounts(self) -> list[tuple[str, str, bool]]:
+        """Each ``-v`` of the container: host path, path inside, read-only; rtk's first."""
+        mounts = [(self.temp_dir, self.temp_dir, False), (self.rtk_dir, self.rtk_dir, True)]
         for mount in self.spec.mounts:
-            source, target = mount.split(":")[:2]
-            pairs.append((source, target))
-        return pairs
+            source, target, *options = mount.split(":")
+            read_only = bool(options) and "ro" in options[0].split(",")
+            mounts.append((source, target, read_only))
+        return mounts
 
-    def sees_host_path(self, path: str) -> bool:
-        """True when host ``path`` (absolute) is the same path inside the container.
+    def writes_host_path(self, path: str) -> bool:
+        """True when host ``path`` (absolute) is the same path inside, and writable there.
 
-        That is, it or a folder above it is mounted at its own path.
+        That is, the deepest mount holding it (the one it is written through) mounts a
+        folder above it, or it, at its own path, not read-only.
         """
         if not path.startswith("/"):
             return False
         path = posixpath.normpath(path)
-        return any(
-            source == target and (path == target or path.startswith(target.rstrip("/") + "/"))
-            for source, target in (
-                (posixpath.normpath(s), posixpath.normpath(t)) for s, t in self.bind_mounts()
-            )
-        )
+        holding = [
+            (posixpath.normpath(target), posixpath.normpath(source), read_only)
+            for source, target, read_only in self.bind_mounts()
+            if path == posixpath.normpath(target)
+            or path.startswith(posixpath.normpath(target).rstrip("/") + "/")
+        ]
+        if not holding:
+            return False
+        target, source, read_only = max(holding, key=lambda m: len(m[0]))
+        return source == target and not read_only
 
     def run_argv(self) -> list[str]:
         """``docker run -d ...`` up to the image: name, labels, host network, mounts."""
@@ -322,19 +328,22 @@ def check_path_mounted(containers: Sequence[ContainerPlan], path: str, what: str
 
     Raises:
         ClusterError: ``path`` is relative, starts with ``~`` (``/root`` inside the
-            container), or is not under a mount of its own path in every container.
+            container), or is not under a read-write mount of its own path in every
+            container.
     """
     if "://" in path or not containers:
         return
-    blind = [c.node for c in containers if not c.sees_host_path(path)]
+    blind = [c.node for c in containers if not c.writes_host_path(path)]
     if not blind:
         return
     # Ray's temp dir and rtk's own are removed by rtk down: no place for results.
-    mounted = sorted({t for c in containers for s, t in c.bind_mounts()[2:] if s == t})
+    mounted = sorted(
+        {t for c in containers for s, t, ro in c.bind_mounts()[2:] if s == t and not ro}
+    )
     why = (
         f"{what} {path} is not an absolute path: inside a container ~ is the image's home"
         if not path.startswith("/")
-        else f"{what} {path} is not mounted at its own path in the containers of "
+        else f"{what} {path} is not mounted at its own path (read-write) in the containers of "
         f"{cut_hostlist(blind)}"
     )
     folder = posixpath.dirname(posixpath.normpath(path)) if path.startswith("/") else "/srv/runs"

@@ -112,21 +112,26 @@ def test_no_gpu_flag_for_a_node_without_gpus() -> None:
     assert "--gpus" not in plan.run_argv()
 
 
-def test_a_host_path_is_seen_inside_only_under_a_mount_of_its_own_path(
+def test_a_host_path_is_written_inside_only_under_a_rw_mount_of_its_own_path(
     boxes: ClusterPlan,
 ) -> None:
     worker = container_of(boxes, "gpu02")
-    assert worker.sees_host_path("/scratch/runs/r1")
-    assert worker.sees_host_path("/scratch/")
-    assert worker.sees_host_path(worker.temp_dir + "/session_latest")
-    assert not worker.sees_host_path("/scratchy/r1")
-    assert not worker.sees_host_path("/home/train/rtk-runs/r1")
-    assert not worker.sees_host_path("~/rtk-runs/r1")
-    assert not worker.sees_host_path("runs/r1")
+    assert worker.writes_host_path("/scratch/runs/r1")
+    assert worker.writes_host_path("/scratch/")
+    assert worker.writes_host_path(worker.temp_dir + "/session_latest")
+    assert not worker.writes_host_path("/scratchy/r1")
+    assert not worker.writes_host_path("/home/train/rtk-runs/r1")
+    assert not worker.writes_host_path("~/rtk-runs/r1")
+    assert not worker.writes_host_path("runs/r1")
     moved = dataclasses.replace(
         worker, spec=dataclasses.replace(worker.spec, mounts=("/data/runs:/runs:ro",))
     )
-    assert not moved.sees_host_path("/data/runs/r1")  # mounted, but elsewhere inside
+    assert not moved.writes_host_path("/data/runs/r1")  # mounted, but elsewhere inside
+    read_only = dataclasses.replace(
+        worker, spec=dataclasses.replace(worker.spec, mounts=("/scratch:/scratch:z,ro",))
+    )
+    assert not read_only.writes_host_path("/scratch/runs/r1")
+    assert not worker.writes_host_path(worker.rtk_dir + "/r1")  # rtk's own: read-only
 
 
 def test_a_run_dir_outside_the_containers_mounts_is_refused(boxes: ClusterPlan) -> None:
@@ -137,7 +142,10 @@ def test_a_run_dir_outside_the_containers_mounts_is_refused(boxes: ClusterPlan) 
     with pytest.raises(ClusterError) as refused:
         check_path_mounted(containers, "/home/train/rtk-runs/r1", "the run directory")
     message = str(refused.value)
-    assert "the run directory /home/train/rtk-runs/r1 is not mounted" in message
+    assert (
+        "the run directory /home/train/rtk-runs/r1 is not mounted at its own path (read-write)"
+        in message
+    )
     assert "containers of gpu[01-03]" in message
     assert "- /home/train/rtk-runs:/home/train/rtk-runs" in message
     assert "(/scratch)" in message
