@@ -10,9 +10,13 @@ set -euo pipefail
 # on the sandbox's nodes that rtk's sbatch path is tested against; chromium and
 # chromium-driver: the report page (report.html) is opened in a real headless browser
 # by tests/unit/telemetry/test_report_browser.py (selenium drives it); zsh and fish:
-# `rtk env --export --shell zsh|fish` is read back by the real shells.
+# `rtk env --export --shell zsh|fish` is read back by the real shells. podman, catatonit
+# (podman's --init; only recommended by podman), runc (crun, podman's default, refuses
+# hosts with cgroup v1 and v2 controllers both; the test picks runc there) and
+# debootstrap: tests/integration/test_container_cluster.py runs Ray in podman containers
+# of an image that scripts/container-image.sh builds from Debian's packages.
 packages=(iproute2 procps openssh-server tini rsync iptables slurm-wlm munge chromium chromium-driver
-  zsh fish)
+  zsh fish podman catatonit runc debootstrap)
 
 missing=()
 for pkg in "${packages[@]}"; do

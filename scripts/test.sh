@@ -6,6 +6,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/system-packages.sh
+# The container tests' image (a debootstrap of Debian, about a minute, cached) builds
+# while pip installs; the tests build it themselves if this did not.
+image_log=$(mktemp)
+image_build=""
+if [ "$(id -u)" -eq 0 ] && command -v debootstrap >/dev/null; then
+  bash scripts/container-image.sh >"$image_log" 2>&1 &
+  image_build=$!
+fi
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
@@ -18,6 +26,11 @@ fi
 .venv/bin/python -m pip install -q --no-build-isolation deepspeed==0.19.8
 .venv/bin/python -m pip install -q -e '.[dev,deepspeed]'
 
+if [ -n "$image_build" ] && ! wait "$image_build"; then
+  echo "rtk: building the container test image failed; its tests will try again:" >&2
+  tail -5 "$image_log" >&2
+fi
+rm -f "$image_log"
 echo "== ruff"
 .venv/bin/ruff check toolkit tests benchmarks scripts
 .venv/bin/ruff format --check toolkit tests benchmarks scripts

@@ -21,6 +21,7 @@ from toolkit.cli.help import TrainCommand
 from toolkit.cli.jobs_output import outcome_lines
 from toolkit.cli.reporting import report_run
 from toolkit.cluster import StateStore
+from toolkit.cluster.container import check_path_mounted
 from toolkit.cluster.jobs import JobOutcome
 from toolkit.errors import PreflightError, RtkError
 from toolkit.flows import (
@@ -349,6 +350,8 @@ def _train(inventory: str | None, clock: TrainClock, options: dict[str, Any]) ->
         options["resources_per_worker"] = _resources(options["resources_per_worker"])
         policy = PreflightPolicy.ENFORCE if options.pop("preflight") else PreflightPolicy.SKIP
         config = TrainConfig(run_dir=f"{output_dir}/{run_id}", **options).check()
+        containers = [n.container for n in session.plan.nodes if n.container is not None]
+        check_path_mounted(containers, config.run_dir, "the run directory")
         workload = TrainWorkload(config, run_id)
         if dry_run:
             plan = session.run_plan(workload, policy, config.telemetry, driver)

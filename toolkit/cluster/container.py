@@ -19,6 +19,7 @@ enters the running container (``rtk exec``, ``rtk shell``).
 from __future__ import annotations
 
 import json
+import posixpath
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -85,6 +86,35 @@ class ContainerPlan:
     def labels(self) -> tuple[str, str]:
         """The labels that mark it as this cluster's container of this node."""
         return (f"{CLUSTER_LABEL}={self.cluster}", f"{NODE_LABEL}={self.node}")
+
+    def bind_mounts(self) -> list[tuple[str, str, bool]]:
+        """Each ``-v`` of the container: host path, path inside, read-only; rtk's first."""
+        mounts = [(self.temp_dir, self.temp_dir, False), (self.rtk_dir, self.rtk_dir, True)]
+        for mount in self.spec.mounts:
+            source, target, *options = mount.split(":")
+            read_only = bool(options) and "ro" in options[0].split(",")
+            mounts.append((source, target, read_only))
+        return mounts
+
+    def writes_host_path(self, path: str) -> bool:
+        """True when host ``path`` (absolute) is the same path inside, and writable there.
+
+        That is, the deepest mount holding it (the one it is written through) mounts a
+        folder above it, or it, at its own path, not read-only.
+        """
+        if not path.startswith("/"):
+            return False
+        path = posixpath.normpath(path)
+        holding = [
+            (posixpath.normpath(target), posixpath.normpath(source), read_only)
+            for source, target, read_only in self.bind_mounts()
+            if path == posixpath.normpath(target)
+            or path.startswith(posixpath.normpath(target).rstrip("/") + "/")
+        ]
+        if not holding:
+            return False
+        target, source, read_only = max(holding, key=lambda m: len(m[0]))
+        return source == target and not read_only
 
     def run_argv(self) -> list[str]:
         """``docker run -d ...`` up to the image: name, labels, host network, mounts."""
@@ -286,3 +316,40 @@ def _refusal(runtime: str, in_steps: bool) -> str:
         else "apptainer containers are started by SLURM jobs"
     )
     return f"container.runtime {runtime}: {why}; use rtk sbatch, or docker or podman for rtk up"
+
+
+def check_path_mounted(containers: Sequence[ContainerPlan], path: str, what: str) -> None:
+    """Refuse a host ``path`` that Ray's processes in ``containers`` would not see.
+
+    A path written from inside a container (the run directory, by the trainer's
+    workers) that is not mounted there at its own path lands in the container's own
+    filesystem: the host never sees it, and ``rtk down`` removes it with the container.
+    A URI (``s3://...``) is not a path and passes.
+
+    Raises:
+        ClusterError: ``path`` is relative, starts with ``~`` (``/root`` inside the
+            container), or is not under a read-write mount of its own path in every
+            container.
+    """
+    if "://" in path or not containers:
+        return
+    blind = [c.node for c in containers if not c.writes_host_path(path)]
+    if not blind:
+        return
+    # Ray's temp dir and rtk's own are removed by rtk down: no place for results.
+    mounted = sorted(
+        {t for c in containers for s, t, ro in c.bind_mounts()[2:] if s == t and not ro}
+    )
+    why = (
+        f"{what} {path} is not an absolute path: inside a container ~ is the image's home"
+        if not path.startswith("/")
+        else f"{what} {path} is not mounted at its own path (read-write) in the containers of "
+        f"{cut_hostlist(blind)}"
+    )
+    folder = posixpath.dirname(posixpath.normpath(path)) if path.startswith("/") else "/srv/runs"
+    raise ClusterError(
+        f"{why}, so what Ray's processes write there would stay inside the container and "
+        f"be lost at rtk down. Mount a folder above it at its own path (container.mounts: "
+        f"- {folder}:{folder}), or pick a path under one mounted already "
+        f"({', '.join(mounted) or 'none'})."
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import socket
 import sys
 import time
@@ -16,6 +17,7 @@ from toolkit.sandbox import network, procs, render, slurm_host
 from toolkit.sandbox.errors import SandboxError
 from toolkit.sandbox.hostcheck import check_host
 from toolkit.sandbox.layout import Layout, NodeLayout, netns_pattern
+from toolkit.sandbox.node_mounts import read_cgroup_mounts
 from toolkit.sandbox.record import NodeRecord, SandboxRecord
 from toolkit.sandbox.sandbox import Sandbox
 from toolkit.sandbox.slurm import SlurmLayout, node_init_lines
@@ -111,10 +113,18 @@ def _write_files(
     if record.slurm:
         controller = socket.gethostname().split(".")[0]
         slurm_host.write_files(layout, controller, os.cpu_count() or 1)
+    cgroups = read_cgroup_mounts()
+    # A node's own container storage only where podman could use it (no empty
+    # /var/lib/containers made on a host without it).
+    storage = shutil.which("podman") is not None
     for node in layout.nodes:
         _write(node.sshd_config, render.sshd_config(layout, node, sshd_options))
         services = node_init_lines(layout, node, slurm_tools["slurmd"]) if record.slurm else []
-        script = render.init_script(layout, node, record.sshd, shared, services)
+        if storage:
+            node.container_storage.mkdir(mode=0o700, exist_ok=True)
+        script = render.init_script(
+            layout, node, record.sshd, shared, services, cgroups, container_storage=storage
+        )
         _write(node.init_script, script, 0o700)
         _write(node.hosts_file, render.hosts_file(layout, node))
 

@@ -118,6 +118,7 @@ class NodeLayout:
     init_script: Path
     hosts_file: Path
     log_file: Path
+    container_storage: Path
 
 
 @dataclass(frozen=True)
@@ -152,6 +153,7 @@ class Layout:
                     init_script=directory / f"init{i}.sh",
                     hosts_file=directory / f"hosts{i}",
                     log_file=directory / f"node{i}.log",
+                    container_storage=directory / f"containers{i}",
                 )
                 for i in range(1, validate_nodes(nodes) + 1)
             ),

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from toolkit.sandbox.layout import Layout, NodeLayout
+from toolkit.sandbox.node_mounts import HostMount, mount_lines, storage_lines
 from toolkit.shell import quote
 
 # Inside a node, the sandbox directory is parked here while /tmp is replaced.
@@ -54,6 +55,8 @@ def init_script(
     sshd: str,
     shared: Sequence[Path] = (),
     services: Sequence[str] = (),
+    cgroups: Sequence[HostMount] = (),
+    container_storage: bool = False,
 ) -> str:
     """The script PID 1's child runs in ``node``: hostname, private mounts, sshd, wait.
 
@@ -61,6 +64,8 @@ def init_script(
     that the node still needs (the sandbox directory, for sshd; ``shared``: a
     virtualenv or source tree there) are put back read-only at their own paths.
     ``services``: lines that start more daemons after sshd (slurmd, with SLURM).
+    ``cgroups``: the host's cgroup filesystems, mounted again over the node's fresh
+    sysfs; ``container_storage``: the node's own /var/lib/containers (``node_mounts``).
     """
     kept = [layout.directory, *(p for p in shared if not layout.directory.is_relative_to(p))]
     park = [f"{_PARKING}/{i}" for i in range(len(kept))]
@@ -77,6 +82,8 @@ def init_script(
             f"# rtk sandbox {layout.name}: init of {node.name} in netns {node.netns}",
             "set -eu",
             f"echo {node.name} > /proc/sys/kernel/hostname",
+            *mount_lines(cgroups),
+            *(storage_lines(node.container_storage) if container_storage else []),
             "mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs /run",
             *stash,
             "mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /tmp",

@@ -21,7 +21,12 @@ import yaml
 from conftest import REPO, rtk
 
 from toolkit.cluster import build_plan
-from toolkit.cluster.container import ContainerPlan, check_startable, container_name
+from toolkit.cluster.container import (
+    ContainerPlan,
+    check_path_mounted,
+    check_startable,
+    container_name,
+)
 from toolkit.cluster.plan import RAY_READY_TEXT, ClusterPlan
 from toolkit.errors import ClusterError
 from toolkit.inventory import Container, load_inventory
@@ -105,6 +110,47 @@ def test_no_gpu_flag_for_a_node_without_gpus() -> None:
     spec = Container("docker", "img", gpus="auto")
     plan = ContainerPlan(spec, "rtk-c-n1", "c", "n1", spec.wants_gpus(0), "/tmp/rtk-c", "/tmp/x")
     assert "--gpus" not in plan.run_argv()
+
+
+def test_a_host_path_is_written_inside_only_under_a_rw_mount_of_its_own_path(
+    boxes: ClusterPlan,
+) -> None:
+    worker = container_of(boxes, "gpu02")
+    assert worker.writes_host_path("/scratch/runs/r1")
+    assert worker.writes_host_path("/scratch/")
+    assert worker.writes_host_path(worker.temp_dir + "/session_latest")
+    assert not worker.writes_host_path("/scratchy/r1")
+    assert not worker.writes_host_path("/home/train/rtk-runs/r1")
+    assert not worker.writes_host_path("~/rtk-runs/r1")
+    assert not worker.writes_host_path("runs/r1")
+    moved = dataclasses.replace(
+        worker, spec=dataclasses.replace(worker.spec, mounts=("/data/runs:/runs:ro",))
+    )
+    assert not moved.writes_host_path("/data/runs/r1")  # mounted, but elsewhere inside
+    read_only = dataclasses.replace(
+        worker, spec=dataclasses.replace(worker.spec, mounts=("/scratch:/scratch:z,ro",))
+    )
+    assert not read_only.writes_host_path("/scratch/runs/r1")
+    assert not worker.writes_host_path(worker.rtk_dir + "/r1")  # rtk's own: read-only
+
+
+def test_a_run_dir_outside_the_containers_mounts_is_refused(boxes: ClusterPlan) -> None:
+    containers = [n.container for n in boxes.nodes if n.container is not None]
+    check_path_mounted(containers, "/scratch/rtk-runs/r1", "the run directory")
+    check_path_mounted(containers, "s3://bucket/rtk-runs/r1", "the run directory")
+    check_path_mounted([], "~/rtk-runs/r1", "the run directory")  # no container: no check
+    with pytest.raises(ClusterError) as refused:
+        check_path_mounted(containers, "/home/train/rtk-runs/r1", "the run directory")
+    message = str(refused.value)
+    assert (
+        "the run directory /home/train/rtk-runs/r1 is not mounted at its own path (read-write)"
+        in message
+    )
+    assert "containers of gpu[01-03]" in message
+    assert "- /home/train/rtk-runs:/home/train/rtk-runs" in message
+    assert "(/scratch)" in message
+    with pytest.raises(ClusterError, match="~/rtk-runs/r1 is not an absolute path"):
+        check_path_mounted(containers, "~/rtk-runs/r1", "the run directory")
 
 
 def test_ray_starts_inside_after_the_env_file_and_blocks(boxes: ClusterPlan) -> None:
