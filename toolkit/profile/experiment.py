@@ -24,6 +24,7 @@ import dataclasses
 import functools
 import hashlib
 import itertools
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from toolkit.errors import ExperimentError, Problem, RtkError
 from toolkit.inventory.problems import format_path, parse_yaml, problems_from_validation
+from toolkit.inventory.yaml_text import restore_written_text
 from toolkit.train.config import TrainConfig
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -189,21 +191,28 @@ def load_experiment(path: str | Path) -> Experiment:
         got = "an empty file" if located.data is None else f"a {type(located.data).__name__}"
         message = f"got {got}; expected a mapping with name:, inventory:, workload: and axes:"
         raise ExperimentError([Problem(source, located.line_of(()), "", message)])
+    written = [
+        Problem(source, located.line_of(path), format_path(path), message)
+        for path, message in restore_written_text(located, ExperimentSpec)
+    ]
     try:
         spec = ExperimentSpec.model_validate(located.data)
     except ValidationError as e:
         raise ExperimentError(
-            problems_from_validation(e, ExperimentSpec, located, source)
+            written + problems_from_validation(e, ExperimentSpec, located, source)
         ) from None
+    if written:
+        raise ExperimentError(written)
     problems = _check(spec, source, located.line_of)
     if problems:
         raise ExperimentError(problems)
     base = file.resolve().parent
-    sweep = Path(spec.output_dir).expanduser() if spec.output_dir else Path("profile-runs")
+    # os.path's expanduser leaves ~nosuchuser as written; Path's raises RuntimeError.
+    sweep = Path(os.path.expanduser(spec.output_dir)) if spec.output_dir else Path("profile-runs")
     sweep = sweep if sweep.is_absolute() else base / sweep
     if not spec.output_dir:
         sweep = sweep / spec.name
-    return Experiment(spec, source, base / Path(spec.inventory).expanduser(), sweep)
+    return Experiment(spec, source, base / os.path.expanduser(spec.inventory), sweep)
 
 
 def _check(spec: ExperimentSpec, source: str, line_of: Any) -> list[Problem]:

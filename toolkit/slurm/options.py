@@ -23,7 +23,7 @@ DEFAULT_OUTPUT_DIR = "rtk-runs"
 DEFAULT_GRACE_S = 180
 PREFLIGHT_MODES = ("enforce", "record", "skip")
 
-TIME_PATTERN = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
+TIME_PATTERN = re.compile(r"^([0-9]+-)?[0-9]+(:[0-9]{1,2}){0,2}$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
 _PARTITION = re.compile(r"^[A-Za-z0-9._-]+(,[A-Za-z0-9._-]+)*$")
 _OUTPUT_PATTERN = re.compile(r"^[A-Za-z0-9._%/+~@=,:-]+$")
