@@ -7,6 +7,7 @@ line, so a user fixes a file in one pass.
 from __future__ import annotations
 
 import getpass
+import os
 import posixpath
 import re
 import sys
@@ -291,7 +292,8 @@ def _node(spec: InventorySpec, entry: NodeSpec, host: str, address: str, base: P
 
 
 def _local_path(path: str, base: Path) -> Path:
-    expanded = Path(path).expanduser()
+    # os.path's expanduser leaves ~nosuchuser as written; Path's raises RuntimeError.
+    expanded = Path(os.path.expanduser(path))
     return expanded if expanded.is_absolute() else base / expanded
 
 
