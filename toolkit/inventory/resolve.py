@@ -232,7 +232,12 @@ def _check_ray(spec: InventorySpec, out: _Collector) -> None:
     temp_dir = spec.ray.temp_dir
     if temp_dir is None:
         return
-    if not posixpath.isabs(temp_dir):
+    if not temp_dir.isprintable():
+        out.add(
+            ("ray", "temp_dir"),
+            f"got {temp_dir!r}; a path of printable characters only (no newline or tab)",
+        )
+    elif not posixpath.isabs(temp_dir):
         out.add(("ray", "temp_dir"), f"got {temp_dir!r}; give an absolute path such as /tmp/rtk")
     elif len(temp_dir) > MAX_TEMP_DIR_CHARS:
         out.add(
