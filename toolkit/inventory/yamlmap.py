@@ -193,12 +193,15 @@ class _Builder:
         return list(sources)
 
     def scalar(self, node: yaml.ScalarNode) -> Any:
+        if node.tag not in yaml.SafeLoader.yaml_constructors and self._implicit(node):
+            # = and << resolve to YAML's value and merge tags, which build no data: text.
+            return node.value
         self._check_tag(node)
         constructor = yaml.SafeLoader.yaml_constructors[node.tag]
         try:
             return constructor(self.loader, node)
-        except (ValueError, KeyError, AttributeError, TypeError, OverflowError) as e:
-            if node.style is None and node.tag == self._implicit_tag(node):
+        except Exception as e:  # PyYAML's constructors raise whatever int(), b64 etc. raise
+            if self._implicit(node):
                 # Looks like a date but is none (2024-02-30): it stays the text it is.
                 return node.value
             raise ConstructorError(
@@ -207,11 +210,11 @@ class _Builder:
 
     def _implicitly_typed(self, node: yaml.ScalarNode, value: Any) -> bool:
         """Whether YAML made a plain scalar a non-string by its look (not by a tag)."""
-        return (
-            node.style is None
-            and not isinstance(value, str)
-            and node.tag == self._implicit_tag(node)
-        )
+        return not isinstance(value, str) and self._implicit(node)
+
+    def _implicit(self, node: yaml.ScalarNode) -> bool:
+        """Whether a scalar is plain and its tag the one its look gives it."""
+        return node.style is None and node.tag == self._implicit_tag(node)
 
     def _implicit_tag(self, node: yaml.ScalarNode) -> str:
         tag = self.loader.resolve(yaml.ScalarNode, node.value, (True, False))  # type: ignore[no-untyped-call]

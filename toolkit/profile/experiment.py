@@ -34,7 +34,12 @@ from typing import Any, get_type_hints
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from toolkit.errors import ExperimentError, Problem, RtkError
-from toolkit.inventory.problems import format_path, parse_yaml, problems_from_validation
+from toolkit.inventory.problems import (
+    format_path,
+    parse_yaml,
+    problems_from_validation,
+    show_key,
+)
 from toolkit.inventory.yaml_text import restore_written_text
 from toolkit.train.config import TrainConfig
 
@@ -348,6 +353,7 @@ def _vllm_value_problem(vllm: VllmSpec, name: str, value: Any) -> str | None:
 def _not_an_option(key: str, options: Sequence[str], also: Sequence[str] = ()) -> str:
     if key in OWNED:
         return f"'{key}' is set by rtk profile itself: {OWNED[key]}"
+    shown = show_key(key)
     import difflib
 
     candidates = [o for o in [*options, *also] if o not in OWNED]  # never suggest those
@@ -355,4 +361,4 @@ def _not_an_option(key: str, options: Sequence[str], also: Sequence[str] = ()) -
     guess = f"; did you mean '{close[0]}'?" if close else ""
     others = f" nor one of {', '.join(also)}" if also else ""
     kind = "neither an rtk train option" if also else "not an rtk train option"
-    return f"'{key}' is {kind}{others}{guess}"
+    return f"{shown} is {kind}{others}{guess}"

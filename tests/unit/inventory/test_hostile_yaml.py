@@ -56,6 +56,7 @@ BOMB = "".join(
         ("cluster: !foo c\n", "inv.yaml:1: not valid YAML: unknown tag '!foo'; remove it"),
         ("cluster: !foo {a: 1}\n", "inv.yaml:1: not valid YAML: unknown tag '!foo'; remove it"),
         ("cluster: !!int abc\n", "inv.yaml:1: not valid YAML: cannot read 'abc' as int"),
+        ("cluster: !!int ''\n", "inv.yaml:1: not valid YAML: cannot read '' as int"),
         ("cluster: !!bool maybe\n", "inv.yaml:1: not valid YAML: cannot read 'maybe' as bool"),
         ("cluster: !!timestamp x\n", "inv.yaml:1: not valid YAML: cannot read 'x' as timestamp"),
         ("a: {<<: 3}\n", "inv.yaml:1: not valid YAML: a merge key (<<) takes a mapping or a list"),
@@ -106,3 +107,10 @@ def test_a_merged_mistake_names_the_line_of_its_anchor() -> None:
     got = problems(text)
     assert got[0].startswith("inv.yaml:3: nodes[0].gpu: unknown key 'gpu'")
     assert got[1].startswith("inv.yaml:3: nodes[1].gpu: unknown key 'gpu'")
+
+
+@pytest.mark.parametrize("word", ["=", "<<"])
+def test_a_plain_value_whose_yaml_tag_builds_nothing_is_text(word: str) -> None:
+    # = and << resolve to YAML's value and merge tags; a user name "=" is still text.
+    inv = parse(f"cluster: c\n{NODE}defaults: {{ssh: {{user: {word}}}}}\n")
+    assert inv.nodes[0].ssh.user == word

@@ -294,3 +294,13 @@ def test_amounts_and_timeouts_are_finite_and_not_negative(
     (tmp_path / "inv.yaml").write_text(BASE + text)
     with pytest.raises(InventoryError, match=re.escape(message)):
         load_inventory(tmp_path / "inv.yaml")
+
+
+def test_a_key_with_a_newline_stays_on_its_problems_line(tmp_path: Path) -> None:
+    (tmp_path / "inv.yaml").write_text(BASE + '    "gp\\nus": 1\n')
+    with pytest.raises(InventoryError) as caught:
+        load_inventory(tmp_path / "inv.yaml")
+    assert [str(p) for p in caught.value.problems] == [
+        f"{tmp_path / 'inv.yaml'}:4: nodes[0].'gp\\nus': unknown key 'gp\\nus'; did you mean 'gpus'? allowed keys: "
+        "address, cpus, env, gpus, host, python, ray, resources, ssh, venv"
+    ]
