@@ -50,6 +50,8 @@ def parse_runtime_env_json(text: str | None) -> dict[str, Any]:
             f"--runtime-env-json: not JSON ({e.msg} at character {e.pos}); give an object "
             'like \'{"env_vars": {"KEY": "value"}, "pip": ["requests"]}\''
         ) from e
+    except RecursionError as e:  # json's reader gives up on thousands of nested brackets
+        raise RuntimeEnvError("--runtime-env-json: nested too deeply to read") from e
     if not isinstance(data, dict):
         raise RuntimeEnvError(
             f"--runtime-env-json: give a JSON object, not {type(data).__name__} {text!r}"
@@ -60,6 +62,11 @@ def parse_runtime_env_json(text: str | None) -> dict[str, Any]:
             f"--runtime-env-json: env_vars must be an object of strings, got {env_vars!r}"
         )
     for key, value in env_vars.items():
+        if not _ENV_NAME.fullmatch(key):
+            # Ray would only fail when the job starts: os.environ refuses such a name.
+            raise RuntimeEnvError(
+                f"--runtime-env-json: env_vars {key!r} is not a variable name (letters, digits, _)"
+            )
         if not isinstance(value, str):
             raise RuntimeEnvError(
                 f"--runtime-env-json: env_vars.{key} must be a string, got {value!r}"
