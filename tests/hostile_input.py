@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import json
 import os
 import re
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -294,7 +296,8 @@ def run_rtk(args: list[str], root: Path, stdin: str | None = None) -> Outcome:
         "RTK_STATE_DIR": str(root / "state"),
         "XDG_STATE_HOME": str(root / "xdg-state"),
         "XDG_CACHE_HOME": str(root / "xdg-cache"),
-        "MPLCONFIGDIR": str(root / "mpl"),
+        # One font cache for every run (matplotlib builds it in seconds): not root's.
+        "MPLCONFIGDIR": _mpl_dir(),
         "RTK_INVENTORY": None,
         "RAY_ADDRESS": None,
         "COLUMNS": "100",
@@ -313,6 +316,11 @@ def run_rtk(args: list[str], root: Path, stdin: str | None = None) -> Outcome:
     return Outcome(
         code, out.getvalue().decode(errors="replace"), err.getvalue().decode(errors="replace")
     )
+
+
+@functools.cache
+def _mpl_dir() -> str:
+    return tempfile.mkdtemp(prefix="rtk-props-mpl-")
 
 
 def files_under(root: Path) -> set[Path]:
