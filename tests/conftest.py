@@ -27,7 +27,7 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 # Hypothesis (tests/unit/properties/): "ci", the default everywhere, is CI's bounded
 # budget: a fixed seed (derandomize), so every run tries the same cases and a failure
 # reproduces; no example database. "long" (RTK_HYPOTHESIS_PROFILE=long) is the run by
-# hand: fresh random cases, many more of them (properties.hostile.examples scales each
+# hand: fresh random cases, many more of them (hostile_input.examples scales each
 # test's count), the failures kept in .hypothesis/ to be replayed first next time.
 settings.register_profile(
     "ci",

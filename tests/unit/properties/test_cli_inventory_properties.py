@@ -53,7 +53,7 @@ def inventory_texts(draw: st.DrawFn) -> str:
     return yaml.safe_dump(mutate(draw, INVENTORY, hostile_text(), leaves_only=True))
 
 
-@settings(max_examples=examples(40))
+@settings(max_examples=examples(100))
 @given(inventory_texts(), st.sampled_from(["check", "up", "up-summary", "down"]))
 def test_inventory_commands_work_or_say_why_in_one_line(text: str, command: str) -> None:
     args = {
@@ -108,7 +108,7 @@ def sbatch_lines(draw: st.DrawFn) -> tuple[list[str], dict[str, str], list[str]]
     return args, given, command
 
 
-@settings(max_examples=examples(60))
+@settings(max_examples=examples(150))
 @given(sbatch_lines(), st.booleans())
 def test_sbatch_render_quotes_every_value_it_was_given(
     line: tuple[list[str], dict[str, str], list[str]], hostile_inventory: bool

@@ -114,7 +114,7 @@ def often(valid: list[str], hostile: st.SearchStrategy[str]) -> st.SearchStrateg
     return st.one_of(st.none(), st.sampled_from(valid), hostile)
 
 
-@settings(max_examples=examples(40))
+@settings(max_examples=examples(100))
 @given(
     often(['{"GPU": 1}', '{"CPU": 0.5, "nvlink": 1}'], json_text()),
     often(["r1", "a.b", "x_y-2", "é"], argv_text()),
@@ -148,7 +148,7 @@ ENV_JSON = st.builds(
 )
 
 
-@settings(max_examples=examples(40))
+@settings(max_examples=examples(100))
 @given(
     st.lists(PAIRS, max_size=3),
     st.one_of(st.none(), ENV_JSON, json_text()),
@@ -170,7 +170,7 @@ def test_launch_dry_run_quotes_the_command_word_for_word(
         assert shlex.split(text[start:end]) == command
 
 
-@settings(max_examples=examples(40))
+@settings(max_examples=examples(100))
 @given(
     st.lists(st.one_of(st.sampled_from(["w1", "w[2-3]", "n1"]), argv_text()), max_size=3),
     st.one_of(

@@ -71,7 +71,7 @@ def load(path: Path) -> Experiment | None:
         return None
 
 
-@settings(max_examples=examples(60))
+@settings(max_examples=examples(100))
 @given(experiments())
 def test_a_valid_experiments_runs_stay_in_its_sweep_directory(text: str) -> None:
     with TemporaryDirectory() as tmp:

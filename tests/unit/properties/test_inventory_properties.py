@@ -124,7 +124,7 @@ FREE_TEXT = [
 ]
 
 
-@settings(max_examples=examples(120))
+@settings(max_examples=examples(200))
 @given(mutated_inventories())
 def test_a_valid_inventory_plans_only_quoted_commands(text: str) -> None:
     inventory = load(text)

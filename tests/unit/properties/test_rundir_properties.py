@@ -143,7 +143,7 @@ def files_of(run: Path) -> list[str]:
     return sorted(str(p.relative_to(run)) for p in run.rglob("*") if p.is_file())
 
 
-@settings(max_examples=examples(80), suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_a_damaged_run_is_a_report_or_rtks_one_line_error(
     templates: list[Path], data: st.DataObject
@@ -164,7 +164,7 @@ def test_a_damaged_run_is_a_report_or_rtks_one_line_error(
         format_summary(report, show_all=True)
 
 
-@settings(max_examples=examples(4), suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(4, long=30), suppress_health_check=[HealthCheck.too_slow])
 @given(st.data(), st.booleans())
 def test_rtk_report_on_a_damaged_run_writes_only_its_report(
     templates: list[Path], data: st.DataObject, trace: bool
