@@ -16,6 +16,7 @@ are refused as YAML errors with their line.
 
 from __future__ import annotations
 
+import types
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -199,7 +200,14 @@ class _Builder:
         self._check_tag(node)
         constructor = yaml.SafeLoader.yaml_constructors[node.tag]
         try:
-            return constructor(self.loader, node)
+            value = constructor(self.loader, node)
+            if isinstance(value, types.GeneratorType):
+                # A collection's constructor (!!set, !!omap) builds in steps; on a
+                # scalar its first step fails, and is a YAML problem like the rest.
+                steps, value = value, next(value)
+                for _ in steps:
+                    pass
+            return value
         except Exception as e:  # PyYAML's constructors raise whatever int(), b64 etc. raise
             if self._implicit(node):
                 # Looks like a date but is none (2024-02-30): it stays the text it is.

@@ -57,6 +57,8 @@ BOMB = "".join(
         ("cluster: !foo {a: 1}\n", "inv.yaml:1: not valid YAML: unknown tag '!foo'; remove it"),
         ("cluster: !!int abc\n", "inv.yaml:1: not valid YAML: cannot read 'abc' as int"),
         ("cluster: !!int ''\n", "inv.yaml:1: not valid YAML: cannot read '' as int"),
+        ("cluster: !!set x\n", "inv.yaml:1: not valid YAML: cannot read 'x' as set"),
+        ("cluster: !!omap x\n", "inv.yaml:1: not valid YAML: cannot read 'x' as omap"),
         ("cluster: !!bool maybe\n", "inv.yaml:1: not valid YAML: cannot read 'maybe' as bool"),
         ("cluster: !!timestamp x\n", "inv.yaml:1: not valid YAML: cannot read 'x' as timestamp"),
         ("a: {<<: 3}\n", "inv.yaml:1: not valid YAML: a merge key (<<) takes a mapping or a list"),
