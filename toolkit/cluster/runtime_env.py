@@ -38,8 +38,8 @@ def parse_runtime_env_json(text: str | None) -> dict[str, Any]:
     """``--runtime-env-json``'s value as a dict (``{}`` when not given).
 
     Raises:
-        RuntimeEnvError: Not JSON, not an object, or ``env_vars`` is not an object of
-            strings.
+        RuntimeEnvError: Not JSON, not an object, ``working_dir`` is not a path, or
+            ``env_vars`` is not an object of strings named as variables.
     """
     if not text:
         return {}
@@ -55,6 +55,11 @@ def parse_runtime_env_json(text: str | None) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise RuntimeEnvError(
             f"--runtime-env-json: give a JSON object, not {type(data).__name__} {text!r}"
+        )
+    if not isinstance(data.get("working_dir", ""), str):
+        raise RuntimeEnvError(
+            "--runtime-env-json: working_dir must be a directory's path (a string), got "
+            f"{data['working_dir']!r}"
         )
     env_vars = data.get("env_vars", {})
     if not isinstance(env_vars, dict):
