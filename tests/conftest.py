@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from toolkit.sandbox import Sandbox
 
@@ -22,6 +23,27 @@ REPO = Path(__file__).resolve().parents[1]
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+
+# Hypothesis (tests/unit/properties/): "ci", the default everywhere, is CI's bounded
+# budget: a fixed seed (derandomize), so every run tries the same cases and a failure
+# reproduces; no example database. "long" (RTK_HYPOTHESIS_PROFILE=long) is the run by
+# hand: fresh random cases, many more of them (hostile_input.examples scales each
+# test's count), the failures kept in .hypothesis/ to be replayed first next time.
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    database=None,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile(
+    "long",
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.load_profile(os.environ.get("RTK_HYPOTHESIS_PROFILE", "ci"))
 
 # A Ray client that lists the cluster's nodes through the dashboard; exit 1 when refused.
 LIST_NODES = (

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import jinja2
 
-from toolkit.shell import quote
+from toolkit.shell import comment_text, quote
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -38,6 +38,7 @@ def template_env(name: str = "templates") -> jinja2.Environment:
         autoescape=False,
     )
     env.filters["shquote"] = quote
+    env.filters["comment"] = comment_text
     return env
 
 

@@ -35,6 +35,14 @@ def parse_env_file(text: str) -> dict[str, str]:
     return env
 
 
+def comment_text(text: str) -> str:
+    """``text`` fit for a ``#`` comment line: unprintable characters shown escaped.
+
+    A newline would end the comment, and the shell would run the rest of the text.
+    """
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def with_env_file(path: str, command: str) -> str:
     """Run ``command`` with every variable of the env file at ``path`` exported."""
     return f"set -a && . {quote(path)} && set +a && {command}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import subprocess
 import sys
@@ -16,8 +17,9 @@ from conftest import rtk
 from toolkit.cluster import build_plan
 from toolkit.cluster.plan import fill_env
 from toolkit.cluster.render import env_file
+from toolkit.errors import InventoryError
 from toolkit.inventory import load_inventory
-from toolkit.shell import join, parse_env_file, with_env_file
+from toolkit.shell import comment_text, join, parse_env_file, with_env_file
 
 
 @pytest.fixture
@@ -145,3 +147,31 @@ def test_up_with_hostile_values_runs_nothing(
     assert down.returncode == 0, down.stderr
     assert not Path(inv.temp_dir).exists()
     assert not any(p.exists() for p in pwned)
+
+
+def test_a_newline_in_the_temp_dir_is_refused(tmp_path: Path) -> None:
+    # It used to reach the env file's header comment, ending it: the next line ran.
+    path = tmp_path / "inv.yaml"
+    path.write_text(
+        'cluster: c\nnodes: [{host: n1}]\nray: {temp_dir: "/tmp/x\\ntouch /tmp/y\\n#"}\n'
+    )
+    with pytest.raises(InventoryError, match=r"ray\.temp_dir: got .*printable characters only"):
+        load_inventory(path)
+
+
+def test_the_env_files_comments_stay_comments(tmp_path: Path, pwned: list[Path]) -> None:
+    path = tmp_path / "inv.yaml"
+    path.write_text("cluster: c\nnodes: [{host: n1}]\n")
+    plan = build_plan(load_inventory(path))
+    # A path no inventory passes (see above), handed to the renderer directly.
+    hostile_paths = dataclasses.replace(plan.paths, temp_dir=f"/tmp/x\ntouch {pwned[0]}\n#")
+    text = env_file(dataclasses.replace(plan, paths=hostile_paths), plan.head, {"A": "1"})
+    file = tmp_path / "node.env"
+    file.write_text(text)
+    subprocess.run(["bash", "-c", with_env_file(str(file), "true")], check=True)
+    assert not pwned[0].exists()
+    assert "\\ntouch" in text.splitlines()[1]
+
+
+def test_comment_text_escapes_what_would_end_a_line() -> None:
+    assert comment_text("a\nb\rc\td\x00é") == "a\\nb\\rc\\td\\x00é"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import click
@@ -86,15 +86,16 @@ def cli(ctx: click.Context) -> None:
         ctx.with_resource(transports_from(factory))
 
 
-def main(obj: Mapping[str, Any] | None = None) -> None:
+def main(obj: Mapping[str, Any] | None = None, args: Sequence[str] | None = None) -> None:
     """Entry point: expected failures become one message and an exit code.
 
     Args:
         obj: click's ``ctx.obj`` for the command; ``TRANSPORT_FACTORY`` in it gives
             the transport its sessions use.
+        args: The command line after ``rtk`` (default: ``sys.argv[1:]``).
     """
     try:
-        cli.main(standalone_mode=False, obj=dict(obj or {}))
+        cli.main(args=args, standalone_mode=False, obj=dict(obj or {}))
     except click.exceptions.Abort:
         click.echo("rtk: interrupted", err=True)
         sys.exit(130)

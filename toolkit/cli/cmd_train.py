@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -426,15 +427,29 @@ def _cluster(inventory: str | None, local: bool, slurm: bool, address: RayAddres
 
 
 def _resources(text: str | None) -> dict[str, float]:
+    """``--resources-per-worker``'s JSON object of amounts, each finite and not negative.
+
+    Raises:
+        click.BadParameter: Not such an object (exit 2, as for any bad option).
+    """
     if not text:
         return {}
     try:
+        # RecursionError: json's reader gives up on thousands of nested brackets.
         data = json.loads(text)
-        return {str(k): float(v) for k, v in data.items()}
-    except (ValueError, AttributeError, TypeError) as e:
-        raise RtkError(
-            f'--resources-per-worker {text!r}: give a JSON object like \'{{"GPU": 1, "CPU": 4}}\''
+        resources = {str(k): float(v) for k, v in data.items()}
+    except (ValueError, AttributeError, TypeError, RecursionError) as e:
+        raise click.BadParameter(
+            f'{text!r}: give a JSON object like \'{{"GPU": 1, "CPU": 4}}\'',
+            param_hint="--resources-per-worker",
         ) from e
+    wrong = {k: v for k, v in resources.items() if not (math.isfinite(v) and v >= 0)}
+    if wrong:
+        raise click.BadParameter(
+            f"{text!r}: amounts are finite numbers >= 0; got {wrong}",
+            param_hint="--resources-per-worker",
+        )
+    return resources
 
 
 def _last_run(store: StateStore, resume: bool) -> str | None:

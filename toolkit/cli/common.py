@@ -156,10 +156,23 @@ def telemetry_from(options: dict[str, Any]) -> TelemetryOptions:
     ).check()
 
 
+def _run_id(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A run id names one directory inside --output-dir: no path, nothing unprintable."""
+    if value is not None and (value in ("", ".", "..") or "/" in value or not value.isprintable()):
+        raise click.BadParameter(
+            f"got {value!r}; give a directory name (no '/', not '.' or '..'): the run "
+            "directory is OUTPUT_DIR/RUN_ID"
+        )
+    return value
+
+
 def output_options(func: F) -> F:
     """Add ``--output-dir`` and ``--run-id`` (the run directory is OUTPUT_DIR/RUN_ID)."""
     func = click.option(
-        "--run-id", default=None, help="Name of the run directory (default: cluster-time)."
+        "--run-id",
+        default=None,
+        callback=_run_id,
+        help="Name of the run directory (default: cluster-time).",
     )(func)
     return click.option(
         "--output-dir",

@@ -38,8 +38,8 @@ def parse_runtime_env_json(text: str | None) -> dict[str, Any]:
     """``--runtime-env-json``'s value as a dict (``{}`` when not given).
 
     Raises:
-        RuntimeEnvError: Not JSON, not an object, or ``env_vars`` is not an object of
-            strings.
+        RuntimeEnvError: Not JSON, not an object, ``working_dir`` is not a path, or
+            ``env_vars`` is not an object of strings named as variables.
     """
     if not text:
         return {}
@@ -50,9 +50,16 @@ def parse_runtime_env_json(text: str | None) -> dict[str, Any]:
             f"--runtime-env-json: not JSON ({e.msg} at character {e.pos}); give an object "
             'like \'{"env_vars": {"KEY": "value"}, "pip": ["requests"]}\''
         ) from e
+    except RecursionError as e:  # json's reader gives up on thousands of nested brackets
+        raise RuntimeEnvError("--runtime-env-json: nested too deeply to read") from e
     if not isinstance(data, dict):
         raise RuntimeEnvError(
             f"--runtime-env-json: give a JSON object, not {type(data).__name__} {text!r}"
+        )
+    if not isinstance(data.get("working_dir", ""), str):
+        raise RuntimeEnvError(
+            "--runtime-env-json: working_dir must be a directory's path (a string), got "
+            f"{data['working_dir']!r}"
         )
     env_vars = data.get("env_vars", {})
     if not isinstance(env_vars, dict):
@@ -60,6 +67,11 @@ def parse_runtime_env_json(text: str | None) -> dict[str, Any]:
             f"--runtime-env-json: env_vars must be an object of strings, got {env_vars!r}"
         )
     for key, value in env_vars.items():
+        if not _ENV_NAME.fullmatch(key):
+            # Ray would only fail when the job starts: os.environ refuses such a name.
+            raise RuntimeEnvError(
+                f"--runtime-env-json: env_vars {key!r} is not a variable name (letters, digits, _)"
+            )
         if not isinstance(value, str):
             raise RuntimeEnvError(
                 f"--runtime-env-json: env_vars.{key} must be a string, got {value!r}"

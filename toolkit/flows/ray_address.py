@@ -98,7 +98,7 @@ def parse_ray_address(text: str) -> RayAddress:
     kind = kinds.get(scheme.lower())
     problem = None
     if kind is None:
-        problem = f"unknown scheme {scheme}://"
+        problem = f"unknown scheme {scheme + '://'!r}"
     else:
         try:
             parts = urlsplit(f"//{rest}")

@@ -12,13 +12,17 @@ The other way, for people to read: ``name_ranges`` names many hosts in one short
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from collections.abc import Sequence
 
 MAX_HOSTS = 65536
 
 _BRACKET = re.compile(r"\[([^\[\]]*)\]")
-_NUMBERED = re.compile(r"^(.*?)(\d+)$")
+_NUMBERED = re.compile(r"^(.*?)([0-9]+)$")
+# ASCII digits only (``\d`` takes any script's), at most 18 of them: a longer number
+# is no host's, and Python refuses to read one of over 4,300 digits.
+_NUMBER_OR_RANGE = re.compile(r"([0-9]{1,18})(?:-([0-9]{1,18}))?")
 
 
 class HostRangeError(ValueError):
@@ -82,6 +86,10 @@ def _expand_one(pattern: str) -> list[str]:
     for literal in literals:
         if any(c.isspace() for c in literal):
             raise HostRangeError(f"host name {pattern!r} contains whitespace")
+    # Several brackets multiply: n[0-65535][0-65535] would be 4 billion names.
+    count = math.prod(len(values) for values in choices)
+    if count > MAX_HOSTS:
+        raise HostRangeError(f"expands to more than {MAX_HOSTS} hosts")
     hosts = []
     for combo in itertools.product(*choices):
         name = literals[0]
@@ -97,7 +105,7 @@ def _expand_body(body: str) -> list[str]:
     values: list[str] = []
     for item in body.split(","):
         item = item.strip()
-        match = re.fullmatch(r"(\d+)(?:-(\d+))?", item)
+        match = _NUMBER_OR_RANGE.fullmatch(item)
         if match is None:
             raise HostRangeError(f"{item!r} is not a number or a range like 01-16")
         first, last = match.group(1), match.group(2)
@@ -107,8 +115,8 @@ def _expand_body(body: str) -> list[str]:
         low, high = int(first), int(last)
         if high < low:
             raise HostRangeError(f"range {item!r} runs backwards")
-        if high - low + 1 > MAX_HOSTS:
-            raise HostRangeError(f"range {item!r} is larger than {MAX_HOSTS} hosts")
+        if high - low + 1 > MAX_HOSTS - len(values):
+            raise HostRangeError(f"range {item!r} makes the brackets larger than {MAX_HOSTS} hosts")
         width = len(first) if first.startswith("0") else 0
         values.extend(str(n).zfill(width) for n in range(low, high + 1))
     return values

@@ -8,9 +8,10 @@ from pydantic import ValidationError
 
 from toolkit.errors import InventoryError, Problem
 from toolkit.inventory.models import InventorySpec
-from toolkit.inventory.problems import parse_yaml, problems_from_validation
+from toolkit.inventory.problems import format_path, parse_yaml, problems_from_validation
 from toolkit.inventory.resolve import resolve
 from toolkit.inventory.resolved import Inventory
+from toolkit.inventory.yaml_text import restore_written_text
 
 EMBEDDED_SOURCE = "<embedded default>"
 
@@ -83,6 +84,8 @@ def parse_inventory(text: str, source: str, base_dir: Path) -> Inventory:
             )
         )
         raise InventoryError(problems)
+    for path, message in restore_written_text(located, InventorySpec):
+        problems.append(Problem(source, located.line_of(path), format_path(path), message))
     try:
         spec = InventorySpec.model_validate(located.data)
     except ValidationError as e:

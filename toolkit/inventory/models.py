@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from toolkit.inventory.yaml_text import EnvText
+
 CLUSTER_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}$"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
@@ -34,7 +36,12 @@ _SIZE_UNITS = {
 
 
 def _env_value(value: Any) -> Any:
-    """Let ``OMP_NUM_THREADS: 4`` mean the string ``"4"``, as a shell would."""
+    """Let ``OMP_NUM_THREADS: 4`` mean the string ``"4"``, and ``true`` mean ``"1"``.
+
+    From a YAML file a number arrives as the text it was written as already
+    (``toolkit/inventory/yaml_text.py``, which also says why true is "1"); this
+    covers data given as Python values.
+    """
     if isinstance(value, bool):
         return "1" if value else "0"
     if isinstance(value, int | float):
@@ -80,7 +87,7 @@ MAX_START_WAVE = 1024
 START_WAVE_INTERVAL_S = 0.5
 MAX_START_WAVE_INTERVAL_S = 60.0
 
-EnvValue = Annotated[str, BeforeValidator(_env_value)]
+EnvValue = Annotated[str, BeforeValidator(_env_value), EnvText()]
 EnvName = Annotated[str, Field(pattern=ENV_NAME_PATTERN)]
 Port = Annotated[int, Field(ge=1, le=65535)]
 SizeBytes = Annotated[int, BeforeValidator(_size_bytes), Field(ge=78_643_200)]
@@ -88,7 +95,8 @@ ShmBytes = Annotated[int, BeforeValidator(_size_bytes), Field(ge=1_048_576)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    # inf and nan are no timeout, size or amount: refused (a wait of inf s overflows).
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class SshSettings(_Strict):
@@ -182,7 +190,7 @@ class NodeSpec(NodeSettings):
     )
     gpus: int = Field(0, ge=0, description="GPUs expected on the node.")
     cpus: int | None = Field(None, ge=1, description="CPUs to give Ray (default: all).")
-    resources: dict[str, float] = Field(
+    resources: dict[str, Annotated[float, Field(ge=0)]] = Field(
         default_factory=dict, description="Extra Ray resources, e.g. {nvlink: 1}."
     )
 
@@ -275,7 +283,7 @@ class SlurmSettings(_Strict):
     account: str | None = None
     time: str | None = Field(
         None,
-        pattern=r"^(\d+-)?\d+(:\d{1,2}){0,2}$",
+        pattern=r"^([0-9]+-)?[0-9]+(:[0-9]{1,2}){0,2}$",
         description="Time limit as minutes, HH:MM:SS or D-HH:MM:SS.",
     )
     nodes: int | None = Field(None, ge=1)

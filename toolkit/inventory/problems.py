@@ -29,7 +29,9 @@ def format_path(path: KeyPath) -> str:
         if isinstance(part, int):
             text += f"[{part}]"
         else:
-            text += f".{part}" if text else str(part)
+            # A key with a newline would split the one-line problem: shown escaped.
+            name = part if part.isprintable() else repr(part)
+            text += f".{name}" if text else name
     return text
 
 
@@ -82,7 +84,7 @@ def _message(error: ErrorDetails, model: type[BaseModel]) -> str:
         key = str(loc[-1])
         hint = difflib.get_close_matches(key, allowed, n=1)
         guess = f"did you mean '{hint[0]}'? " if hint else ""
-        return f"unknown key '{key}'; {guess}allowed keys: {', '.join(allowed)}"
+        return f"unknown key {show_key(key)}; {guess}allowed keys: {', '.join(allowed)}"
     if kind == "missing":
         return "required key is missing"
     if kind == "string_pattern_mismatch":
@@ -91,6 +93,11 @@ def _message(error: ErrorDetails, model: type[BaseModel]) -> str:
         error["msg"].replace("Input should be", "expected").replace("input should be", "expected")
     )
     return f"got {_show(given)}; {text}"
+
+
+def show_key(key: str) -> str:
+    """``'name'``, or the key escaped (as repr shows it) when it holds a newline or the like."""
+    return f"'{key}'" if key.isprintable() else repr(key)
 
 
 def _show(value: Any) -> str:

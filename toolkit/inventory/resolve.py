@@ -7,6 +7,7 @@ line, so a user fixes a file in one pass.
 from __future__ import annotations
 
 import getpass
+import os
 import posixpath
 import re
 import sys
@@ -240,7 +241,12 @@ def _check_ray(spec: InventorySpec, out: _Collector) -> None:
     temp_dir = spec.ray.temp_dir
     if temp_dir is None:
         return
-    if not posixpath.isabs(temp_dir):
+    if not temp_dir.isprintable():
+        out.add(
+            ("ray", "temp_dir"),
+            f"got {temp_dir!r}; a path of printable characters only (no newline or tab)",
+        )
+    elif not posixpath.isabs(temp_dir):
         out.add(("ray", "temp_dir"), f"got {temp_dir!r}; give an absolute path such as /tmp/rtk")
     elif len(temp_dir) > MAX_TEMP_DIR_CHARS:
         out.add(
@@ -304,7 +310,8 @@ def _node(spec: InventorySpec, entry: NodeSpec, host: str, address: str, base: P
 
 
 def _local_path(path: str, base: Path) -> Path:
-    expanded = Path(path).expanduser()
+    # os.path's expanduser leaves ~nosuchuser as written; Path's raises RuntimeError.
+    expanded = Path(os.path.expanduser(path))
     return expanded if expanded.is_absolute() else base / expanded
 
 

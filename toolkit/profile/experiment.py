@@ -24,6 +24,7 @@ import dataclasses
 import functools
 import hashlib
 import itertools
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,10 +34,17 @@ from typing import Any, get_type_hints
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from toolkit.errors import ExperimentError, Problem, RtkError
-from toolkit.inventory.problems import format_path, parse_yaml, problems_from_validation
+from toolkit.inventory.problems import (
+    format_path,
+    parse_yaml,
+    problems_from_validation,
+    show_key,
+)
+from toolkit.inventory.yaml_text import restore_written_text
 from toolkit.train.config import TrainConfig
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+AXIS_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 CLUSTER_AXES = ("nodes", "power_limit_w", "gpu_clocks_mhz", "mem_clocks_mhz")
 VLLM_AXES = ("batch_size", "input_len", "output_len")
 MAX_NAME = 200  # of a run directory's name before "_r<repeat>"; file systems allow 255
@@ -189,21 +197,28 @@ def load_experiment(path: str | Path) -> Experiment:
         got = "an empty file" if located.data is None else f"a {type(located.data).__name__}"
         message = f"got {got}; expected a mapping with name:, inventory:, workload: and axes:"
         raise ExperimentError([Problem(source, located.line_of(()), "", message)])
+    written = [
+        Problem(source, located.line_of(path), format_path(path), message)
+        for path, message in restore_written_text(located, ExperimentSpec)
+    ]
     try:
         spec = ExperimentSpec.model_validate(located.data)
     except ValidationError as e:
         raise ExperimentError(
-            problems_from_validation(e, ExperimentSpec, located, source)
+            written + problems_from_validation(e, ExperimentSpec, located, source)
         ) from None
+    if written:
+        raise ExperimentError(written)
     problems = _check(spec, source, located.line_of)
     if problems:
         raise ExperimentError(problems)
     base = file.resolve().parent
-    sweep = Path(spec.output_dir).expanduser() if spec.output_dir else Path("profile-runs")
+    # os.path's expanduser leaves ~nosuchuser as written; Path's raises RuntimeError.
+    sweep = Path(os.path.expanduser(spec.output_dir)) if spec.output_dir else Path("profile-runs")
     sweep = sweep if sweep.is_absolute() else base / sweep
     if not spec.output_dir:
         sweep = sweep / spec.name
-    return Experiment(spec, source, base / Path(spec.inventory).expanduser(), sweep)
+    return Experiment(spec, source, base / os.path.expanduser(spec.inventory), sweep)
 
 
 def _check(spec: ExperimentSpec, source: str, line_of: Any) -> list[Problem]:
@@ -235,6 +250,14 @@ def _check(spec: ExperimentSpec, source: str, line_of: Any) -> list[Problem]:
         where = ("axes", name)
         if not values:
             problem(where, "give at least one value")
+        for index, value in enumerate(values):
+            if not _is_json(value):
+                # A run's axes are JSON (RTK_AXIS_*, results.json): a date is none.
+                problem(
+                    (*where, index),
+                    f"got {value!r}, a {type(value).__name__}; give numbers, text, true/false "
+                    "or lists of them (YAML reads 2024-01-01 as a date: quote it for text)",
+                )
         # Two values with one id or directory would share a run directory: one never runs.
         shown = [_show(v) for v in values]
         for index, text in enumerate(shown):
@@ -262,12 +285,22 @@ def _check(spec: ExperimentSpec, source: str, line_of: Any) -> list[Problem]:
                 wrong = _vllm_value_problem(workload.vllm, name, value)
                 if wrong:
                     problem((*where, index), wrong)
+        elif workload.command is not None and not AXIS_VARIABLE.fullmatch(name):
+            problem(
+                where,
+                f"the command gets each axis as RTK_AXIS_<NAME>; name it with letters, "
+                f"digits and '_', not starting with a digit (got {name!r})",
+            )
         elif workload.train is not None and (name in OWNED or name not in train_fields):
             problem(where, _not_an_option(name, train_fields, CLUSTER_AXES))
         elif workload.train is not None:
             for index, value in enumerate(values):
                 if wrong := _train_value_problem(name, value):
                     problem((*where, index), wrong)
+    upper = [name.upper() for name in spec.axes]
+    for name in spec.axes:
+        if workload.command is not None and upper.count(name.upper()) > 1:
+            problem(("axes", name), f"RTK_AXIS_{name.upper()} would name two axes; rename one")
     if workload.train is not None and not problems:
         for axes in itertools.product(*[[(k, v) for v in vs] for k, vs in spec.axes.items()]):
             swept = {k: v for k, v in axes if k not in CLUSTER_AXES}
@@ -281,6 +314,17 @@ def _check(spec: ExperimentSpec, source: str, line_of: Any) -> list[Problem]:
                     problem(("workload", "train"), str(e))
                 break
     return problems
+
+
+def _is_json(value: Any) -> bool:
+    """Whether ``value`` is JSON data: what the YAML reader gives, less dates and bytes."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return True
+    if isinstance(value, list):
+        return all(_is_json(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _is_json(v) for k, v in value.items())
+    return False
 
 
 def _whole(value: Any) -> bool:
@@ -339,6 +383,7 @@ def _vllm_value_problem(vllm: VllmSpec, name: str, value: Any) -> str | None:
 def _not_an_option(key: str, options: Sequence[str], also: Sequence[str] = ()) -> str:
     if key in OWNED:
         return f"'{key}' is set by rtk profile itself: {OWNED[key]}"
+    shown = show_key(key)
     import difflib
 
     candidates = [o for o in [*options, *also] if o not in OWNED]  # never suggest those
@@ -346,4 +391,4 @@ def _not_an_option(key: str, options: Sequence[str], also: Sequence[str] = ()) -
     guess = f"; did you mean '{close[0]}'?" if close else ""
     others = f" nor one of {', '.join(also)}" if also else ""
     kind = "neither an rtk train option" if also else "not an rtk train option"
-    return f"'{key}' is {kind}{others}{guess}"
+    return f"{shown} is {kind}{others}{guess}"

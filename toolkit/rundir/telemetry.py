@@ -140,6 +140,21 @@ class NodeManifest(Record):
         return cls(name, name, 0.0, 0.0, "unknown", {}, None, None)
 
 
+def is_node_dir_name(name: str) -> bool:
+    """Whether ``name`` can be a node's one directory under ``telemetry/nodes/``.
+
+    Node names are host names, so a manifest naming ``../..``, ``a/b`` or 300
+    characters is damaged or hostile: its traces would be read from elsewhere, or the
+    file system refuses the path (ENAMETOOLONG).
+    """
+    return (
+        name not in ("", ".", "..")
+        and "/" not in name
+        and name.isprintable()
+        and len(name.encode("utf-8", "surrogatepass")) <= 255
+    )
+
+
 @dataclass(frozen=True)
 class Manifest(Record):
     """The telemetry manifest: sample rates and the nodes.
@@ -192,9 +207,15 @@ class Manifest(Record):
             notes.append(f"manifest has no valid rate_hz ({data.get('rate_hz')!r}); 1 Hz assumed")
             rate_hz = 1.0
         head = str(data.get("head") or next(iter(data["nodes"]), ""))
+        for name in data["nodes"]:
+            if not is_node_dir_name(name):
+                raise RunDirError(
+                    f"{where}: nodes: {name!r} is not a node's name (each names its "
+                    "directory under telemetry/nodes/)"
+                )
         nodes = {
-            str(name): NodeManifest.from_json(
-                entry, f"{where}: nodes: {name}", name=str(name), is_head=name == head, notes=notes
+            name: NodeManifest.from_json(
+                entry, f"{where}: nodes: {name}", name=name, is_head=name == head, notes=notes
             )
             for name, entry in data["nodes"].items()
         }

@@ -239,7 +239,7 @@ def _stream(path: Path, stats: ReadStats) -> Iterator[pa.RecordBatch]:
     with source:
         try:
             reader = ipc.open_stream(source)
-        except (pa.ArrowInvalid, OSError):
+        except (pa.ArrowException, ValueError, OSError):
             stats.truncated.append(f"{path}: no complete header")
             return
         while True:
@@ -247,10 +247,19 @@ def _stream(path: Path, stats: ReadStats) -> Iterator[pa.RecordBatch]:
                 batch = reader.read_next_batch()
             except StopIteration:
                 return
-            except (pa.ArrowInvalid, OSError):
+            except (pa.ArrowException, ValueError, OSError):
                 stats.truncated.append(f"{path}: ends inside a batch; read up to it")
                 return
-            yield _conform(batch)
+            try:
+                # The reader trusts a batch's offsets and lengths: a damaged one made
+                # pyarrow's compute functions read out of bounds (a segfault). Checked
+                # in full, it is refused here instead.
+                batch.validate(full=True)
+                conformed = _conform(batch)
+            except (pa.ArrowException, ValueError):  # ValueError: names that are no UTF-8
+                stats.truncated.append(f"{path}: a damaged batch; read up to it")
+                return
+            yield conformed
 
 
 def _conform(batch: pa.RecordBatch) -> pa.RecordBatch:

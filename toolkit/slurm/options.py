@@ -23,7 +23,7 @@ DEFAULT_OUTPUT_DIR = "rtk-runs"
 DEFAULT_GRACE_S = 180
 PREFLIGHT_MODES = ("enforce", "record", "skip")
 
-TIME_PATTERN = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
+TIME_PATTERN = re.compile(r"^([0-9]+-)?[0-9]+(:[0-9]{1,2}){0,2}$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
 _PARTITION = re.compile(r"^[A-Za-z0-9._-]+(,[A-Za-z0-9._-]+)*$")
 _OUTPUT_PATTERN = re.compile(r"^[A-Za-z0-9._%/+~@=,:-]+$")
@@ -144,7 +144,8 @@ def merge_options(inventory: Inventory, given: Mapping[str, Any]) -> SbatchOptio
         return from_inventory, f"{inventory.source}: slurm.{name}"
 
     job_name, where = pick("job_name", slurm.job_name)
-    job_name = job_name or f"rtk-{inventory.name}"
+    # An empty value given is checked (and refused), not taken as "use the default".
+    job_name = f"rtk-{inventory.name}" if job_name is None else job_name
     _check(problems, _NAME, job_name, where, "letters, digits and . _ + - (at most 128)")
 
     nodes, where = pick("nodes", slurm.nodes)
@@ -170,7 +171,7 @@ def merge_options(inventory: Inventory, given: Mapping[str, Any]) -> SbatchOptio
             problems, TIME_PATTERN, time, where, "minutes, HH:MM:SS or D-HH:MM:SS, e.g. 04:00:00"
         )
 
-    job_output = given.get("job_output") or DEFAULT_JOB_OUTPUT
+    job_output = _given_or(given, "job_output", DEFAULT_JOB_OUTPUT)
     _check(problems, _OUTPUT_PATTERN, job_output, "--job-output", "a path without spaces or quotes")
     grace_s = given.get("grace_s")
     grace_s = DEFAULT_GRACE_S if grace_s is None else grace_s
@@ -182,14 +183,16 @@ def merge_options(inventory: Inventory, given: Mapping[str, Any]) -> SbatchOptio
     extra_args = tuple(given.get("extra_args") or ())
     problems.extend(_extra_arg_problems(extra_args))
 
-    output_dir = given.get("output_dir") or DEFAULT_OUTPUT_DIR
+    output_dir = _given_or(given, "output_dir", DEFAULT_OUTPUT_DIR)
+    if not output_dir.strip():
+        problems.append("--output-dir: got an empty path; give a directory (default: rtk-runs)")
     run_id = given.get("run_id")
     if run_id is not None:
         _check(problems, _RUN_ID, run_id, "--run-id", "letters, digits and . _ - (a directory)")
     preflight = given.get("preflight") or "enforce"
     if preflight not in PREFLIGHT_MODES:
         problems.append(f"--preflight: got {preflight!r}; give one of {', '.join(PREFLIGHT_MODES)}")
-    python = given.get("python") or inventory.head.python
+    python = _given_or(given, "python", inventory.head.python)
     if not python.strip():
         problems.append("--python: got an empty path; give the Python that has rtk installed")
 
@@ -212,6 +215,12 @@ def merge_options(inventory: Inventory, given: Mapping[str, Any]) -> SbatchOptio
         run_id=run_id,
         preflight=preflight,
     )
+
+
+def _given_or(given: Mapping[str, Any], name: str, default: str) -> str:
+    """The value given on the command line (even an empty one), else ``default``."""
+    value = given.get(name)
+    return default if value is None else str(value)
 
 
 def _check(

@@ -114,7 +114,7 @@ def test_ray_address_is_checked_when_parsed() -> None:
     assert "Invalid value for '--ray-address'" in done.output
     assert "a GCS address needs its port" in done.output
     done = invoke("--ray-address", "grpc://h:1")
-    assert "unknown scheme grpc://" in done.output
+    assert "unknown scheme 'grpc://'" in done.output
 
 
 def test_the_mechanism_is_generic_and_leaves_values_and_arguments_alone() -> None:
@@ -134,3 +134,27 @@ def test_as_typed_finds_the_spelling_given_before_the_end_of_options() -> None:
     assert as_typed("--max-step", ["--max_step=3"]) == "--max_step"
     assert as_typed("--max-step", ["--", "--max_step"]) == "--max-step"
     assert as_typed("--max-step", ["--max-step"]) == "--max-step"
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("[" * 100_000, "give a JSON object like"),  # json's RecursionError
+        ('{"GPU": NaN}', "amounts are finite numbers >= 0; got {'GPU': nan}"),
+        ('{"GPU": -1}', "amounts are finite numbers >= 0; got {'GPU': -1.0}"),
+        ("[1]", "give a JSON object like"),
+    ],
+)
+def test_a_bad_resources_per_worker_is_a_usage_error(value: str, message: str) -> None:
+    done = invoke("--local", "--dry-run", "--resources-per-worker", value)
+    assert done.exit_code == 2, done.output
+    assert "Invalid value for --resources-per-worker" in done.output
+    assert message in done.output
+
+
+@pytest.mark.parametrize("run_id", ["../up", "a/b", "..", ".", "", "a\nb"])
+def test_a_run_id_is_one_directory_name(run_id: str) -> None:
+    done = invoke("--local", "--dry-run", "--run-id", run_id)
+    assert done.exit_code == 2, done.output
+    assert "Invalid value for '--run-id'" in done.output
+    assert "give a directory name (no '/', not '.' or '..')" in done.output

@@ -56,6 +56,11 @@ def test_rtks_auth_and_marker_variables_cannot_be_changed(name: str) -> None:
         ('["pip"]', "--runtime-env-json: give a JSON object, not list"),
         ('{"env_vars": ["A=1"]}', "env_vars must be an object of strings"),
         ('{"env_vars": {"N": 1}}', "env_vars.N must be a string, got 1"),
+        # Found by the property tests: a RecursionError, and names Ray fails on only later.
+        ("[" * 100_000, "--runtime-env-json: nested too deeply to read"),
+        ('{"working_dir": {}}', "working_dir must be a directory's path (a string), got {}"),
+        ('{"env_vars": {"A=B": "x"}}', "env_vars 'A=B' is not a variable name"),
+        ('{"env_vars": {"A\\nB": "x"}}', "env_vars 'A\\nB' is not a variable name"),
     ],
 )
 def test_bad_json_is_one_line_naming_the_option(text: str, message: str) -> None:

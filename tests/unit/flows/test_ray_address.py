@@ -102,17 +102,19 @@ def test_auto_is_any_case() -> None:
     ("text", "why"),
     [
         ("10.0.0.1", "a GCS address needs its port"),
-        ("grpc://h:1", "unknown scheme grpc://"),
+        ("grpc://h:1", "unknown scheme 'grpc://'"),
         ("ray://:10001", "no host"),
         ("h:port", "Port could not be cast"),
         ("http://h:8265/api/jobs", "only HOST:PORT may follow the scheme"),
         ("", "no host"),
+        ("0\n://h:1", "unknown scheme '0\\n://'"),  # one line, whatever the text
     ],
 )
 def test_other_text_is_refused_with_the_forms_listed(text: str, why: str) -> None:
     with pytest.raises(RtkError) as raised:
         parse_ray_address(text)
     message = str(raised.value)
+    assert "\n" not in message
     assert message.startswith(f"--ray-address {text!r}: ")
     assert why in message
     assert "give auto, HOST:PORT (the head's GCS), ray://HOST:PORT" in message

@@ -64,3 +64,26 @@ def test_name_ranges() -> None:
 def test_name_ranges_of_an_expanded_hostlist() -> None:
     hosts = expand_hosts("gpu[01-16,18,20-21]")
     assert name_ranges(hosts) == "gpu01-gpu16, gpu18, gpu20-gpu21"
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "n[0-65535][0-65535]",  # each bracket fits; their product (4 billion) must not run
+        "n[1-2][1-2][1-2][1-2][1-2][1-2][1-2][1-2][1-2][1-2][1-2][1-2][1-2][1-2][1-2][1-2][1-2]",
+        "n[" + ",".join(["0-60000"] * 50) + "]",  # one bracket of many ranges
+    ],
+)
+def test_a_pattern_past_the_host_limit_is_refused_before_it_is_expanded(pattern: str) -> None:
+    with pytest.raises(HostRangeError, match="larger than 65536 hosts|more than 65536 hosts"):
+        expand_hosts(pattern)
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    ["n[1-" + "9" * 5000 + "]", "n[" + "1" * 19 + "]", "n[\u0663]", "n[\u0660-\u0663]"],
+)
+def test_only_short_ascii_numbers_are_numbers(pattern: str) -> None:
+    # 5,000 digits made int() raise ValueError; other scripts' digits passed \d.
+    with pytest.raises(HostRangeError, match="is not a number or a range"):
+        expand_hosts(pattern)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -256,4 +257,50 @@ def test_cli_check_prints_lines_and_exits_3(tmp_path: Path) -> None:
         f"rtk: {path}:5: nodes[1].host: required key is missing",
         f"rtk: {path}:5: nodes[1].hots: unknown key 'hots'; did you mean 'host'? allowed keys: "
         "address, container, cpus, env, gpus, host, python, ray, resources, ssh, venv",
+    ]
+
+
+def test_a_key_under_an_unknown_users_home_is_a_missing_file(tmp_path: Path) -> None:
+    # Path.expanduser raised RuntimeError for ~nosuchuser.
+    (tmp_path / "inv.yaml").write_text(BASE + "    ssh: {key: ~nosuchuser-rtk/id}\n")
+    with pytest.raises(
+        InventoryError, match=r"nodes\[0\]\.ssh\.key: got '~nosuchuser-rtk/id'; no such"
+    ):
+        load_inventory(tmp_path / "inv.yaml")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "    resources: {nvlink: .inf}\n",
+            "nodes[0].resources.nvlink: got inf; expected a finite number",
+        ),
+        (
+            "    resources: {nvlink: .nan}\n",
+            "nodes[0].resources.nvlink: got nan; expected a finite number",
+        ),
+        (
+            "    resources: {nvlink: -1}\n",
+            "nodes[0].resources.nvlink: got -1; expected greater than or equal to 0",
+        ),
+        ("ray: {wait_timeout_s: .inf}\n", "ray.wait_timeout_s: got inf; expected a finite number"),
+        ("defaults: {ssh: {connect_timeout_s: .inf}}\n", "defaults.ssh.connect_timeout_s: got inf"),
+    ],
+)
+def test_amounts_and_timeouts_are_finite_and_not_negative(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    (tmp_path / "inv.yaml").write_text(BASE + text)
+    with pytest.raises(InventoryError, match=re.escape(message)):
+        load_inventory(tmp_path / "inv.yaml")
+
+
+def test_a_key_with_a_newline_stays_on_its_problems_line(tmp_path: Path) -> None:
+    (tmp_path / "inv.yaml").write_text(BASE + '    "gp\\nus": 1\n')
+    with pytest.raises(InventoryError) as caught:
+        load_inventory(tmp_path / "inv.yaml")
+    assert [str(p) for p in caught.value.problems] == [
+        f"{tmp_path / 'inv.yaml'}:4: nodes[0].'gp\\nus': unknown key 'gp\\nus'; did you mean 'gpus'? allowed keys: "
+        "address, cpus, env, gpus, host, python, ray, resources, ssh, venv"
     ]

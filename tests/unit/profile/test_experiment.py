@@ -489,3 +489,33 @@ def test_results_of_a_sweep_with_no_runs_says_so(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
     assert done.stdout.splitlines()[0] == "no runs found in the sweep"
     assert (sweep / "results.csv").read_text().count("\n") == 1  # the header alone
+
+
+# ---- found by the property tests (tests/unit/properties/) ----------------------------
+
+COMMAND = "name: c\ninventory: inv.yaml\nworkload:\n  command: [python, bench.py]\n"
+
+
+def test_an_axis_value_that_is_no_json_is_refused_with_how_to_quote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # json.dumps raised TypeError on the date when the run's RTK_AXIS_* were built.
+    got = _problems(tmp_path, monkeypatch, COMMAND + "axes:\n  day: [2024-01-01]\n")
+    assert got == [
+        "sweep.yaml:6: axes.day[0]: got datetime.date(2024, 1, 1), a date; give numbers, "
+        "text, true/false or lists of them (YAML reads 2024-01-01 as a date: quote it for text)"
+    ]
+
+
+def test_a_command_workloads_axis_names_are_variable_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    got = _problems(
+        tmp_path, monkeypatch, COMMAND + "axes:\n  'a b': [1]\n  size: [1]\n  SIZE: [2]\n"
+    )
+    assert got == [
+        "sweep.yaml:6: axes.a b: the command gets each axis as RTK_AXIS_<NAME>; name it with "
+        "letters, digits and '_', not starting with a digit (got 'a b')",
+        "sweep.yaml:7: axes.size: RTK_AXIS_SIZE would name two axes; rename one",
+        "sweep.yaml:8: axes.SIZE: RTK_AXIS_SIZE would name two axes; rename one",
+    ]

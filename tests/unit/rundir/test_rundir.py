@@ -294,3 +294,15 @@ def test_a_partial_manifest_is_read_with_what_was_assumed() -> None:
         "manifest has no valid rate_hz ('fast'); 1 Hz assumed",
         "node n2: its clock offset was never measured; 0 s assumed",
     ]
+
+
+@pytest.mark.parametrize("name", ["../../outside", "a/b", "..", ".", "", "x" * 300, "n\n1"])
+def test_a_manifest_node_that_is_no_directory_name_is_refused(name: str) -> None:
+    # Found by the property tests: 300 characters made the report's directory lookup
+    # raise OSError (file name too long); ../.. read traces from outside the run.
+    with pytest.raises(RunDirError) as caught:
+        Manifest.from_json({"rate_hz": 10, "nodes": {"n1": {}, name: {}}})
+    assert str(caught.value) == (
+        f"telemetry/manifest.json: nodes: {name!r} is not a node's name (each names its "
+        "directory under telemetry/nodes/)"
+    )

@@ -299,6 +299,21 @@ def test_every_bad_value_is_named_with_where_it_came_from(inventories: Path) -> 
     assert len(message.splitlines()) == 12
 
 
+def test_an_empty_value_given_is_refused_not_replaced_by_a_default(inventories: Path) -> None:
+    # --job-name= used to give rtk-<cluster>, passing over the inventory's job_name.
+    with pytest.raises(SbatchOptionError) as caught:
+        merge_options(
+            load_inventory("gpu.yaml"),
+            {"job_name": "", "job_output": "", "output_dir": " ", "python": ""},
+        )
+    assert str(caught.value).splitlines() == [
+        "--job-name: got ''; allowed: letters, digits and . _ + - (at most 128)",
+        "--job-output: got ''; allowed: a path without spaces or quotes",
+        "--output-dir: got an empty path; give a directory (default: rtk-runs)",
+        "--python: got an empty path; give the Python that has rtk installed",
+    ]
+
+
 def test_bad_inventory_values_name_the_inventory(inventories: Path) -> None:
     (inventories / "bad.yaml").write_text(
         GPU_INVENTORY.replace("job_name: rtk-power", "job_name: power run")

@@ -460,3 +460,13 @@ def test_ranks_without_a_gpu_share_their_hosts_waiting_energy(tmp_path: Path) ->
         assert by_rank[rank].wait_energy_j == pytest.approx(
             spec.host_idle_w / 2 * spec.barrier_s * barriers, rel=1e-5
         )
+
+
+def test_a_marker_file_with_text_that_is_no_utf8_is_read_line_by_line(tmp_path: Path) -> None:
+    # Found by the property tests: Arrow's JSON reader kept the bad bytes and failed
+    # with UnicodeDecodeError only when the GPU ids were read out.
+    built = build_run(tmp_path, RunSpec(nodes=[NodeSpec("n1"), NodeSpec("n2")], steps=4))
+    path = built.run_dir / "markers" / "rank-00000.jsonl"
+    path.write_bytes(path.read_bytes().replace(b'"gpu_uuid": "GPU-', b'"gpu_uuid": "\x80PU-', 1))
+    report = build_report(built.run_dir)
+    assert report.run.steps == 4

@@ -273,10 +273,11 @@ def rank_records(
 def _read(path: Path) -> _Columns | None:
     """A rank file's usable records as columns: Arrow's reader, else line by line."""
     try:
-        table = pajson.read_json(path, parse_options=_PARSE)
+        # Arrow's JSON reader keeps text that is no UTF-8; it fails (UnicodeDecodeError,
+        # a ValueError) only when read out: that file, too, is read line by line.
+        return _from_table(pajson.read_json(path, parse_options=_PARSE))
     except (pa.ArrowInvalid, OSError, ValueError):
         return _from_records(_lines(path))
-    return _from_table(table)
 
 
 def _from_table(table: pa.Table) -> _Columns | None:
