@@ -302,5 +302,5 @@ def test_a_key_with_a_newline_stays_on_its_problems_line(tmp_path: Path) -> None
         load_inventory(tmp_path / "inv.yaml")
     assert [str(p) for p in caught.value.problems] == [
         f"{tmp_path / 'inv.yaml'}:4: nodes[0].'gp\\nus': unknown key 'gp\\nus'; did you mean 'gpus'? allowed keys: "
-        "address, cpus, env, gpus, host, python, ray, resources, ssh, venv"
+        "address, container, cpus, env, gpus, host, python, ray, resources, ssh, venv"
     ]
