@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import REPO, require, require_sandbox_host, rtk
+from gloo_allreduce import GLOO_ALLREDUCE
 
 from toolkit.cluster import build_plan
 from toolkit.cluster.container import CLUSTER_LABEL, container_name
@@ -44,34 +45,6 @@ IMAGE_SCRIPT = REPO / "scripts" / "container-image.sh"
 # beside cgroup v1's ("hybrid mode"); runc does not.
 HYBRID_CGROUPS = Path("/sys/fs/cgroup/unified/cgroup.controllers")
 CAP_SYS_RESOURCE = 24
-
-GLOO_ALLREDUCE = """
-import json, os, socket
-import ray
-import torch
-import torch.distributed as dist
-
-ray.init(address=os.environ["RTK_HEAD_ADDRESS"], logging_level="ERROR", log_to_driver=False)
-
-@ray.remote(num_cpus=0)
-class Rank:
-    def ip(self):
-        return os.environ["RTK_NODE_IP"]
-
-    def run(self, rank, world, master):
-        dist.init_process_group("gloo", init_method=f"tcp://{master}:29511", rank=rank,
-                                world_size=world)
-        value = torch.tensor([float(rank + 1)])
-        dist.all_reduce(value)
-        dist.destroy_process_group()
-        return {"rank": rank, "host": socket.gethostname(), "sum": value.item(),
-                "in_container": os.path.exists("/run/.containerenv")}
-
-hosts = os.environ["HOSTS"].split(",")
-ranks = [Rank.options(resources={f"rtk_host:{h}": 0.001}).remote() for h in hosts]
-master = ray.get(ranks[0].ip.remote())
-print(json.dumps(ray.get([r.run.remote(i, len(ranks), master) for i, r in enumerate(ranks)])))
-"""
 
 
 def runtime_options() -> list[str]:

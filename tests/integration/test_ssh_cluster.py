@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import LIST_NODES, require, rtk
+from gloo_allreduce import GLOO_ALLREDUCE
 
 from toolkit.cluster import build_plan
 from toolkit.cluster.smoke import run_smoke
@@ -26,34 +27,6 @@ from toolkit.shell import with_env_file
 from toolkit.transport import SshTransport
 
 pytestmark = pytest.mark.ray
-
-GLOO_ALLREDUCE = """
-import json, os, socket
-import ray
-import torch
-import torch.distributed as dist
-
-ray.init(address=os.environ["RTK_HEAD_ADDRESS"], logging_level="ERROR", log_to_driver=False)
-
-@ray.remote(num_cpus=0)
-class Rank:
-    def ip(self):
-        return os.environ["RTK_NODE_IP"]
-
-    def run(self, rank, world, master):
-        dist.init_process_group("gloo", init_method=f"tcp://{master}:29511", rank=rank,
-                                world_size=world)
-        value = torch.tensor([float(rank + 1)])
-        dist.all_reduce(value)
-        dist.destroy_process_group()
-        return {"rank": rank, "host": socket.gethostname(), "sum": value.item(),
-                "ifname": os.environ.get("GLOO_SOCKET_IFNAME")}
-
-hosts = os.environ["HOSTS"].split(",")
-ranks = [Rank.options(resources={f"rtk_host:{h}": 0.001}).remote() for h in hosts]
-master = ray.get(ranks[0].ip.remote())
-print(json.dumps(ray.get([r.run.remote(i, len(ranks), master) for i, r in enumerate(ranks)])))
-"""
 
 
 def node_names(sandbox: Sandbox) -> list[str]:
