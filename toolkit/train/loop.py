@@ -69,6 +69,7 @@ def train_worker(config: TrainConfig, ctx: WorkerContext) -> dict[str, Any]:
         for step in range(start + 1, config.max_steps + 1):
             began = time.monotonic()
             markers.write("step_begin", step)
+            strategy.set_learning_rate(_learning_rate(config, step))
             losses = [
                 strategy.micro_step(
                     *data.batch(config.batch_size, step, ctx.rank, micro),
@@ -76,7 +77,7 @@ def train_worker(config: TrainConfig, ctx: WorkerContext) -> dict[str, Any]:
                 )
                 for micro in range(config.gradient_accumulation_steps)
             ]
-            strategy.optimizer_step(_learning_rate(config, step))
+            strategy.optimizer_step()
             loss = _mean_across_ranks(sum(losses) / len(losses), device)
             markers.write("step_end", step, loss=loss, tokens=tokens_per_step // ctx.world_size)
             if config.barrier_every and step % config.barrier_every == 0:

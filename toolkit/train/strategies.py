@@ -1,7 +1,8 @@
 """Wrapping the model for DDP, FSDP2 or DeepSpeed, and saving/loading their state.
 
-Each strategy exposes the same small surface to the loop: ``micro_step`` (forward and
-backward of one micro-batch), ``optimizer_step``, ``save`` and ``load``. Only rank 0
+Each strategy exposes the same small surface to the loop: ``set_learning_rate`` (before
+a step's micro-batches), ``micro_step`` (forward and backward of one micro-batch),
+``optimizer_step``, ``save`` and ``load``. Only rank 0
 writes model state for DDP and FSDP2; DeepSpeed writes its own sharded files on
 every rank (ZeRO partitions the optimizer).
 """
@@ -85,10 +86,17 @@ class Strategy:
                 scaled.backward()
         return float(loss.detach())
 
-    def optimizer_step(self, lr: float) -> None:
-        """Apply the accumulated gradients."""
+    def set_learning_rate(self, lr: float) -> None:
+        """The learning rate of the step about to run; call it before its micro-batches.
+
+        DeepSpeed applies the update inside the last ``micro_step``, so a rate set after
+        the micro-batches would reach the optimizer one step late.
+        """
         for group in self.optimizer.param_groups:
             group["lr"] = lr
+
+    def optimizer_step(self) -> None:
+        """Apply the accumulated gradients."""
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             self.scaler.update()
@@ -213,10 +221,8 @@ class DeepSpeed(Strategy):
         self.engine.step()
         return float(loss.detach())
 
-    def optimizer_step(self, lr: float) -> None:
-        """DeepSpeed stepped inside ``micro_step`` at the accumulation boundary."""
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+    def optimizer_step(self) -> None:
+        """Nothing: DeepSpeed stepped inside ``micro_step`` at the accumulation boundary."""
 
     def module(self) -> nn.Module:
         """The unwrapped model."""
