@@ -1,10 +1,11 @@
-"""ZeRO-3 with the optimizer offloaded to the CPU trains like ZeRO-3 and like DDP.
+"""DeepSpeed ZeRO-3 trains like DDP under a learning-rate warm-up.
 
-One gloo rank on the CPU, the tiny GPT, a warm-up: the losses of the three runs must
+One gloo rank on the CPU, the tiny GPT, a warm-up: the losses of the two runs must
 agree step by step. A learning rate that reached DeepSpeed one step late (the first
 warm-up step at the full rate) shows as DeepSpeed's losses leaving DDP's from step 2.
-DeepSpeed's CPU Adam is a C++ extension compiled on first use (about a minute on two
-cores, once per machine, cached under ~/.cache/torch_extensions).
+ZeRO-3 with optimizer offload is left to the GPU acceptance run: on the CPU it matched
+ZeRO-3 to the last digit, and its CPU Adam is a C++ extension whose first build would
+cost every fresh CI machine about two minutes.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from toolkit.train.local import run_local
 STRATEGIES = {
     "ddp": {"strategy": "ddp"},
     "zero3": {"strategy": "deepspeed", "zero_stage": 3},
-    "zero3-offload": {"strategy": "deepspeed", "zero_stage": 3, "offload_optimizer": True},
 }
 
 
@@ -46,7 +46,7 @@ def losses(tmp_path: Path, name: str) -> list[float]:
     return [float(json.loads(line)["loss"]) for line in lines]
 
 
-def test_zero3_offload_tracks_zero3_and_ddp(tmp_path: Path) -> None:
+def test_zero3_tracks_ddp_under_a_warm_up(tmp_path: Path) -> None:
     require(
         find_spec("deepspeed") is not None,
         "deepspeed is not installed (pip install '.[deepspeed]')",
@@ -55,10 +55,6 @@ def test_zero3_offload_tracks_zero3_and_ddp(tmp_path: Path) -> None:
     for name, curve in curves.items():
         assert len(curve) == 8, (name, curve)
         assert curve[-1] < 0.9 * curve[0], (name, curve)
-    # The same weights, data and optimizer hyper-parameters: only float rounding may
-    # differ. Offloaded or not, ZeRO-3 sums the same gradients in the same order.
-    assert curves["zero3-offload"] == pytest.approx(curves["zero3"], rel=1e-3), curves
     # DDP's rounding differs more and grows (0.4% by step 8); a first step at the full
     # rate instead of a quarter of it puts step 2 about 4% lower.
-    for name in ("zero3", "zero3-offload"):
-        assert curves[name] == pytest.approx(curves["ddp"], rel=1e-2), curves
+    assert curves["zero3"] == pytest.approx(curves["ddp"], rel=1e-2), curves
