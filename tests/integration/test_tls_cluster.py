@@ -123,7 +123,9 @@ def test_gloo_allreduce_across_the_nodes(
 ) -> None:
     require(find_spec("torch") is not None, "torch is not installed (pip install '.[train]')")
     head = plan.head.node
-    command = with_env_file(plan.paths.env_file, f"HOSTS={','.join(names(sandbox3))} {head.python} -")
+    command = with_env_file(
+        plan.paths.env_file, f"HOSTS={','.join(names(sandbox3))} {head.python} -"
+    )
     with SshTransport() as transport:
         result = transport.run(head, command, stdin=GLOO_ALLREDUCE, timeout_s=300)
     assert result.ok, result.tail(40)

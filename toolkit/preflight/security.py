@@ -77,7 +77,11 @@ def security_checks(
     found: Mapping[str, NodeSecurity | str],
     now: datetime.datetime,
 ) -> list[Check]:
-    """``ray.auth`` and ``ray.tls`` for every node of ``found`` (unreadable ones skipped)."""
+    """``ray.auth`` and ``ray.tls`` for every node of ``found``.
+
+    Nodes whose files could not be read (``connect.node`` reports them) and nodes
+    without an env file (the cluster is not up there) get neither.
+    """
     checks: list[Check] = []
     head_ca = _fingerprint(found.get(plan.head.name))
     for node_plan in plan.nodes:
@@ -85,18 +89,7 @@ def security_checks(
         if not isinstance(answer, NodeSecurity):
             continue
         if answer.env is None:
-            for name in ("ray.auth", "ray.tls"):
-                checks.append(
-                    Check(
-                        name,
-                        node_plan.name,
-                        "warn",
-                        f"no env file ({plan.paths.env_file})",
-                        "the cluster up here",
-                        "rtk up",
-                    )
-                )
-            continue
+            continue  # not up here (preflight before rtk up): net.ports says so
         checks.append(_auth_check(plan, node_plan.name, answer.env))
         checks.append(_tls_check(plan, node_plan, answer, head_ca, now))
     return checks

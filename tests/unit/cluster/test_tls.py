@@ -102,7 +102,13 @@ def test_kept_certificate_is_reused_while_it_fits(tmp_path: Path) -> None:
     assert moved != first
     assert "10.77.3.9" in cert_info(moved.cert_pem).names
     # Close to its end: a new one, valid LEAF_VALIDITY from then.
-    soon = NOW + datetime.timedelta(days=30) + LEAF_VALIDITY - RENEW_BEFORE + datetime.timedelta(days=1)
+    soon = (
+        NOW
+        + datetime.timedelta(days=30)
+        + LEAF_VALIDITY
+        - RENEW_BEFORE
+        + datetime.timedelta(days=1)
+    )
     renewed = store.node("node2", ["10.77.3.9", "node2"], soon)
     assert renewed != moved
     assert renewed.cert.not_valid_after_utc == soon + LEAF_VALIDITY
