@@ -10,7 +10,10 @@ For each size (default 3 and 6 nodes), on one sandbox, in one run:
 
 Needs root (the sandbox), openssh-client and rsync (ray up uses it). Run by hand:
     python benchmarks/bringup.py [--sizes 3,6] [--repeats 3] [--ray-up-limit-s 120] [--skip-ray-up]
-        [--no-preflight]
+        [--no-preflight] [--tls]
+
+--tls also times rtk up with ray.tls: true (a CA, a certificate per node, Ray's gRPC in
+TLS), alternated with the runs without.
 """
 
 from __future__ import annotations
@@ -104,10 +107,22 @@ def wait_alive(count: int, limit_s: float, probe: Callable[[], int]) -> float | 
     return None
 
 
-def time_rtk(sandbox: Sandbox, env: dict[str, str], extra: list[str]) -> float:
+def tls_inventory(sandbox: Sandbox, directory: str) -> Path:
+    """The sandbox's inventory with ``ray.tls: true``, written in ``directory``."""
+    data = yaml.safe_load(sandbox.inventory_path.read_text())
+    data.setdefault("ray", {})["tls"] = True
+    path = Path(directory) / f"{sandbox.name}-tls.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def time_rtk(
+    sandbox: Sandbox, env: dict[str, str], extra: list[str], inventory: Path | None = None
+) -> float:
+    inventory = inventory or sandbox.inventory_path
     began = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-m", "toolkit", "up", str(sandbox.inventory_path), *extra],
+        [sys.executable, "-m", "toolkit", "up", str(inventory), *extra],
         env=env,
         check=True,
         capture_output=True,
@@ -115,7 +130,7 @@ def time_rtk(sandbox: Sandbox, env: dict[str, str], extra: list[str]) -> float:
     )
     took = time.perf_counter() - began
     subprocess.run(
-        [sys.executable, "-m", "toolkit", "down", str(sandbox.inventory_path)],
+        [sys.executable, "-m", "toolkit", "down", str(inventory)],
         env=env,
         check=True,
         capture_output=True,
@@ -242,6 +257,11 @@ def main() -> None:
         action="store_true",
         help="rtk up --no-preflight: without the checks after, which bare ray start lacks",
     )
+    parser.add_argument(
+        "--tls",
+        action="store_true",
+        help="also time rtk up with ray.tls: true (alternated with the runs without)",
+    )
     args = parser.parse_args()
     state = tempfile.mkdtemp(prefix="rtk-bench-")
     atexit.register(shutil.rmtree, state, True)
@@ -252,13 +272,19 @@ def main() -> None:
         sandbox = create(size, name=f"bench{size}", subnet=f"10.77.{30 + size}")
         try:
             # Alternated, medians: one sample each varies by 10-20% on a 2-core machine.
-            rtk_runs, bare_runs = [], []
+            rtk_runs, bare_runs, tls_runs = [], [], []
+            tls = tls_inventory(sandbox, state) if args.tls else None
             for _ in range(args.repeats):
                 extra = ["--no-preflight"] if args.no_preflight else []
                 rtk_runs.append(time_rtk(sandbox, env, extra))
+                if tls is not None:
+                    tls_runs.append(time_rtk(sandbox, env, extra, tls))
                 bare_runs.append(time_bare(sandbox))
             rtk_s, bare_s = statistics.median(rtk_runs), statistics.median(bare_runs)
             print(f"   rtk up {rtk_s:.2f} s (median of {_runs(rtk_runs)})", flush=True)
+            if tls_runs:
+                tls_s = statistics.median(tls_runs)
+                print(f"   rtk up, ray.tls {tls_s:.2f} s (median of {_runs(tls_runs)})", flush=True)
             print(f"   bare ssh + ray start {bare_s:.2f} s (median of {_runs(bare_runs)})")
             ray_up: tuple[float | None, float, int] | None = None
             if not args.skip_ray_up:

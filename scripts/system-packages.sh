@@ -14,9 +14,11 @@ set -euo pipefail
 # (podman's --init; only recommended by podman), runc (crun, podman's default, refuses
 # hosts with cgroup v1 and v2 controllers both; the test picks runc there) and
 # debootstrap: tests/integration/test_container_cluster.py runs Ray in podman containers
-# of an image that scripts/container-image.sh builds from Debian's packages.
+# of an image that scripts/container-image.sh builds from Debian's packages. tcpdump:
+# tests/integration/test_tls_cluster.py captures the sandbox bridge to show the token in
+# clear without ray.tls and not with it.
 packages=(iproute2 procps openssh-server tini rsync iptables slurm-wlm munge chromium chromium-driver
-  zsh fish podman catatonit runc debootstrap)
+  zsh fish podman catatonit runc debootstrap tcpdump)
 
 missing=()
 for pkg in "${packages[@]}"; do

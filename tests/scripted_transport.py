@@ -50,7 +50,7 @@ class Call:
     """One call the transport received."""
 
     node: str
-    kind: str  # run | start_daemon | put
+    kind: str  # run | start_daemon | put | get
     command: str  # the command, or the path for put
     stdin: str | None = None
     timeout_s: float | None = None

@@ -33,6 +33,11 @@ TIMINGS_HELP = (
     '(--json always has them, under "timings").'
 )
 
+ROTATE_HELP = (
+    "Make a new token, CA and node certificates before starting (refused while the "
+    "cluster runs: rtk down first)."
+)
+
 
 UP_HELP = """Start Ray on every node of INVENTORY and wait until the nodes are alive.
 
@@ -41,6 +46,8 @@ The head starts first, then the workers in parallel. Every Ray port is pinned
 from the inventory, token authentication is on (the token travels as a 0600
 file, never on a command line), and each node's environment (socket interface,
 NCCL/Gloo settings) is written to a 0600 env file that ray start reads.
+With ray.tls: true in the inventory, Ray's gRPC runs in TLS: rtk keeps a CA for
+the cluster here and sends each node its certificate and key (0600).
 Running it again starts nothing new on nodes where the cluster already runs.
 
 \b
@@ -73,6 +80,7 @@ Examples:
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.option("--no-preflight", is_flag=True, help="Skip the fast preflight checks after.")
 @click.option("--timings", is_flag=True, help=TIMINGS_HELP)
+@click.option("--rotate-credentials", is_flag=True, help=ROTATE_HELP)
 @exclude_options
 @verbose_option
 def up_cmd(
@@ -84,6 +92,7 @@ def up_cmd(
     as_json: bool,
     no_preflight: bool,
     timings: bool,
+    rotate_credentials: bool,
     exclude: tuple[str, ...],
     exclude_file: tuple[str, ...],
     verbose: bool,
@@ -102,7 +111,7 @@ def up_cmd(
             return
         failed: PreflightFailedError | None = None
         try:
-            brought = session.bring_up(policy)
+            brought = session.bring_up(policy, rotate=rotate_credentials)
         except PreflightFailedError as e:
             failed = e
             assert e.bring_up is not None

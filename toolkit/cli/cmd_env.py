@@ -31,9 +31,11 @@ own CLI and SDK at the cluster from this machine, for your shell to eval:
 RAY_ADDRESS (the head's GCS, for ray status and ray.init on a node),
 RAY_API_SERVER_ADDRESS (the dashboard, for ray job ...), RAY_AUTH_MODE and
 RAY_AUTH_TOKEN_PATH (the 0600 token file rtk up keeps here; RAY_AUTH_TOKEN,
-which would win over it, is unset), and RTK_INVENTORY, so later rtk
-commands can leave the inventory out. It needs the cluster brought up from
-this machine (rtk up).
+which would win over it, is unset), under ray.tls RAY_USE_TLS=1 and
+RAY_TLS_CA_CERT/SERVER_CERT/SERVER_KEY (the cluster's CA and this machine's
+client certificate, kept here by rtk up; without ray.tls they are unset), and
+RTK_INVENTORY, so later rtk commands can leave the inventory out. It needs
+the cluster brought up from this machine (rtk up).
 
 \b
 Examples:

@@ -12,8 +12,16 @@ What Ray (2.x) reads, and so what is set here:
   by ``RAY_AUTH_TOKEN_PATH``, then ``~/.ray/auth_token``: rtk names its 0600 file and
   unsets ``RAY_AUTH_TOKEN``, which would win over that file (another cluster's token).
 
-On this machine the token file is the one ``rtk up`` keeps (``StateStore``); on a node
-it is the one ``rtk up`` wrote there next to the env file (``ClusterPaths``).
+- with ``ray.tls``: ``RAY_USE_TLS=1`` and the CA, certificate and key files
+  (``RAY_TLS_CA_CERT``, ``RAY_TLS_SERVER_CERT``, ``RAY_TLS_SERVER_KEY``): Ray's gRPC
+  clients (``ray status``, ``ray.init``, Ray Client) present that certificate, which
+  the cluster's servers require. The Jobs API and ``ray job`` speak HTTP to the
+  dashboard and do not use them. Without ``ray.tls`` they are unset, so that another
+  cluster's, left from an earlier ``eval``, are not used here.
+
+On this machine the token file is the one ``rtk up`` keeps (``StateStore``), and the
+certificate its client certificate (``ClusterTls``); on a node they are the ones
+``rtk up`` wrote there next to the env file (``ClusterPaths``).
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolkit.cluster.plan import ClusterPlan
+from toolkit.cluster.plan import TLS_VARIABLES, ClusterPlan, tls_env
 from toolkit.cluster.state import StateStore
 from toolkit.errors import StateError
 from toolkit.shell import join, quote
@@ -51,21 +59,39 @@ class ClientEnv:
         return ClientEnv((*self.values, *values), self.unset)
 
 
-def ray_client_env(plan: ClusterPlan, token_path: str) -> ClientEnv:
+@dataclass(frozen=True)
+class TlsFiles:
+    """Where a Ray client finds the cluster's CA and its own certificate and key."""
+
+    ca_file: str
+    cert_file: str
+    key_file: str
+
+
+def ray_client_env(plan: ClusterPlan, token_path: str, tls: TlsFiles | None = None) -> ClientEnv:
     """What makes Ray's CLI and SDK use ``plan``'s cluster, the token read from ``token_path``.
 
     Args:
         plan: The cluster.
         token_path: The cluster's token file where the variables are used (unused when
             the inventory turns authentication off).
+        tls: The TLS files where the variables are used (None: the node's, as
+            ``rtk up`` wrote them; unused when the inventory turns TLS off).
     """
     values = [("RAY_ADDRESS", plan.head_address)]
+    unset: tuple[str, ...] = ()
     if plan.inventory.ray.include_dashboard:
         values.append(("RAY_API_SERVER_ADDRESS", plan.dashboard_url))
+    if plan.tls:
+        paths = plan.paths
+        files = tls or TlsFiles(paths.tls_ca_file, paths.tls_cert_file, paths.tls_key_file)
+        values += tls_env(files.ca_file, files.cert_file, files.key_file).items()
+    else:
+        unset += TLS_VARIABLES
     if not plan.auth:
-        return ClientEnv((*values, ("RAY_AUTH_MODE", "disabled")))
+        return ClientEnv((*values, ("RAY_AUTH_MODE", "disabled")), unset)
     values += [("RAY_AUTH_MODE", "token"), ("RAY_AUTH_TOKEN_PATH", token_path)]
-    return ClientEnv(tuple(values), (TOKEN_TEXT_VARIABLE,))
+    return ClientEnv(tuple(values), (TOKEN_TEXT_VARIABLE, *unset))
 
 
 def local_client_env(plan: ClusterPlan, store: StateStore, inventory_path: str | None) -> ClientEnv:
@@ -78,8 +104,8 @@ def local_client_env(plan: ClusterPlan, store: StateStore, inventory_path: str |
             later rtk commands can omit it; None for the embedded one.
 
     Raises:
-        StateError: The cluster was never brought up from this machine (no record, or
-            no token while authentication is on).
+        StateError: The cluster was never brought up from this machine (no record, no
+            token while authentication is on, or no client certificate while TLS is).
     """
     name = plan.inventory.name
     up = "rtk up " + (quote(inventory_path) if inventory_path else "--local")
@@ -95,7 +121,20 @@ def local_client_env(plan: ClusterPlan, store: StateStore, inventory_path: str |
             f"cluster {name!r} uses token authentication but this machine has no token "
             f"for it ({token_path}).\nRun `{up}` here first; it keeps the token there."
         )
-    env = ray_client_env(plan, token_path)
+    tls: TlsFiles | None = None
+    if plan.tls:
+        files = store.tls
+        if not files.client_cert_file.exists():
+            raise StateError(
+                f"cluster {name!r} uses TLS but this machine has no client certificate "
+                f"for it ({files.client_cert_file}).\nRun `{up}` here first; it makes one."
+            )
+        tls = TlsFiles(
+            str(files.ca_cert_file.absolute()),
+            str(files.client_cert_file.absolute()),
+            str(files.client_key_file.absolute()),
+        )
+    env = ray_client_env(plan, token_path, tls)
     if inventory_path:
         env = env.with_values(("RTK_INVENTORY", os.path.abspath(inventory_path)))
     state_dir = os.environ.get("RTK_STATE_DIR")

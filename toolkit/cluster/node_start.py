@@ -17,6 +17,7 @@ from toolkit.cluster.plan import RAY_READY_TEXT, ClusterPlan, NodePlan, fill_env
 from toolkit.cluster.render import env_file
 from toolkit.cluster.report import Reporter
 from toolkit.cluster.status import ClusterStatus, cluster_status
+from toolkit.cluster.tls import ClusterTls
 from toolkit.errors import ClusterError, WaitTimeoutError
 from toolkit.netenv import env_for_node
 from toolkit.node import call_agent
@@ -51,8 +52,15 @@ def prepare_node(
     token: str | None,
     reporter: Reporter,
     outcome: NodeOutcome,
+    tls: ClusterTls | None = None,
+    refuse_running: bool = False,
 ) -> bool:
-    """Probe, write token and env file; True when ``ray start`` is still needed.
+    """Probe, write token, TLS files and env file; True when ``ray start`` is still needed.
+
+    With ``tls`` (``ray.tls``), the node's certificate names its inventory address and
+    name, its host name and the address Ray binds there (the probe's), and 127.0.0.1.
+    With ``refuse_running`` (credentials rotated), a node where this cluster's Ray
+    already runs is an error rather than left as it is: it holds the old credentials.
 
     A node with a container is ready when its runtime answers, the image is there and,
     for GPUs, the runtime's GPU hook (``preflight.container_checks``); its Ray runs
@@ -60,6 +68,7 @@ def prepare_node(
 
     Raises:
         ClusterError: The node cannot start Ray: no route to the head, a port in use,
+            its Ray running with credentials that ``refuse_running`` says are old,
             its container's runtime, image or GPU hook missing, or (``NetEnvError``)
             its network does not fit the inventory's profile.
     """
@@ -75,8 +84,13 @@ def prepare_node(
     reporter.phase(node.name, "probed")
     container = _container_facts(node_plan, facts)
     if container.running if container is not None else facts.raylet_running:
-        outcome.action = "already running"
         what = "Ray" if node_plan.container is None else f"container {node_plan.container.name}"
+        if refuse_running:
+            raise ClusterError(
+                f"{node.name}: this cluster's {what} still runs here with the old token and "
+                "certificates; stop it (rtk down) and run rtk up again"
+            )
+        outcome.action = "already running"
         reporter.node(node.name, f"this cluster's {what} already runs here; leaving it")
         return False
     if node_plan.container is not None and container is not None:
@@ -105,6 +119,12 @@ def prepare_node(
         ) from e
     if token is not None:
         transport.put(node, plan.paths.token_file, token.encode(), mode=0o600)
+    if tls is not None:
+        names = [node.address, node.name, facts.hostname, facts.route.source_ip]
+        identity = tls.node(node.name, names)
+        transport.put(node, plan.paths.tls_ca_file, tls.ca().cert_pem, mode=0o600)
+        transport.put(node, plan.paths.tls_key_file, identity.key_pem, mode=0o600)
+        transport.put(node, plan.paths.tls_cert_file, identity.cert_pem, mode=0o600)
     text = env_file(plan, node_plan, env)
     transport.put(node, plan.paths.env_file, text.encode(), mode=0o600)
     return True

@@ -39,6 +39,8 @@ CONTAINER_PYTHON = "python3"
 # What ``ray start`` prints once the node runs (``--block`` keeps it running after;
 # see ``Transport.start_daemon``, and a container's start, which waits for it).
 RAY_READY_TEXT = "Ray runtime started."
+# What Ray reads to speak TLS (``tls_env``); clients of another cluster must not keep them.
+TLS_VARIABLES = ("RAY_USE_TLS", "RAY_TLS_SERVER_CERT", "RAY_TLS_SERVER_KEY", "RAY_TLS_CA_CERT")
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,21 @@ class ClusterPaths:
     def token_file(self) -> str:
         """Ray's authentication token, mode 0600."""
         return posixpath.join(self.rtk_dir, "auth_token")
+
+    @property
+    def tls_ca_file(self) -> str:
+        """The cluster CA's certificate (``RAY_TLS_CA_CERT``), mode 0600."""
+        return posixpath.join(self.rtk_dir, "tls_ca.crt")
+
+    @property
+    def tls_cert_file(self) -> str:
+        """The node's certificate (``RAY_TLS_SERVER_CERT``), mode 0600."""
+        return posixpath.join(self.rtk_dir, "tls_node.crt")
+
+    @property
+    def tls_key_file(self) -> str:
+        """The node's private key (``RAY_TLS_SERVER_KEY``), mode 0600."""
+        return posixpath.join(self.rtk_dir, "tls_node.key")
 
 
 @dataclass(frozen=True)
@@ -120,6 +137,7 @@ class ClusterPlan:
     head_address: str
     nodes: tuple[NodePlan, ...]
     excluded: tuple[Exclusion, ...] = ()
+    tls: bool = False
 
     @property
     def head(self) -> NodePlan:
@@ -192,6 +210,7 @@ def build_plan(inventory: Inventory, excluded: Sequence[Exclusion] = ()) -> Clus
         head_address=head_address,
         nodes=tuple(nodes),
         excluded=tuple(excluded),
+        tls=inventory.ray.tls,
     )
 
 
@@ -274,12 +293,28 @@ def _node_env(
         env["RAY_AUTH_TOKEN_PATH"] = paths.token_file
     else:
         env["RAY_AUTH_MODE"] = "disabled"
+    if inv.ray.tls:
+        env.update(tls_env(paths.tls_ca_file, paths.tls_cert_file, paths.tls_key_file))
     interface: EnvValue = inv.network.interface or Detect("interface", f"interface of {route}")
     env["GLOO_SOCKET_IFNAME"] = interface
     env["NCCL_SOCKET_IFNAME"] = interface
     env.update(inv.network.env)
     env.update(node.env)
     return env
+
+
+def tls_env(ca_file: str, cert_file: str, key_file: str) -> dict[str, str]:
+    """Ray's TLS variables (``TLS_VARIABLES``) for the given files.
+
+    Every Ray process serves and dials with this certificate and key, and accepts only
+    peers whose certificate the CA signed.
+    """
+    return {
+        "RAY_USE_TLS": "1",
+        "RAY_TLS_SERVER_CERT": cert_file,
+        "RAY_TLS_SERVER_KEY": key_file,
+        "RAY_TLS_CA_CERT": ca_file,
+    }
 
 
 def _ray_start_argv(

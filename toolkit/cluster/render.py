@@ -100,6 +100,14 @@ def _up_header(plan: ClusterPlan) -> list[str]:
             if plan.auth
             else "NONE: anyone who reaches the ports can run code on the cluster"
         ),
+        "  tls        "
+        + (
+            "Ray's gRPC in TLS: a CA per cluster, a certificate per node (made here, "
+            "kept in rtk's state directory)"
+            if plan.tls
+            else "off: Ray's gRPC traffic, the token included, crosses the network in "
+            "clear (ray.tls: true)"
+        ),
         f"  ports      gcs {p.gcs}, dashboard {p.dashboard}, client {p.client_server}, "
         f"node manager {p.node_manager}, object manager {p.object_manager},",
         f"             runtime env agent {p.runtime_env_agent}, dashboard agent "
@@ -201,6 +209,15 @@ def _render_node(plan: ClusterPlan, node_plan: NodePlan) -> list[str]:
     step = 2
     if plan.auth:
         lines.append(f"  {step}. write {plan.paths.token_file} (0600): the cluster's token")
+        step += 1
+    if plan.tls:
+        paths = plan.paths
+        lines += [
+            f"  {step}. write {paths.tls_ca_file}, {paths.tls_key_file}, {paths.tls_cert_file}"
+            " (0600):",
+            "       the cluster's CA certificate, this node's key and its certificate, signed",
+            "       by the CA for the node's address, name, host name, Ray address and loopback",
+        ]
         step += 1
     lines.append(f"  {step}. write {plan.paths.env_file} (0600):")
     env_lines = env_file(plan, node_plan, env_shown).splitlines()

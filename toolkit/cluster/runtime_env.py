@@ -25,6 +25,10 @@ PROTECTED_ENV: Mapping[str, str] = {
     "RAY_AUTH_MODE": "the cluster's token authentication",
     "RAY_AUTH_TOKEN": "the cluster's token authentication",
     "RAY_AUTH_TOKEN_PATH": "the cluster's token authentication",
+    "RAY_USE_TLS": "the cluster's TLS (ray.tls)",
+    "RAY_TLS_SERVER_CERT": "the cluster's TLS (ray.tls)",
+    "RAY_TLS_SERVER_KEY": "the cluster's TLS (ray.tls)",
+    "RAY_TLS_CA_CERT": "the cluster's TLS (ray.tls)",
     "RTK_CLUSTER_DIR": "the marker rtk down finds the job's processes by",
 }
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -1,4 +1,4 @@
-"""What rtk keeps on the machine it runs on: each cluster's token and last bring-up.
+"""What rtk keeps on the machine it runs on: each cluster's token, CA and last bring-up.
 
 Everything lives in ``$RTK_STATE_DIR`` (default ``$XDG_STATE_HOME/rtk`` or
 ``~/.local/state/rtk``), one directory per cluster, mode 0700; ``rtk down`` removes it.
@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from toolkit.cluster.tls import ClusterTls
 from toolkit.errors import StateError
 
 
@@ -35,6 +36,11 @@ class StateStore:
     def token_file(self) -> Path:
         """The cluster's Ray token on this machine (0600)."""
         return self.dir / "auth_token"
+
+    @property
+    def tls(self) -> ClusterTls:
+        """The cluster's CA and certificates on this machine (``ray.tls``)."""
+        return ClusterTls(self.dir.name, self.dir / "tls")
 
     @property
     def state_file(self) -> Path:
@@ -87,6 +93,20 @@ class StateStore:
         except (OSError, json.JSONDecodeError) as e:
             raise StateError(f"cannot read {self.state_file}: {e}") from e
         return data if isinstance(data, dict) else None
+
+    def forget_credentials(self) -> None:
+        """Remove the token, the CA and every certificate: the next ``rtk up`` makes new ones.
+
+        Raises:
+            StateError: They cannot be removed.
+        """
+        try:
+            self.token_file.unlink(missing_ok=True)
+            shutil.rmtree(self.tls.directory, ignore_errors=False)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise StateError(f"cannot remove the cluster's credentials in {self.dir}: {e}") from e
 
     def remove(self) -> None:
         """Forget the cluster (token included)."""

@@ -31,6 +31,7 @@ from toolkit.cluster.node_start import (
 )
 from toolkit.cluster.plan import ClusterPlan, NodePlan
 from toolkit.cluster.report import Reporter
+from toolkit.cluster.rotate import rotate_credentials
 from toolkit.cluster.state import StateStore
 from toolkit.cluster.status import ClusterStatus, cluster_status
 from toolkit.cluster.timings import SpanClock, UpTimings
@@ -69,8 +70,18 @@ class UpResult:
         }
 
 
-def up(plan: ClusterPlan, transport: Transport, store: StateStore, reporter: Reporter) -> UpResult:
+def up(
+    plan: ClusterPlan,
+    transport: Transport,
+    store: StateStore,
+    reporter: Reporter,
+    rotate: bool = False,
+) -> UpResult:
     """Bring the cluster up and wait for its nodes.
+
+    With ``rotate``, the token, CA and certificates are made anew first
+    (``cluster.rotate``); a node where this cluster's Ray still runs then fails, since
+    it holds the old ones.
 
     Every node is probed and gets its files, ``fanout.parallel`` at a time; the head
     starts as soon as it is ready, and each worker once both it and the head are, in
@@ -78,23 +89,38 @@ def up(plan: ClusterPlan, transport: Transport, store: StateStore, reporter: Rep
     only by an operation in flight: a node waiting for its turn holds none.
 
     Raises:
-        ClusterError: The head failed, fewer than ``min_nodes`` nodes came up, or a
-            node's container runs only under SLURM (nothing is touched then).
+        ClusterError: The head failed, fewer than ``min_nodes`` nodes came up, a
+            node's container runs only under SLURM (nothing is touched then), or
+            ``rotate`` was asked while the cluster runs.
         WaitTimeoutError: Nodes did not join within ``ray.wait_timeout_s``.
     """
     began = time.monotonic()
     inv = plan.inventory
     check_startable(inv, [n.node for n in plan.nodes])
+    if rotate:
+        rotate_credentials(plan, transport, store, reporter)
     outcomes = {n.node.name: NodeOutcome(n.node.name, n.role) for n in plan.nodes}
     result = UpResult(inv.name, plan.dashboard_url, list(outcomes.values()))
     token = store.token() if plan.auth else None
+    tls = store.tls if plan.tls else None
+    if tls is not None:
+        # Made (or checked) once here: the nodes' threads then only sign with it.
+        tls.ca()
+        tls.client()
     clocks = _Clocks(began)
 
     def prepare(node_plan: NodePlan) -> bool:
         at = time.monotonic()
         try:
             return prepare_node(
-                node_plan, plan, transport, token, reporter, outcomes[node_plan.name]
+                node_plan,
+                plan,
+                transport,
+                token,
+                reporter,
+                outcomes[node_plan.name],
+                tls,
+                refuse_running=rotate,
             )
         finally:
             clocks.probe.add(at)

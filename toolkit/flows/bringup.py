@@ -24,14 +24,17 @@ def bring_up(
     store: StateStore,
     reporter: Reporter,
     policy: PreflightPolicy,
+    rotate: bool = False,
 ) -> BringUpOutcome:
     """Start Ray on every node, then run the fast checks unless ``policy`` skips them.
+
+    ``rotate``: new credentials first (``cluster.rotate``; refused on a running cluster).
 
     Raises:
         PreflightFailedError: A check failed and ``policy`` enforces them (the cluster
             stays up; the error carries the outcome).
     """
-    result = up(plan, transport, store, reporter)
+    result = up(plan, transport, store, reporter, rotate=rotate)
     if policy is PreflightPolicy.SKIP:
         return BringUpOutcome(result, PreflightOutcome(policy))
     reporter.info("preflight checks (--no-preflight skips them)")

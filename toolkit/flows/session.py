@@ -260,13 +260,19 @@ class Session:
 
     # Steps.
 
-    def bring_up(self, preflight: PreflightPolicy = PreflightPolicy.ENFORCE) -> BringUpOutcome:
+    def bring_up(
+        self, preflight: PreflightPolicy = PreflightPolicy.ENFORCE, rotate: bool = False
+    ) -> BringUpOutcome:
         """Start Ray everywhere, then the fast checks as ``preflight`` says.
+
+        ``rotate``: a new token, CA and certificates first (refused while it runs).
 
         Raises:
             PreflightFailedError: A check failed under ``ENFORCE`` (the cluster stays up).
         """
-        return bringup.bring_up(self.plan, self.transport, self.store, self.reporter, preflight)
+        return bringup.bring_up(
+            self.plan, self.transport, self.store, self.reporter, preflight, rotate
+        )
 
     def status(self) -> ClusterStatus:
         """Which nodes are alive in Ray."""

@@ -20,6 +20,7 @@ from typing import Any
 from toolkit.cluster.plan import ClusterPlan, NodePlan
 from toolkit.cluster.state import StateStore
 from toolkit.cluster.status import cluster_status
+from toolkit.cluster.tls import utc_now
 from toolkit.errors import ClusterError, RunDirError
 from toolkit.node import FACTS
 from toolkit.node.host_facts import NodeFacts
@@ -33,6 +34,7 @@ from toolkit.preflight.jobs import PreflightJob, run_preflight_job
 from toolkit.preflight.peers import DEFAULT_SEED, PeerMode, PeerPlan, choose_mode, select_peers
 from toolkit.preflight.port_reach import ReachTally
 from toolkit.preflight.result import Check, PreflightReport
+from toolkit.preflight.security import read_security, security_checks
 from toolkit.rundir import RunDir
 from toolkit.shell import join
 from toolkit.transport.base import Transport
@@ -218,6 +220,7 @@ def run_preflight(
         expect = expectation_for(plan.inventory, node_plan.node, dcgm_level)
         report.checks += history_checks(name, facts, expect)
     report.checks += tally.checks()
+    report.checks += security_checks(plan, read_security(plan, transport), utc_now())
     if peers.pairs:
         report.reach = tally.record()
     report.checks += checks.version_checks(

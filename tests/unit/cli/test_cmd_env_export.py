@@ -41,6 +41,11 @@ def test_export_prints_only_shell_lines_for_ray(inventory: Path, state: dict[str
     token_file = Path(state["RTK_STATE_DIR"]) / "exp1" / "auth_token"
     assert done.stdout.splitlines() == [
         "unset RAY_AUTH_TOKEN",
+        # Without ray.tls, TLS variables an earlier eval left (another cluster's) go.
+        "unset RAY_USE_TLS",
+        "unset RAY_TLS_SERVER_CERT",
+        "unset RAY_TLS_SERVER_KEY",
+        "unset RAY_TLS_CA_CERT",
         "export RAY_ADDRESS=10.255.255.1:6379",
         "export RAY_API_SERVER_ADDRESS=http://10.255.255.1:8265",
         "export RAY_AUTH_MODE=token",

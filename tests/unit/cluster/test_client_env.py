@@ -19,12 +19,15 @@ from toolkit.cluster import StateStore, build_plan
 from toolkit.cluster.client_env import (
     SHELLS,
     ClientEnv,
+    TlsFiles,
     detect_shell,
     local_client_env,
     node_session_script,
     ray_client_env,
     render_exports,
 )
+from toolkit.cluster.plan import TLS_VARIABLES
+from toolkit.cluster.tls import utc_now, verify_leaf
 from toolkit.errors import StateError
 from toolkit.inventory import load_inventory
 
@@ -134,7 +137,40 @@ def test_token_auth_variables_name_the_file_and_unset_the_token_text(tmp_path: P
         "RAY_AUTH_MODE": "token",
         "RAY_AUTH_TOKEN_PATH": "/keys/token",
     }
-    assert env.unset == ("RAY_AUTH_TOKEN",)
+    # Without ray.tls, another cluster's TLS variables (an earlier eval) go.
+    assert env.unset == ("RAY_AUTH_TOKEN", *TLS_VARIABLES)
+
+
+def test_tls_variables_name_the_node_files_or_the_ones_given(tmp_path: Path) -> None:
+    plan = build_plan(load_inventory(write_inventory(tmp_path, "  tls: true")))
+    on_node = ray_client_env(plan, "/keys/token").as_dict()
+    assert {k: v for k, v in on_node.items() if "TLS" in k} == {
+        "RAY_USE_TLS": "1",
+        "RAY_TLS_SERVER_CERT": plan.paths.tls_cert_file,
+        "RAY_TLS_SERVER_KEY": plan.paths.tls_key_file,
+        "RAY_TLS_CA_CERT": plan.paths.tls_ca_file,
+    }
+    here = ray_client_env(plan, "/keys/token", TlsFiles("/s/ca.crt", "/s/c.crt", "/s/c.key"))
+    assert here.as_dict()["RAY_TLS_SERVER_CERT"] == "/s/c.crt"
+    assert here.unset == ("RAY_AUTH_TOKEN",)
+
+
+def test_this_machine_gets_its_client_certificate_under_tls(tmp_path: Path) -> None:
+    plan = build_plan(load_inventory(write_inventory(tmp_path, "  tls: true")))
+    store = StateStore("c1", tmp_path / "state")
+    store.token()
+    store.save({"cluster": "c1"})
+    with pytest.raises(StateError, match="uses TLS but this machine has no client certificate"):
+        local_client_env(plan, store, None)
+    store.tls.client()
+    values = local_client_env(plan, store, None).as_dict()
+    assert values["RAY_USE_TLS"] == "1"
+    assert values["RAY_TLS_SERVER_CERT"] == str(store.tls.client_cert_file.absolute())
+    assert values["RAY_TLS_SERVER_KEY"] == str(store.tls.client_key_file.absolute())
+    assert values["RAY_TLS_CA_CERT"] == str(store.tls.ca_cert_file.absolute())
+    verify_leaf(
+        store.tls.ca_cert_file.read_bytes(), store.tls.client_cert_file.read_bytes(), utc_now()
+    )
 
 
 def test_without_auth_or_dashboard_only_what_applies_is_set(tmp_path: Path) -> None:
@@ -142,7 +178,7 @@ def test_without_auth_or_dashboard_only_what_applies_is_set(tmp_path: Path) -> N
     plan = build_plan(load_inventory(write_inventory(tmp_path, extra)))
     env = ray_client_env(plan, "/keys/token")
     assert env.as_dict() == {"RAY_ADDRESS": "10.9.0.1:6379", "RAY_AUTH_MODE": "disabled"}
-    assert env.unset == ()
+    assert env.unset == TLS_VARIABLES
 
 
 def test_no_state_here_says_to_run_rtk_up_first(tmp_path: Path) -> None:

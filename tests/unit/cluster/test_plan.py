@@ -74,6 +74,13 @@ def test_plan_structure(in_data: None) -> None:
     assert env["OMP_NUM_THREADS"] == "8"  # defaults env, int given as string
     assert env["RAY_AUTH_MODE"] == "token"
     assert "auth_token" in env["RAY_AUTH_TOKEN_PATH"]
+    # ray.tls: every Ray process on the node reads its certificate, key and the CA.
+    assert {k: v for k, v in env.items() if "TLS" in k} == {
+        "RAY_USE_TLS": "1",
+        "RAY_TLS_SERVER_CERT": "/tmp/rtk-golden/rtk/tls_node.crt",
+        "RAY_TLS_SERVER_KEY": "/tmp/rtk-golden/rtk/tls_node.key",
+        "RAY_TLS_CA_CERT": "/tmp/rtk-golden/rtk/tls_ca.crt",
+    }
 
 
 def test_fill_env_needs_every_fact(in_data: None) -> None:
@@ -88,6 +95,7 @@ def test_interface_override_needs_no_detection(in_data: None) -> None:
     assert env["GLOO_SOCKET_IFNAME"] == "lo"
     assert env["RAY_AUTH_MODE"] == "disabled"
     assert "RAY_AUTH_TOKEN_PATH" not in env
+    assert not [k for k in env if "TLS" in k]  # ray.tls is off unless asked
 
 
 def test_cli_dry_run_prints_the_plan_and_touches_nothing(
@@ -96,6 +104,9 @@ def test_cli_dry_run_prints_the_plan_and_touches_nothing(
     done = rtk("up", "plan-3node.yaml", "--dry-run", "--full")
     assert done.returncode == 0, done.stderr
     assert done.stdout == (GOLDEN / "plan-3node.up.txt").read_text()
+    # TLS files are named, never their contents, and nothing is made for them.
+    assert "tls_node.key" in done.stdout
+    assert "PRIVATE KEY" not in done.stdout and "CERTIFICATE" not in done.stdout
     assert not state_dir.exists()
     done = rtk("up", "plan-single.yaml", "--dry-run")
     assert done.returncode == 0, done.stderr
