@@ -1,7 +1,9 @@
 """What preflight needs to know about a node, gathered on the node (stdlib only).
 
-Fed to ``python -`` over the transport like ``agent.py``: ``python - RUN_DIR DCGM_LEVEL``
-where DCGM_LEVEL is the ``dcgmi diag -r`` level to run (0, the default: none). The Ray
+Fed to ``python -`` over the transport like ``agent.py``: ``python - RUN_DIR DCGM_LEVEL
+[ENV_FILE]`` where DCGM_LEVEL is the ``dcgmi diag -r`` level to run (0, the default:
+none) and ENV_FILE the env file ``rtk up`` left for Ray: it is sent back, with the TLS
+certificate and CA it names (never the key), for preflight's ``ray.auth``/``ray.tls``. The Ray
 ports this node must reach come inside the script's text: the host replaces the line
 ``PEERS_JSON = ""`` with its request (``toolkit.node.reach_request``), which this script
 reads with ``targets``; they are tried ``REACH_CONCURRENCY`` at a time, each connection
@@ -23,6 +25,7 @@ import json
 import os
 import platform
 import resource
+import shlex
 import shutil
 import socket
 import subprocess
@@ -42,6 +45,7 @@ KERNEL_LOG_TIMEOUT_S = 10.0
 # How long ``dcgmi diag -r LEVEL`` may take (the host adds them to its own limit).
 DCGM_TIMEOUT_S = {1: 120.0, 2: 600.0}
 DCGM_OUTPUT_MAX_CHARS = 512 * 1024
+RAY_FILE_MAX_CHARS = 64 * 1024  # an env file or a PEM certificate; more is not rtk's
 # The same files ``toolkit.preflight.ib_ports.read_port_files`` reads (a test holds
 # the two to the same answer); parsed on the host.
 IB_CLASS = "sys/class/infiniband"
@@ -421,11 +425,58 @@ def _listdir(path: str) -> list[str]:
         return []
 
 
+def ray_files(env_file: str) -> dict[str, str]:
+    """The env file's text and, where it turns TLS on, the certificate and CA it names.
+
+    Keys ``env``, ``cert``, ``ca``; a file that cannot be read is left out. The key file
+    is never read.
+    """
+    found: dict[str, str] = {}
+    env_text = _read_text(env_file)
+    if env_text is None:
+        return found
+    found["env"] = env_text
+    env = _env_values(env_text)
+    if env.get("RAY_USE_TLS", "0").lower() not in ("1", "true"):
+        return found
+    for key, name in (("cert", "RAY_TLS_SERVER_CERT"), ("ca", "RAY_TLS_CA_CERT")):
+        text = _read_text(env[name]) if env.get(name) else None
+        if text is not None:
+            found[key] = text
+    return found
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(os.path.expanduser(path), encoding="utf-8", errors="replace") as f:
+            return f.read(RAY_FILE_MAX_CHARS)
+    except OSError:
+        return None
+
+
+def _env_values(text: str) -> dict[str, str]:
+    """The ``KEY='value'`` lines of an env file (as ``toolkit.shell.parse_env_file``)."""
+    env: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, rest = line.partition("=")
+        if not sep or line.lstrip().startswith("#"):
+            continue
+        try:
+            words = shlex.split(rest)
+        except ValueError:
+            continue
+        env[key.strip()] = words[0] if words else ""
+    return env
+
+
 def main(argv: list[str]) -> int:
     """Print this node's facts as JSON."""
     run_dir = argv[0] if argv else "~"
     dcgm_level = int(argv[1]) if len(argv) > 1 and argv[1].strip() else 0
+    env_file = argv[2] if len(argv) > 2 else ""
     facts = host_facts(run_dir)
+    if env_file:
+        facts["ray_files"] = ray_files(env_file)
     facts["reach"] = reach(targets(PEERS_JSON))
     facts["gpus"] = gpu_facts()
     facts["kernel_log"] = kernel_xids()

@@ -137,6 +137,9 @@ class NodeFacts:
         dcgm: The DCGM diagnostic's run (None: not asked for).
         ib_ports: The RDMA ports' sysfs files, ``mlx5_0/1/state`` -> text (None: not
             sent; empty: no RDMA device).
+        ray_files: The env file ``rtk up`` left for Ray (``env``) and the TLS
+            certificate and CA it names (``cert``, ``ca``), as text; a file missing is
+            left out (None: not asked for).
     """
 
     node: str
@@ -148,6 +151,7 @@ class NodeFacts:
     kernel_log: KernelLogFacts | None = None
     dcgm: DcgmFacts | None = None
     ib_ports: Mapping[str, str] | None = None
+    ray_files: Mapping[str, str] | None = None
 
     @classmethod
     def from_json(cls, node: str, data: Any) -> NodeFacts:
@@ -170,6 +174,7 @@ class NodeFacts:
             kernel_log=None if kernel_log is None else KernelLogFacts.read(kernel_log),
             dcgm=None if dcgm is None else DcgmFacts.read(dcgm),
             ib_ports=f.text_map("ib_ports") if f.data.get("ib_ports") is not None else None,
+            ray_files=f.text_map("ray_files") if f.data.get("ray_files") is not None else None,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -187,4 +192,6 @@ class NodeFacts:
             out["ib_ports"] = dict(self.ib_ports)
         if self.dcgm is not None:
             out["dcgm"] = self.dcgm.to_json()
+        if self.ray_files is not None:
+            out["ray_files"] = dict(self.ray_files)
         return out

@@ -34,7 +34,7 @@ from toolkit.preflight.jobs import PreflightJob, run_preflight_job
 from toolkit.preflight.peers import DEFAULT_SEED, PeerMode, PeerPlan, choose_mode, select_peers
 from toolkit.preflight.port_reach import ReachTally
 from toolkit.preflight.result import Check, PreflightReport
-from toolkit.preflight.security import read_security, security_checks
+from toolkit.preflight.security import NodeSecurity, node_security, security_checks
 from toolkit.rundir import RunDir
 from toolkit.shell import join
 from toolkit.transport.base import Transport
@@ -180,7 +180,7 @@ def run_preflight(
     def gather(node_plan: NodePlan) -> _Answer:
         node = node_plan.node
         request = reach_request(by_name, numbers, peers.peers.get(node.name, ()))
-        command = FACTS.command(node, run_dir, str(dcgm_level))
+        command = FACTS.command(node, run_dir, str(dcgm_level), plan.paths.env_file)
         source = script_with(FACTS.source(), request)
         sent = time.time()
         limit_s = facts_limit_s(dcgm_level, len(request.targets()))
@@ -220,7 +220,10 @@ def run_preflight(
         expect = expectation_for(plan.inventory, node_plan.node, dcgm_level)
         report.checks += history_checks(name, facts, expect)
     report.checks += tally.checks()
-    report.checks += security_checks(plan, read_security(plan, transport), utc_now())
+    security: dict[str, NodeSecurity | str] = {
+        name: node_security(answer.facts.ray_files) for name, answer in answers.results.items()
+    }
+    report.checks += security_checks(plan, security, utc_now())
     if peers.pairs:
         report.reach = tally.record()
     report.checks += checks.version_checks(

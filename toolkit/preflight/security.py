@@ -1,29 +1,25 @@
 """Ray's authentication and TLS on every node, as ``rtk up`` left them: ``ray.auth``, ``ray.tls``.
 
-What a node runs with is what its env file says (every Ray process there read it),
-so that file is fetched, with the node's certificate and CA certificate (never its
-key) where it turns TLS on. The grading is pure (``security_checks``): a setting
-the inventory asks for and a node lacks fails, as does a certificate that has
-expired, does not verify against the node's CA, does not name the node's address,
-or a CA other than the head's; a setting that is off where the inventory leaves it
-off warns, since the token then crosses the network in clear.
+What a node runs with is what its env file says (every Ray process there read it).
+The node's facts script sends that file back, with the certificate and CA it names
+(never the key) where it turns TLS on, in the same call as the rest of its facts
+(``NodeFacts.ray_files``): no round trip of its own. The grading is pure
+(``security_checks``): a setting the inventory asks for and a node lacks fails, as
+does a certificate that has expired, does not verify against the node's CA, does not
+name the node's address, or a CA other than the head's; a setting that is off where
+the inventory leaves it off warns, since the token then crosses the network in clear.
 """
 
 from __future__ import annotations
 
 import datetime
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 from toolkit.cluster.plan import ClusterPlan, NodePlan
 from toolkit.cluster.tls import RENEW_BEFORE, TlsError, cert_info, subject_names, verify_leaf
-from toolkit.errors import TransportError
 from toolkit.preflight.result import Check
 from toolkit.shell import parse_env_file
-from toolkit.transport.base import Transport
-from toolkit.transport.group import run_each
 
 # What Ray takes for "on" in RAY_USE_TLS.
 TRUE_WORDS = ("1", "true")
@@ -39,37 +35,16 @@ class NodeSecurity:
     ca_pem: bytes | None = None
 
 
-def read_security(plan: ClusterPlan, transport: Transport) -> dict[str, NodeSecurity | str]:
-    """Every node's ``NodeSecurity``, or why it could not be read.
-
-    The certificate and CA are fetched only where the env file turns TLS on.
-    """
-    paths = plan.paths
-
-    def fetch(node_plan: NodePlan, path: str, local: Path) -> bytes | None:
-        try:
-            transport.get(node_plan.node, path, local)
-        except TransportError:
-            return None  # no such file: the check says what is missing
-        return local.read_bytes()
-
-    def read(node_plan: NodePlan) -> NodeSecurity:
-        with tempfile.TemporaryDirectory(prefix="rtk-security-") as temp:
-            folder = Path(temp)
-            env_text = fetch(node_plan, paths.env_file, folder / "env")
-            if env_text is None:
-                return NodeSecurity(None)
-            env = parse_env_file(env_text.decode("utf-8", "replace"))
-            if env.get("RAY_USE_TLS", "0").lower() not in TRUE_WORDS:
-                return NodeSecurity(env)
-            cert = fetch(node_plan, paths.tls_cert_file, folder / "cert")
-            ca = fetch(node_plan, paths.tls_ca_file, folder / "ca")
-            return NodeSecurity(env, cert, ca)
-
-    group = run_each(plan.nodes, read, parallel=plan.inventory.fanout.parallel)
-    found: dict[str, NodeSecurity | str] = dict(group.results)
-    found.update({name: str(error) for name, error in group.failed.items()})
-    return found
+def node_security(ray_files: Mapping[str, str] | None) -> NodeSecurity:
+    """A node's ``NodeSecurity`` from the files its facts sent back (``ray_files``)."""
+    if ray_files is None or "env" not in ray_files:
+        return NodeSecurity(None)
+    cert, ca = ray_files.get("cert"), ray_files.get("ca")
+    return NodeSecurity(
+        parse_env_file(ray_files["env"]),
+        None if cert is None else cert.encode(),
+        None if ca is None else ca.encode(),
+    )
 
 
 def security_checks(

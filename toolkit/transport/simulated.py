@@ -40,6 +40,7 @@ from toolkit.node.agent import source_digest
 from toolkit.node.reach_request import ReachRequest, request_in
 from toolkit.node.script import AGENT, FACTS
 from toolkit.ray_resources import host_resource
+from toolkit.shell import parse_env_file
 from toolkit.transport.base import CommandResult, Transport
 
 READY_TEXT = "Ray runtime started."
@@ -300,7 +301,7 @@ class SimulatedCluster:
                     reach[key] = _refused()
                 else:
                     reach[key] = {"ok": True, "ms": 0.2}
-        return {
+        answer: dict[str, Any] = {
             "hostname": node.name,
             "hostname_addresses": [node.address],
             "dev_shm_bytes": 64 * 2**30,
@@ -315,6 +316,24 @@ class SimulatedCluster:
             "reach": reach,
             "gpus": {"available": False, "reason": "simulated node"},
         }
+        if len(args) > 2 and args[2]:
+            answer["ray_files"] = self._ray_files(node.name, args[2])
+        return answer
+
+    def _ray_files(self, node: str, env_file: str) -> dict[str, str]:
+        """As ``facts.ray_files`` reads them: the env file, and its TLS files when on."""
+        with self.lock:
+            env = self.files.get((node, env_file))
+            if env is None:
+                return {}
+            found = {"env": env.decode()}
+            values = parse_env_file(found["env"])
+            if values.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+                for key, name in (("cert", "RAY_TLS_SERVER_CERT"), ("ca", "RAY_TLS_CA_CERT")):
+                    data = self.files.get((node, values.get(name, "")))
+                    if data is not None:
+                        found[key] = data.decode()
+            return found
 
     # Kept between processes (the benchmark runs each rtk command in its own).
 
@@ -403,6 +422,7 @@ class SimulatedTransport(Transport):
         """Copy a file kept in the cluster's state to ``local``."""
         self._connect(node)
         self.cluster.model.sleep(self.cluster.model.round_trip_s)
+        self._count("get")
         with self.cluster.lock:
             data = self.cluster.files.get((node.name, path))
         if data is None:

@@ -11,7 +11,8 @@ from toolkit.cluster.report import QuietReporter
 from toolkit.cluster.tls import LEAF_VALIDITY, ClusterTls, new_ca, new_leaf, subject_names
 from toolkit.cluster.up import up
 from toolkit.inventory import load_inventory
-from toolkit.preflight.security import NodeSecurity, read_security, security_checks
+from toolkit.preflight.runner import run_preflight
+from toolkit.preflight.security import NodeSecurity, security_checks
 from toolkit.transport.simulated import LatencyModel, SimulatedCluster, SimulatedTransport
 
 NOW = datetime.datetime(2026, 11, 26, 8, 0, tzinfo=datetime.UTC)
@@ -112,12 +113,18 @@ def test_up_sends_tls_files_and_preflight_reads_them_back(tmp_path: Path) -> Non
     store = StateStore("c1", tmp_path / "state")
     with SimulatedTransport(cluster) as transport:
         up(plan, transport, store, QuietReporter())
-        found = read_security(plan, transport)
+        before = dict(cluster.operations)
+        report = run_preflight(plan, transport)
+        during = {k: v - before.get(k, 0) for k, v in cluster.operations.items()}
     for node_plan in plan.nodes:
         key = cluster.files[(node_plan.name, plan.paths.tls_key_file)]
         assert key == (store.tls.directory / "nodes" / f"{node_plan.name}.key").read_bytes()
         assert cluster.files[(node_plan.name, plan.paths.tls_ca_file)] == (
             store.tls.ca_cert_file.read_bytes()
         )
-    statuses = {c.status for c in security_checks(plan, found, datetime.datetime.now(datetime.UTC))}
-    assert statuses == {"pass"}
+    # Read back by the facts call each node makes anyway: no round trip of their own.
+    assert during["facts"] == len(plan.nodes)
+    assert not during.get("get"), during
+    security = [c for c in report.checks if c.name in ("ray.auth", "ray.tls")]
+    assert len(security) == 2 * len(plan.nodes)
+    assert {c.status for c in security} == {"pass"}, security
