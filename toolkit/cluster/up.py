@@ -76,8 +76,16 @@ def up(
     store: StateStore,
     reporter: Reporter,
     rotate: bool = False,
+    alongside_wait: Callable[[frozenset[str]], None] | None = None,
 ) -> UpResult:
     """Bring the cluster up and wait for its nodes.
+
+    ``alongside_wait``, when given, runs in a thread of its own from the moment every
+    ``ray start`` has returned, while the wait polls Ray; it gets the names of the
+    nodes not failed (those expected alive) and ``up`` returns once both are done. It
+    is for work that needs the nodes started, not Ray's word that they joined (the
+    caller checks the status against what it assumed). On a failure it is not waited
+    for.
 
     With ``rotate``, the token, CA and certificates are made anew first
     (``cluster.rotate``); a node where this cluster's Ray still runs then fails, since
@@ -129,7 +137,10 @@ def up(
     try:
         waves = _start_all(plan, transport, reporter, outcomes, prepare, clocks)
         result.started = _started(outcomes)
+        beside = _beside(alongside_wait, outcomes)
         result.status = _wait(plan, transport, reporter, outcomes, clocks.wait)
+        if beside is not None:
+            beside.result()
     except (ClusterError, KeyboardInterrupt):
         # Not enough nodes, or Ctrl-C: what this call started is stopped again.
         _undo(plan, transport, reporter, _started(outcomes))
@@ -162,6 +173,31 @@ def up(
         }
     )
     return result
+
+
+def _beside(
+    work: Callable[[frozenset[str]], None] | None, outcomes: Mapping[str, NodeOutcome]
+) -> Future[None] | None:
+    """``work`` started in a daemon thread with the nodes not failed (None: no work).
+
+    A daemon thread, not a pool's: a Ctrl-C or a failed wait leaves it behind rather
+    than waiting for it.
+    """
+    if work is None:
+        return None
+    expected = frozenset(o.name for o in outcomes.values() if o.action != "failed")
+    done: Future[None] = Future()
+
+    def run() -> None:
+        try:
+            work(expected)
+        except BaseException as e:  # noqa: BLE001 - handed to the caller through done
+            done.set_exception(e)
+        else:
+            done.set_result(None)
+
+    threading.Thread(target=run, name="rtk-up-beside-wait", daemon=True).start()
+    return done
 
 
 class _Clocks:

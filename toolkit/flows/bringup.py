@@ -13,6 +13,7 @@ from toolkit.flows.outcome import (
     PreflightOutcome,
     PreflightPolicy,
 )
+from toolkit.preflight.result import PreflightReport
 from toolkit.preflight.runner import run_preflight, save_in_run_dir
 from toolkit.rundir import RunDir
 from toolkit.transport.base import Transport
@@ -34,16 +35,27 @@ def bring_up(
         PreflightFailedError: A check failed and ``policy`` enforces them (the cluster
             stays up; the error carries the outcome).
     """
-    result = up(plan, transport, store, reporter, rotate=rotate)
     if policy is PreflightPolicy.SKIP:
+        result = up(plan, transport, store, reporter, rotate=rotate)
         return BringUpOutcome(result, PreflightOutcome(policy))
-    reporter.info("preflight checks (--no-preflight skips them)")
-    # Nodes left out (min_nodes allows it) were already reported by up.
-    left_out = {o.name for o in result.nodes if o.action == "failed"}
-    joined = tuple(n for n in plan.nodes if n.name not in left_out)
-    # up has just asked Ray which nodes are alive: no second status round trip.
-    alive = {n.name for n in result.status.nodes if n.alive} if result.status else None
-    report = run_preflight(dataclasses.replace(plan, nodes=joined), transport, alive=alive)
+    early: dict[frozenset[str], PreflightReport] = {}
+
+    def checks_while_waiting(expected: frozenset[str]) -> None:
+        # Every expected node's ray start has returned: its ports are open, so the
+        # checks need not wait for Ray's word that it joined (one status poll or more).
+        reporter.info("preflight checks (--no-preflight skips them)")
+        early[expected] = _checks(plan, transport, expected)
+
+    result = up(
+        plan, transport, store, reporter, rotate=rotate, alongside_wait=checks_while_waiting
+    )
+    # up has just asked Ray which nodes are alive: the checks stand if it said what they
+    # assumed (every node not failed), else they run again with Ray's answer.
+    alive = frozenset(n.name for n in result.status.nodes if n.alive) if result.status else None
+    expected = frozenset(o.name for o in result.nodes if o.action != "failed")
+    report = early.get(expected) if alive == expected else None
+    if report is None:
+        report = _checks(plan, transport, expected, alive)
     outcome = BringUpOutcome(result, PreflightOutcome(policy, report))
     if outcome.preflight.failed and policy is PreflightPolicy.ENFORCE:
         raise PreflightFailedError(
@@ -52,6 +64,18 @@ def bring_up(
             outcome,
         )
     return outcome
+
+
+def _checks(
+    plan: ClusterPlan,
+    transport: Transport,
+    joined: frozenset[str],
+    alive: frozenset[str] | None = None,
+) -> PreflightReport:
+    """The fast checks on the ``joined`` nodes (those ``up`` did not leave out)."""
+    nodes = tuple(n for n in plan.nodes if n.name in joined)
+    up_nodes = set(joined if alive is None else alive)
+    return run_preflight(dataclasses.replace(plan, nodes=nodes), transport, alive=up_nodes)
 
 
 def preflight(

@@ -143,6 +143,7 @@ class SimulatedCluster:
         self.ray_starts = 0
         self.connections = 0
         self.operations: Counter[str] = Counter()  # probe, put, ray start, status, ...
+        self.order: list[str] = []  # the same operations, in the order they began
         self.sim_cpu_s = 0.0  # the simulation's own CPU time, to tell it from rtk's
         self.lock = threading.Lock()
 
@@ -463,6 +464,7 @@ class SimulatedTransport(Transport):
     def _count(self, operation: str) -> None:
         with self.cluster.lock:
             self.cluster.operations[operation] += 1
+            self.cluster.order.append(operation)
 
     def _answer(self, node: Node, command: str, stdin: str | None) -> CommandResult:
         cluster = self.cluster

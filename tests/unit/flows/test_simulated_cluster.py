@@ -48,11 +48,13 @@ class Lines(QuietReporter):
         self.lines.append(message)
 
 
-def inventory(tmp_path: Path, min_nodes: int | None = None) -> Inventory:
+def inventory(
+    tmp_path: Path, min_nodes: int | None = None, wait_timeout_s: float = 20
+) -> Inventory:
     data: dict[str, Any] = {
         "cluster": "sim",
         "nodes": [{"host": n, "address": f"10.0.0.{i + 1}"} for i, n in enumerate(NAMES)],
-        "ray": {"wait_timeout_s": 20},
+        "ray": {"wait_timeout_s": wait_timeout_s},
     }
     if min_nodes is not None:
         data["min_nodes"] = min_nodes
@@ -105,6 +107,8 @@ def test_64_nodes_come_up_are_checked_run_a_command_and_go_down(
         reached = {c.scope for c in report.checks if c.name == "net.port.node_manager"}
         assert reached == set(NAMES)  # a check per node and port, each from every peer
         assert report.reach is not None and report.reach.pairs == NODES * (NODES - 1)
+        # The checks ran once, beside the wait loop: Ray then said what they assumed.
+        assert cluster.operations["facts"] == NODES
         runs = s.exec(["true"])
         assert [r.node for r in runs if r.ok] == NAMES
     # A new command opens new connections: the handshakes again.
@@ -157,6 +161,37 @@ def test_a_late_joiner_is_waited_for(tmp_path: Path) -> None:
     assert up.status is not None and sorted(up.status.ready) == NAMES
     # The wait loop asked Ray more than once: it saw the node missing, then joined.
     assert cluster.operations["status"] >= 3
+
+
+def test_the_checks_run_while_the_wait_loop_waits_for_a_late_joiner(tmp_path: Path) -> None:
+    """Every ray start returned: the checks start at once, not after Ray's word."""
+    cluster = simulate(Faults(join_late_s={"n0040": 100.0}))
+    with session(inventory(tmp_path), tmp_path, cluster) as s:
+        brought = s.bring_up(PreflightPolicy.ENFORCE)
+    report = brought.preflight.report
+    assert report is not None and report.exit_code == 0
+    # The wait asked Ray several times; the checks, begun beside it, ran once and stood.
+    assert cluster.operations["status"] >= 3
+    assert cluster.operations["facts"] == NODES
+    order = cluster.order
+    last_status = len(order) - 1 - order[::-1].index("status")
+    assert order.index("facts") < last_status, "the checks waited for Ray's last answer"
+
+
+def test_checks_run_again_with_rays_answer_when_a_started_node_never_joins(
+    tmp_path: Path,
+) -> None:
+    """min_nodes lets up go on without a node Ray never saw: the checks assumed it."""
+    inv = inventory(tmp_path, min_nodes=NODES - 1, wait_timeout_s=2)
+    cluster = simulate(Faults(join_late_s={"n0040": 10_000.0}))
+    with session(inv, tmp_path, cluster) as s:
+        brought = s.bring_up(PreflightPolicy.RECORD)
+    assert brought.up.status is not None and "n0040" not in brought.up.status.ready
+    assert cluster.operations["facts"] == 2 * NODES
+    report = brought.preflight.report
+    # The second round knew Ray's answer: nobody checked the ports of n0040.
+    assert report is not None and report.reach is not None
+    assert report.reach.pairs == (NODES - 1) * (NODES - 1)
 
 
 def test_down_stops_every_node_even_those_that_never_started(
