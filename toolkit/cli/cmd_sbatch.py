@@ -16,8 +16,8 @@ from toolkit.cluster.step_container import batch_script_note
 from toolkit.inventory import load_inventory
 from toolkit.rundir import RunDir
 from toolkit.slurm.options import DEFAULT_MAX_RESTARTS, PREFLIGHT_MODES, merge_options
-from toolkit.slurm.requeue import ENDED_BY, Allocation, end_allocation
 from toolkit.slurm.render import TEMPLATES, render_script
+from toolkit.slurm.requeue import ENDED_BY, Allocation, end_allocation
 from toolkit.slurm.submit import exit_status, expand_output_pattern, follow, submit
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -72,7 +72,8 @@ each allocation and why it did or did not requeue. Not requeued: a run that is
 done, failed, or was stopped with scancel (SIGTERM) or SIGINT.
 """
 
-SUBMIT_HELP = """Render the batch script for INVENTORY and submit it with sbatch; print the job id.
+SUBMIT_HELP = (
+    """Render the batch script for INVENTORY and submit it with sbatch; print the job id.
 
 \b
 Takes the same options as `rtk sbatch render`. With --wait, rtk then follows
@@ -88,7 +89,9 @@ Examples:
   JOB=$(rtk sbatch submit inv.yaml --time 08:00:00)    hold a cluster for 8 hours
   rtk sbatch submit inv.yaml --template train --time 04:00:00 --requeue \\
       -- --model-size 350M --max-steps 50000 --save-steps 1000
-""" + REQUEUE_HELP
+"""
+    + REQUEUE_HELP
+)
 
 REQUEUE_CMD_HELP = """Run by a --requeue job's teardown: requeue the job if its run needs more time.
 

@@ -104,7 +104,9 @@ def test_requeue_is_refused_for_the_cluster_template(inventory: Path) -> None:
     done = rtk("sbatch", "render", str(inventory), "--requeue")
     assert done.returncode == 2 and "the cluster template cannot tell" in done.stderr
     done = rtk("sbatch", "render", str(inventory), "--template", "train", "--sbatch-arg=--requeue")
-    assert done.returncode == 2 and "rtk writes --requeue itself; use rtk's --requeue" in done.stderr
+    assert (
+        done.returncode == 2 and "rtk writes --requeue itself; use rtk's --requeue" in done.stderr
+    )
 
 
 def test_submit_help_explains_requeue() -> None:
