@@ -116,17 +116,17 @@ def train_worker(config: TrainConfig, ctx: WorkerContext) -> dict[str, Any]:
                         f"{last['tokens_per_s']:,.0f} tok/s {step_s:.3f} s/step",
                         flush=True,
                     )
-            saved = False
+            checkpointed = False
             if config.save_steps and (step % config.save_steps == 0 or step == config.max_steps):
                 _checkpoint(strategy, ctx, markers, step, config, last)
-                saved = True
+                checkpointed = True
             elif step == config.max_steps:
                 # Reports synchronise every rank with Ray Train's controller (about 2 s
                 # each in Ray 2.60), so only checkpoints and the last step report;
                 # per-step metrics go to metrics.jsonl and the markers.
                 ctx.report(last, None)
             if stop and step < config.max_steps:
-                if not saved:
+                if not checkpointed:
                     _checkpoint(strategy, ctx, markers, step, config, last)
                 markers.write("stop", step)
                 if ctx.rank == 0:
