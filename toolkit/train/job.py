@@ -154,7 +154,9 @@ def main(argv: list[str]) -> int:
     if stopped(stop) and int(final.get("step") or 0) < config.max_steps:
         print(f"rtk train: stopped as asked at step {final.get('step')}", flush=True)
         return STOPPED_EXIT
-    if final.get("step") is not None:
+    # A resumed run without --save-steps reports its last step without a checkpoint, so
+    # Ray Train's metrics are the restored checkpoint's: only the last step's say more.
+    if final.get("step") == config.max_steps:
         print(f"rtk train: finished at step {final['step']} (loss {final.get('loss')})", flush=True)
     else:
         print(f"rtk train: finished {config.max_steps} steps (metrics.jsonl)", flush=True)
