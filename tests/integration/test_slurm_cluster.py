@@ -297,3 +297,86 @@ def test_the_time_limit_signal_tears_down_with_telemetry_and_a_report(
     assert summary["run"]["partial"] is False, summary["notes"]
 
     assert (run_dir / "report" / "report.html").is_file()
+
+
+def test_a_requeued_training_job_trains_every_step_once_over_two_allocations(
+    cluster: Sandbox, workdir: Path
+) -> None:
+    """The time limit's SIGUSR1 stops training with a checkpoint; the job requeues itself.
+
+    SIGUSR1 goes to the batch shell as --signal=B:USR1@GRACE sends it, here at a step
+    the test picks (slurmctld checks time limits only every 30 s or so, which would
+    make the step, and the test's length, a matter of chance). SLURM holds the
+    requeued job for the sandbox's cred_expire (20 s), then the second allocation
+    resumes from the checkpoint and trains to the end.
+    """
+    runs = workdir / "runs"
+    submitted = rtk_in(
+        cluster,
+        workdir,
+        *("sbatch", "submit", str(cluster.inventory_path), "--template", "train"),
+        *("--job-name", "requeue", "--job-output", str(workdir / "requeue-%j.out")),
+        *("--output-dir", str(runs), "--time", "30", "--requeue", "--max-restarts", "2"),
+        *("--", "--model-size", "tiny", "--max-steps", "40", "--num-workers", "3"),
+        # Every step at least 0.25 s (rank 0 sleeps before each barrier): the stop
+        # comes well before the last step.
+        *("--barrier-every", "1", "--straggle", "0:0.25", "--log-every", "10"),
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip()
+    run_dir = runs / f"requeue-{job_id}"
+    log_path = workdir / f"requeue-{job_id}.out"
+
+    def steps_done() -> int:
+        metrics = run_dir / "metrics.jsonl"
+        return len(metrics.read_text().splitlines()) if metrics.exists() else 0
+
+    wait_for(lambda: steps_done() >= 8, 240, "8 training steps")
+    subprocess.run(
+        ["scancel", "--batch", "--signal=USR1", job_id],
+        env={**os.environ, **cluster.slurm_env()},
+        check=True,
+        timeout=30,
+    )
+
+    def allocations() -> list[dict[str, object]]:
+        path = run_dir / "allocations.jsonl"
+        return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+    wait_for(lambda: len(allocations()) >= 2, 420, "the second allocation's end")
+    wait_for(lambda: scontrol_job(cluster, job_id)["JobState"] == "COMPLETED", 60, "COMPLETED")
+    log = log_path.read_text()
+    first, second = allocations()
+    assert first["restart_count"] == 0 and first["ended_by"] == "USR1", log[-5000:]
+    assert first["requeued"] is True, first["reason"]
+    stopped_at = first["last_step"]
+    assert isinstance(stopped_at, int) and 8 <= stopped_at < 40
+    assert second["restart_count"] == 1 and second["ended_by"] == "end"
+    assert (second["requeued"], second["last_step"]) == (False, 40), second["reason"]
+    assert scontrol_job(cluster, job_id)["Restarts"] == "1"
+    # One log (--open-mode=append) with both allocations in it.
+    assert log.count("bringing up Ray on 3 node(s)") == 2
+    assert "requeued (restart 1 of 2)" in log
+    # Every step trained once; the second allocation began where the first stopped.
+    metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == list(range(1, 41))
+    markers = [
+        json.loads(line)
+        for path in sorted((run_dir / "markers").glob("*.jsonl"))
+        for line in path.read_text().splitlines()
+    ]
+    assert {m["step"] for m in markers if m["event"] == "stop"} == {stopped_at}
+    resumed = [m for m in markers if m["event"] == "run_start" and m["resumed"]]
+    assert len(resumed) == 3 and {m["step"] for m in resumed} == {stopped_at}
+    # One report over both allocations: every node's telemetry from each (one trace
+    # per allocation), the time between them a gap, the restart noted.
+    for node in cluster.nodes:
+        traces = sorted((run_dir / "telemetry" / "nodes" / node.name).glob("trace-*.arrows"))
+        assert len(traces) == 2, traces
+    summary = json.loads((run_dir / "report" / "summary.json").read_text())
+    assert summary["run"]["steps"] == 40 and summary["run"]["restarts"] == 1
+    for node in cluster.nodes:
+        gaps = summary["nodes"][node.name]["gaps"]
+        assert any(g["where"] == "inner" and g["duration_s"] > 10 for g in gaps), gaps
+    assert (run_dir / "report" / "report.html").is_file()
+    assert ray_processes(cluster) == {}

@@ -14,8 +14,10 @@ from toolkit.cli.common import exclude_options
 from toolkit.cluster.exclude import asked_exclusions
 from toolkit.cluster.step_container import batch_script_note
 from toolkit.inventory import load_inventory
-from toolkit.slurm.options import PREFLIGHT_MODES, merge_options
+from toolkit.rundir import RunDir
+from toolkit.slurm.options import DEFAULT_MAX_RESTARTS, PREFLIGHT_MODES, merge_options
 from toolkit.slurm.render import TEMPLATES, render_script
+from toolkit.slurm.requeue import ENDED_BY, Allocation, end_allocation
 from toolkit.slurm.submit import exit_status, expand_output_pattern, follow, submit
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -55,19 +57,50 @@ Examples:
   rtk sbatch render inv.yaml --exclude-file preflight.json    not the nodes it names
 """
 
-SUBMIT_HELP = """Render the batch script for INVENTORY and submit it with sbatch; print the job id.
+REQUEUE_HELP = """
+\b
+REQUEUE (--template train --requeue): a run longer than one allocation.
+SIGUSR1 comes --grace-s before the time limit; rtk train is stopped with
+SIGINT, every rank finishes its step and saves a checkpoint there, Ray is
+torn down and the report written, and then, if the run is short of its
+--max-steps, the job requeues itself (scontrol requeue: the same job id, run
+directory and log, SLURM_RESTART_COUNT counting the restarts). SLURM starts it
+again after its requeue delay (slurm.conf AuthInfo cred_expire, 120 s by
+default); rtk train resumes from the checkpoint, metrics.jsonl keeps every step
+once, and the report covers every allocation. RUN_DIR/allocations.jsonl records
+each allocation and why it did or did not requeue. Not requeued: a run that is
+done, failed, or was stopped with scancel (SIGTERM) or SIGINT.
+"""
+
+SUBMIT_HELP = (
+    """Render the batch script for INVENTORY and submit it with sbatch; print the job id.
 
 \b
 Takes the same options as `rtk sbatch render`. With --wait, rtk then follows
 the job's output file as it grows until the job ends, and exits with its
 outcome: 0 when COMPLETED, else the job's exit code (or 1). Ctrl-C stops
-following, not the job (scancel JOBID does that).
+following, not the job (scancel JOBID does that). A requeued job is followed
+through every allocation.
 
 \b
 Examples:
   rtk sbatch submit inv.yaml --nodes 2 --time 30 -- python my_ray_program.py
   rtk sbatch submit inv.yaml --template train --wait -- --max-steps 200 --barrier-every 10
   JOB=$(rtk sbatch submit inv.yaml --time 08:00:00)    hold a cluster for 8 hours
+  rtk sbatch submit inv.yaml --template train --time 04:00:00 --requeue \\
+      -- --model-size 350M --max-steps 50000 --save-steps 1000
+"""
+    + REQUEUE_HELP
+)
+
+REQUEUE_CMD_HELP = """Run by a --requeue job's teardown: requeue the job if its run needs more time.
+
+\b
+Reads RUN_DIR (metrics.jsonl, train_config.json, allocations.jsonl) and requeues
+job --job-id (scontrol requeue) when the allocation ended at its time limit
+(--ended-by USR1), the run is short of its max_steps, this allocation trained at
+least one step, and fewer than --max-restarts restarts were used. Either way it
+appends this allocation to RUN_DIR/allocations.jsonl and prints why.
 """
 
 # rtk train options the template sets itself.
@@ -131,6 +164,18 @@ def job_options(func: F) -> F:
             "and go on; skip: run no check.",
         ),
         click.option("--python", help="Python with rtk inside the job (default: the head's)."),
+        click.option(
+            "--requeue",
+            is_flag=True,
+            help="--template train: at the time limit the run checkpoints and the job "
+            f"requeues itself until max_steps (at most --max-restarts times, default "
+            f"{DEFAULT_MAX_RESTARTS}); see REQUEUE below.",
+        ),
+        click.option(
+            "--max-restarts",
+            type=int,
+            help="Requeues the job may do (implies --requeue when more than 0); 0: none.",
+        ),
     ]
     for option in reversed(options):
         func = option(func)
@@ -200,6 +245,45 @@ def submit_cmd(wait: bool, poll_s: float, dry_run: bool, **given: Any) -> None:
         sys.exit(130)
     click.echo(f"rtk: job {job_id} {state.describe()}", err=True)
     sys.exit(exit_status(state))
+
+
+@sbatch_group.command("requeue", help=REQUEUE_CMD_HELP)
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option("--job-id", required=True, help="The job to requeue ($SLURM_JOB_ID).")
+@click.option(
+    "--restart-count",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Restarts so far ($SLURM_RESTART_COUNT).",
+)
+@click.option(
+    "--max-restarts",
+    type=click.IntRange(min=0),
+    required=True,
+    help="Restarts allowed in all.",
+)
+@click.option(
+    "--ended-by",
+    type=click.Choice(ENDED_BY),
+    required=True,
+    help="What ended the allocation: USR1 (time limit), TERM, INT, or end (by itself).",
+)
+@click.option("--started-s", type=float, help="When the allocation's script started (epoch s).")
+@click.option("--nodes", default="?", help="The allocation's nodes ($SLURM_JOB_NODELIST).")
+def requeue_cmd(
+    run_dir: str,
+    job_id: str,
+    restart_count: int,
+    max_restarts: int,
+    ended_by: str,
+    started_s: float | None,
+    nodes: str,
+) -> None:
+    """Requeue the job if its run needs more time (help: REQUEUE_CMD_HELP)."""
+    allocation = Allocation(job_id, restart_count, nodes, started_s, ended_by)
+    record = end_allocation(RunDir(run_dir), allocation, max_restarts)
+    click.echo(f"rtk: job {job_id}: {record.reason}")
 
 
 def _script_and_names(given: dict[str, Any]) -> tuple[str, str, str]:

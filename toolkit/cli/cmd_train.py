@@ -207,6 +207,13 @@ Options may be spelled with underscores too, as train_gpt.py's are in Ray guides
     "checkpoint at exactly the next step.",
 )
 @click.option(
+    "--checkpoint-on-stop",
+    is_flag=True,
+    help="When stopped (Ctrl-C, rtk stop, an sbatch job's teardown at its time limit), "
+    "finish the step, save a checkpoint and end, so --resume continues there; on "
+    "anyway with --save-steps.",
+)
+@click.option(
     "--barrier-every",
     type=int,
     default=0,

@@ -85,6 +85,7 @@ class TrainCommand(UnderscoreSpellings, SectionedCommand):
             "save_steps",
             "keep_checkpoints",
             "resume",
+            "checkpoint_on_stop",
             "max_failures",
             "restart_wait_s",
         ),

@@ -8,6 +8,12 @@ only the standard library, ``toolkit.errors`` and ``toolkit.fields``.
 
 from __future__ import annotations
 
+from toolkit.rundir.allocations import (
+    AllocationRecord,
+    TrainingProgress,
+    read_allocations,
+    training_progress,
+)
 from toolkit.rundir.layout import RunDir
 from toolkit.rundir.markers import Marker, MarkerWriter, marker_path, read_markers
 from toolkit.rundir.preflight import Check, PreflightRecord
@@ -22,6 +28,7 @@ from toolkit.rundir.telemetry import Manifest, NodeManifest
 from toolkit.rundir.train import MetricsLine, TrainConfigRecord, metrics_step, read_metrics
 
 __all__ = [
+    "AllocationRecord",
     "Check",
     "CommandRecord",
     "IdleBaseline",
@@ -36,8 +43,11 @@ __all__ = [
     "ProfileRunRecord",
     "RunDir",
     "TrainConfigRecord",
+    "TrainingProgress",
     "marker_path",
     "metrics_step",
+    "read_allocations",
     "read_markers",
     "read_metrics",
+    "training_progress",
 ]

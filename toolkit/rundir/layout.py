@@ -11,6 +11,8 @@ all find a run's files through this class, so the layout is spelled once::
       profile_run.json           a sweep run's outcome (``rtk profile``)
       metrics.jsonl              one line per step (rank 0)
       metrics.superseded.jsonl   steps of a failed attempt, trained again
+      allocations.jsonl          a requeued batch job's allocations, one line each
+      stop_requested             asks the trainer to checkpoint and stop (SIGINT)
       markers/rank-NNNNN.jsonl   every rank's step and barrier markers
       telemetry/manifest.json    nodes, sensors, clock offsets
       telemetry/nodes/NODE/trace-NNN.arrows   (samples.jsonl before traces were Arrow)
@@ -122,6 +124,16 @@ class RunDir:
     def superseded_metrics(self) -> Path:
         """Steps of a failed attempt, trained again after a restart."""
         return self.root / "metrics.superseded.jsonl"
+
+    @property
+    def allocations(self) -> Path:
+        """A requeued batch job's allocations, one line each (``allocations.jsonl``)."""
+        return self.root / "allocations.jsonl"
+
+    @property
+    def stop_request(self) -> Path:
+        """Written by the training driver on SIGINT: every rank checkpoints and stops."""
+        return self.root / "stop_requested"
 
     # Markers.
     @property

@@ -36,6 +36,8 @@ NODE_SLURM_ETC = "/etc/slurm"
 MIN_JOB_AGE_S = 600
 # Between SIGTERM and SIGKILL of a cancelled job's processes.
 KILL_WAIT_S = 10
+# slurm.conf AuthInfo cred_expire: also the delay before a requeued job may run again.
+CRED_EXPIRE_S = 20
 
 
 def ports(subnet: str) -> tuple[int, int]:
@@ -114,7 +116,9 @@ def slurm_conf(layout: Layout, controller_host: str, cpus: int) -> str:
         "SlurmdUser=root",
         "AuthType=auth/munge",
         "CredType=cred/munge",
-        f"AuthInfo=socket={paths.munge_socket}",
+        "# cred_expire: a step credential's lifetime, and how long a requeued job waits",
+        f"# before it may start again (120 s by default): {CRED_EXPIRE_S} s for quick requeues.",
+        f"AuthInfo=socket={paths.munge_socket},cred_expire={CRED_EXPIRE_S}",
         f"StateSaveLocation={paths.state}",
         f"SlurmctldPidFile={paths.slurmctld_pid_file}",
         f"# slurmctld runs in the foreground; its stderr goes to {paths.slurmctld_log}.",

@@ -21,6 +21,8 @@ from toolkit.inventory.hostrange import compress_hosts
 DEFAULT_JOB_OUTPUT = "rtk-%x-%j.out"
 DEFAULT_OUTPUT_DIR = "rtk-runs"
 DEFAULT_GRACE_S = 180
+# Requeues a --requeue job may do when --max-restarts is not given.
+DEFAULT_MAX_RESTARTS = 3
 PREFLIGHT_MODES = ("enforce", "record", "skip")
 
 TIME_PATTERN = re.compile(r"^([0-9]+-)?[0-9]+(:[0-9]{1,2}){0,2}$")
@@ -43,6 +45,8 @@ _MANAGED = {
     "exclusive": "--exclusive",
     "signal": "--grace-s",
     "exclude": "--exclude",
+    "requeue": "--requeue",
+    "no-requeue": "--max-restarts 0",
 }
 
 
@@ -74,6 +78,8 @@ class SbatchOptions:
         output_dir: Where run directories go; relative means the submit directory.
         run_id: Run directory name; None: ``<job name>-<job id>`` at run time.
         preflight: enforce (a failed check ends the job), record, or skip.
+        max_restarts: How many times the job may requeue itself at its time limit
+            (``scontrol requeue``) to train on; 0: never (no ``#SBATCH --requeue``).
     """
 
     job_name: str
@@ -91,6 +97,12 @@ class SbatchOptions:
     output_dir: str = DEFAULT_OUTPUT_DIR
     run_id: str | None = None
     preflight: str = "enforce"
+    max_restarts: int = 0
+
+    @property
+    def requeue(self) -> bool:
+        """Whether the job requeues itself at its time limit until the run is done."""
+        return self.max_restarts > 0
 
     @property
     def stop_wait_s(self) -> int:
@@ -118,6 +130,9 @@ class SbatchOptions:
         if self.exclude:
             lines.append(f"--exclude={compress_hosts(self.exclude)}")
         lines.append(f"--signal=B:USR1@{self.grace_s}")
+        if self.requeue:
+            # Every allocation's log in one file: a requeued job truncates it otherwise.
+            lines.extend(["--requeue", "--open-mode=append"])
         lines.extend(self.extra_args)
         return lines
 
@@ -192,6 +207,14 @@ def merge_options(inventory: Inventory, given: Mapping[str, Any]) -> SbatchOptio
     preflight = given.get("preflight") or "enforce"
     if preflight not in PREFLIGHT_MODES:
         problems.append(f"--preflight: got {preflight!r}; give one of {', '.join(PREFLIGHT_MODES)}")
+    max_restarts = given.get("max_restarts")
+    if max_restarts is None:
+        max_restarts = DEFAULT_MAX_RESTARTS if given.get("requeue") else 0
+    elif max_restarts < 0:
+        problems.append(
+            f"--max-restarts: got {max_restarts}; give 0 (no requeue) or more "
+            f"(--requeue alone: {DEFAULT_MAX_RESTARTS})"
+        )
     python = _given_or(given, "python", inventory.head.python)
     if not python.strip():
         problems.append("--python: got an empty path; give the Python that has rtk installed")
@@ -214,6 +237,7 @@ def merge_options(inventory: Inventory, given: Mapping[str, Any]) -> SbatchOptio
         output_dir=output_dir,
         run_id=run_id,
         preflight=preflight,
+        max_restarts=max(0, max_restarts),
     )
 
 

@@ -40,10 +40,18 @@ def render_script(
             (``toolkit.cluster.step_container.batch_script_note``); none without.
 
     Raises:
-        SbatchOptionError: Unknown template.
+        SbatchOptionError: Unknown template, or ``--requeue`` with one that cannot
+            resume (only ``train`` can).
     """
     if template not in TEMPLATES:
         raise SbatchOptionError(f"--template: got {template!r}; give one of {', '.join(TEMPLATES)}")
+    if options.requeue and template != "train":
+        raise SbatchOptionError(
+            f"--requeue (--max-restarts {options.max_restarts}): only --template train "
+            "requeues itself, as rtk train says how far its run got and resumes from its "
+            f"checkpoint; the {template} template cannot tell whether its command's work "
+            "is done (give --max-restarts 0, or requeue from your program: scontrol requeue)"
+        )
     text = inventory_text if inventory_text.endswith("\n") else inventory_text + "\n"
     return (
         _environment()

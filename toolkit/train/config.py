@@ -73,6 +73,9 @@ class TrainConfig:
     save_steps: int = 0
     keep_checkpoints: int = 3
     resume: bool = False
+    # On SIGINT (rtk stop, Ctrl-C, an sbatch job's teardown) finish the step, save a
+    # checkpoint and end; with --save-steps it is on anyway (``stops_with_checkpoint``).
+    checkpoint_on_stop: bool = False
     barrier_every: int = 0
     # A testing aid: "RANK:SECONDS" makes that rank sleep before every barrier, so the
     # report's straggler analysis can be seen to name it.
@@ -155,6 +158,16 @@ class TrainConfig:
         if problems:
             raise RtkError("; ".join(problems))
         return self
+
+    @property
+    def stops_with_checkpoint(self) -> bool:
+        """Whether SIGINT ends the run at a step boundary with a checkpoint.
+
+        Asked for with ``--checkpoint-on-stop``, and implied by ``--save-steps``: a run
+        that keeps checkpoints keeps the last one too. Without, SIGINT aborts the
+        workers at once (Ray Train's own handling) and nothing is saved.
+        """
+        return self.checkpoint_on_stop or self.save_steps > 0
 
     def straggler(self) -> tuple[int, float] | None:
         """The rank that sleeps before every barrier, and for how long (``--straggle``)."""

@@ -25,6 +25,7 @@ from toolkit.telemetry.session import TelemetrySession, exit_on_sigterm
 from toolkit.telemetry.settle import IdlePhases
 from toolkit.train.config import TrainConfig
 from toolkit.train.ray_worker import train_loop_per_worker
+from toolkit.train.stop import STOPPED_EXIT, StopOnInterrupt, stopped
 
 RUN_NAME = CHECKPOINTS_DIR  # Ray Train keeps its checkpoints in RUN_DIR/RUN_NAME
 
@@ -129,14 +130,17 @@ def main(argv: list[str]) -> int:
         if session is not None
         else None
     )
+    stop = StopOnInterrupt(RunDir(config.run_dir)) if config.stops_with_checkpoint else None
+    if stop is not None:
+        stop.clear()  # a request left by the allocation before this one
     if session is not None:
         session.start()
     try:
         if idle is not None:
             idle.before()
-        result = trainer.fit()
-        if idle is not None and getattr(result, "error", None) is None:
-            idle.after()
+        result = stop.fit(trainer) if stop is not None else trainer.fit()
+        if idle is not None and getattr(result, "error", None) is None and not stopped(stop):
+            idle.after()  # no cooldown for a run stopped early: time is short then
     finally:
         if idle is not None:
             idle.save()
@@ -147,7 +151,12 @@ def main(argv: list[str]) -> int:
     if getattr(result, "error", None) is not None:
         print(f"rtk train: ended early: {result.error}", flush=True)
         return 1
-    if final.get("step") is not None:
+    if stopped(stop) and int(final.get("step") or 0) < config.max_steps:
+        print(f"rtk train: stopped as asked at step {final.get('step')}", flush=True)
+        return STOPPED_EXIT
+    # A resumed run without --save-steps reports its last step without a checkpoint, so
+    # Ray Train's metrics are the restored checkpoint's: only the last step's say more.
+    if final.get("step") == config.max_steps:
         print(f"rtk train: finished at step {final['step']} (loss {final.get('loss')})", flush=True)
     else:
         print(f"rtk train: finished {config.max_steps} steps (metrics.jsonl)", flush=True)

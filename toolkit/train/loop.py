@@ -4,6 +4,12 @@
 ``WorkerContext``: Ray Train provides one (``toolkit.train.ray_worker``), tests can
 provide their own. The loop writes markers (every rank) and ``metrics.jsonl``
 (rank 0) into the run directory as it goes, and hands checkpoints to the context.
+
+A run that stops with a checkpoint (``TrainConfig.stops_with_checkpoint``) looks for
+the run directory's stop request (``RunDir.stop_request``, written by the driver on
+SIGINT) after every step. Each rank's look travels with the step's loss all-reduce,
+so every rank sees the request at the same step: they save a checkpoint there and
+end without ``run_end``, and the next attempt resumes at the following step.
 """
 
 from __future__ import annotations
@@ -64,7 +70,9 @@ def train_worker(config: TrainConfig, ctx: WorkerContext) -> dict[str, Any]:
     tokens_per_step = (
         config.batch_size * config.gradient_accumulation_steps * shape.seq_len * ctx.world_size
     )
+    stop_request = RunDir(run_dir).stop_request if config.stops_with_checkpoint else None
     last: dict[str, Any] = {}
+    stopped = False
     try:
         for step in range(start + 1, config.max_steps + 1):
             began = time.monotonic()
@@ -78,7 +86,8 @@ def train_worker(config: TrainConfig, ctx: WorkerContext) -> dict[str, Any]:
                 for micro in range(config.gradient_accumulation_steps)
             ]
             strategy.optimizer_step()
-            loss = _mean_across_ranks(sum(losses) / len(losses), device)
+            asked = stop_request is not None and stop_request.exists()
+            loss, stop = _reduce_step(sum(losses) / len(losses), asked, device)
             markers.write("step_end", step, loss=loss, tokens=tokens_per_step // ctx.world_size)
             if config.barrier_every and step % config.barrier_every == 0:
                 if straggler is not None and straggler[0] == ctx.rank:
@@ -108,15 +117,30 @@ def train_worker(config: TrainConfig, ctx: WorkerContext) -> dict[str, Any]:
                         f"{last['tokens_per_s']:,.0f} tok/s {step_s:.3f} s/step",
                         flush=True,
                     )
+            checkpointed = False
             if config.save_steps and (step % config.save_steps == 0 or step == config.max_steps):
                 _checkpoint(strategy, ctx, markers, step, config, last)
+                checkpointed = True
             elif step == config.max_steps:
                 # Reports synchronise every rank with Ray Train's controller (about 2 s
                 # each in Ray 2.60), so only checkpoints and the last step report;
                 # per-step metrics go to metrics.jsonl and the markers.
                 ctx.report(last, None)
+            if stop and step < config.max_steps:
+                if not checkpointed:
+                    _checkpoint(strategy, ctx, markers, step, config, last)
+                markers.write("stop", step)
+                if ctx.rank == 0:
+                    print(
+                        f"rtk train: asked to stop: stopped after step {step} with a "
+                        f"checkpoint; resuming continues at step {step + 1}",
+                        flush=True,
+                    )
+                stopped = True
+                break
 
-        markers.write("run_end", config.max_steps)
+        if not stopped:
+            markers.write("run_end", config.max_steps)
     finally:
         markers.close()
         if metrics_file is not None:
@@ -156,12 +180,17 @@ def _learning_rate(config: TrainConfig, step: int) -> float:
     return config.learning_rate
 
 
-def _mean_across_ranks(value: float, device: torch.device) -> float:
+def _reduce_step(loss: float, stop: bool, device: torch.device) -> tuple[float, bool]:
+    """The loss averaged over the ranks, and whether any rank was asked to stop.
+
+    One all-reduce carries both, so a stop request costs no collective of its own and
+    every rank stops after the same step.
+    """
     if not dist.is_initialized():
-        return value
-    tensor = torch.tensor([value], device=device)
+        return loss, stop
+    tensor = torch.tensor([loss, 1.0 if stop else 0.0], device=device)
     dist.all_reduce(tensor)
-    return float(tensor.item()) / dist.get_world_size()
+    return float(tensor[0].item()) / dist.get_world_size(), bool(tensor[1].item() > 0)
 
 
 def _device(local_rank: int) -> torch.device:

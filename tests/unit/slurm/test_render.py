@@ -166,6 +166,13 @@ CONFIGURATIONS = [
     ),
     ("cluster-pyxis.sbatch", "pyxis.yaml", "cluster", (), {}),
     ("train-apptainer.sbatch", "apptainer.yaml", "train", (), {"nodes": 3}),
+    (
+        "train-requeue.sbatch",
+        "plain.yaml",
+        "train",
+        ("--max-steps", "50000", "--save-steps", "1000"),
+        {"requeue": True, "time": "04:00:00"},
+    ),
 ]
 
 
@@ -810,6 +817,41 @@ def test_scancel_and_time_limit_stop_the_workload_with_sigint(
     assert calls[2].endswith("--run-id rtk-test-4242 -- python my.py it's; touch PWNED")
     assert not (job.submit_dir / "PWNED").exists()
     assert "the step ended with status 130" in job.output
+
+
+def test_time_limit_stops_the_trainer_then_tears_down_then_asks_to_requeue(
+    tmp_path: Path, job_env: dict[str, object]
+) -> None:
+    runs = tmp_path / "runs"
+    job = start(
+        tmp_path,
+        job_env,
+        "train",
+        ("--max-steps", "50"),
+        env={"FAKE_WORK_S": "60", "SLURM_RESTART_COUNT": "1"},
+        output_dir=str(runs),
+        max_restarts=2,
+    )
+    job.wait_for("workload started")
+    job.process.send_signal(signal.SIGUSR1)
+    assert job.finish() == 138, job.output
+    calls = job.calls()
+    assert calls[1].endswith("--run-id rtk-test-4242 --checkpoint-on-stop --max-steps 50")
+    assert calls[3:5] == ["workload got SIGINT", expected(job, "down --slurm {inv}")[0]]
+    requeue = calls[5].split()
+    assert requeue[:3] == ["sbatch", "requeue", f"{runs}/rtk-test-4242"]
+    assert requeue[3:11] == [
+        *("--job-id", "4242", "--restart-count", "1"),
+        *("--max-restarts", "2", "--ended-by", "USR1"),
+    ]
+    assert requeue[11] == "--started-s" and abs(int(requeue[12]) - time.time()) < 60
+    assert requeue[13:] == ["--nodes", "cpu[1-2]"]
+    assert len(calls) == 6
+    # Ended by itself, it still asks (and is told no: the run directory decides).
+    job.log.unlink()
+    job = start(tmp_path, job_env, "train", output_dir=str(runs), requeue=True)
+    assert job.finish() == 0, job.output
+    assert "--ended-by end" in job.calls()[-1]
 
 
 def test_held_cluster_ends_cleanly_at_the_time_limit(

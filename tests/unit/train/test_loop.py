@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
+import time
 from importlib.util import find_spec
 from pathlib import Path
 
@@ -14,7 +16,7 @@ import torch  # noqa: F401
 from conftest import require
 
 from toolkit.errors import RtkError
-from toolkit.rundir import read_markers
+from toolkit.rundir import RunDir, read_markers
 from toolkit.train.config import PRESETS, TrainConfig
 from toolkit.train.local import run_local
 
@@ -131,3 +133,42 @@ def test_straggle_makes_one_rank_arrive_last_at_every_barrier(tmp_path: Path) ->
 def test_straggle_must_be_rank_and_seconds() -> None:
     with pytest.raises(RtkError, match="--straggle 'x': give RANK:SECONDS"):
         TrainConfig(run_dir="r", straggle="x").check()
+
+
+def test_a_stop_request_ends_every_rank_at_one_step_with_a_checkpoint(tmp_path: Path) -> None:
+    """What an sbatch job's teardown causes: SIGINT to the driver writes the request."""
+    run = tmp_path / "run"
+    cfg = config(run, max_steps=400, save_steps=0, barrier_every=0, checkpoint_on_stop=True)
+
+    def ask_once_training() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if (run / "metrics.jsonl").exists() and len(metrics(run)) >= 5:
+                RunDir(run).stop_request.write_text("{}")
+                return
+            time.sleep(0.01)
+
+    asker = threading.Thread(target=ask_once_training)
+    asker.start()
+    run_local(cfg, 2, tmp_path / "rv1")
+    asker.join()
+    stopped_at = len(metrics(run))
+    assert 5 <= stopped_at < 400
+    records = read_markers(run)
+    stops = {(r["rank"], r["step"]) for r in records if r["event"] == "stop"}
+    assert stops == {(0, stopped_at), (1, stopped_at)}  # both ranks, the same step
+    assert not [r for r in records if r["event"] == "run_end"]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [f"step-{stopped_at:05d}"]
+    # The next attempt (its driver removes the request first) trains on from there.
+    RunDir(run).stop_request.unlink()
+    run_local(dataclasses.replace(cfg, max_steps=stopped_at + 5), 2, tmp_path / "rv2")
+    assert [m["step"] for m in metrics(run)] == list(range(1, stopped_at + 6))
+
+
+def test_a_run_without_checkpoints_on_stop_ignores_the_request(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    RunDir(run).stop_request.write_text("{}")
+    run_local(config(run, max_steps=3, save_steps=0, barrier_every=0), 1, tmp_path / "rv")
+    assert [m["step"] for m in metrics(run)] == [1, 2, 3]
+    assert [r["step"] for r in read_markers(run) if r["event"] == "run_end"] == [3]
