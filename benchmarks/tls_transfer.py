@@ -37,7 +37,7 @@ import ray
 
 SIZE = int(os.environ["SIZE_BYTES"])
 PULLS = int(os.environ["PULLS"])
-ray.init()
+ray.init(address=os.environ["RTK_HEAD_ADDRESS"], logging_level="ERROR", log_to_driver=False)
 
 
 @ray.remote(num_cpus=0, resources={os.environ["WORKER_RESOURCE"]: 0.001})

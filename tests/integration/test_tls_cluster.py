@@ -146,6 +146,36 @@ def test_a_job_and_the_ray_cli_on_a_node_reach_the_cluster(
     assert "rtk_host:node3" in status.stdout
 
 
+def test_rtk_train_with_telemetry_runs_over_tls(
+    cluster: dict[str, Any],
+    tls_inventory: Path,
+    state: dict[str, str],
+    sandbox3: Sandbox,
+    tmp_path: Path,
+) -> None:
+    """Ray Train's workers, the samplers and the report, every gRPC of it in TLS."""
+    require(find_spec("torch") is not None, "torch is not installed (pip install '.[train]')")
+    output = tmp_path / "runs"
+    done = rtk(
+        "train",
+        str(tls_inventory),
+        *("--model-size", "tiny", "--num-workers", "3", "--max-steps", "10"),
+        *("--output-dir", str(output), "--run-id", "tls"),
+        env=state,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    run_dir = output / "tls"
+    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").open()]
+    assert steps == list(range(1, 11))
+    manifest = json.loads((run_dir / "telemetry" / "manifest.json").read_text())
+    assert sorted(manifest["nodes"]) == names(sandbox3)
+    assert all(n["status"] == "complete" and n["samples"] > 0 for n in manifest["nodes"].values())
+    summary = json.loads((run_dir / "report" / "summary.json").read_text())
+    assert summary["run"]["steps"] == 10
+    assert sorted(summary["nodes"]) == names(sandbox3)
+
+
 def test_clients_without_the_clusters_certificates_are_refused(
     cluster: dict[str, Any], plan: ClusterPlan
 ) -> None:
