@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from importlib.util import find_spec
 from pathlib import Path
@@ -151,11 +152,21 @@ def test_rtk_train_with_telemetry_runs_over_tls(
     tls_inventory: Path,
     state: dict[str, str],
     sandbox3: Sandbox,
-    tmp_path: Path,
 ) -> None:
     """Ray Train's workers, the samplers and the report, every gRPC of it in TLS."""
     require(find_spec("torch") is not None, "torch is not installed (pip install '.[train]')")
-    output = tmp_path / "runs"
+    # Under /tmp, which each sandbox node mounts for itself: no shared filesystem, so
+    # the run's files come back through the head (metrics.jsonl from rank 0's node).
+    output = Path(f"/tmp/rtk-tls-runs-{uuid.uuid4().hex[:8]}")
+    try:
+        trained_over_tls(output, tls_inventory, state, sandbox3)
+    finally:
+        shutil.rmtree(output, ignore_errors=True)
+
+
+def trained_over_tls(
+    output: Path, tls_inventory: Path, state: dict[str, str], sandbox3: Sandbox
+) -> None:
     done = rtk(
         "train",
         str(tls_inventory),

@@ -149,6 +149,15 @@ class RunDir:
         """Every rank's marker file there is, in rank order."""
         return sorted(self.markers_dir.glob("rank-*.jsonl"))
 
+    def rank_files(self) -> list[Path]:
+        """What ranks write on their own node: markers, and rank 0's metrics, there are.
+
+        Without a shared filesystem these are on the ranks' nodes only, and the
+        telemetry session copies them to the head's run directory.
+        """
+        metrics = [p for p in (self.metrics, self.superseded_metrics) if p.is_file()]
+        return [*self.marker_files(), *metrics]
+
     # Telemetry.
     @property
     def telemetry_dir(self) -> Path:

@@ -200,12 +200,13 @@ def _read_chunk(path: str, offset: int, size: int) -> bytes:
 
 @ray.remote(num_cpus=0)
 def _read_node_markers(run_dir: str) -> dict[str, bytes]:
-    """This node's view of the marker files, by path relative to the run directory.
+    """This node's view of the ranks' files (``RunDir.rank_files``), by relative path.
 
-    Without a shared filesystem, each node holds only its own ranks' files.
+    Without a shared filesystem, each node holds only its own ranks' files: markers,
+    and rank 0's metrics.jsonl wherever rank 0 ran.
     """
     layout = RunDir(run_dir)
-    return {str(path.relative_to(layout.root)): path.read_bytes() for path in layout.marker_files()}
+    return {str(path.relative_to(layout.root)): path.read_bytes() for path in layout.rank_files()}
 
 
 @ray.remote(num_cpus=0)
@@ -434,7 +435,7 @@ class TelemetrySession:
         os.replace(partial, next_segment(node_dir))
 
     def _collect_markers(self, node: _Node, where: dict[str, Any]) -> None:
-        """Copy marker files only that node has (or has longer) into the run directory."""
+        """Copy rank files only that node has (or has longer) into the run directory."""
         try:
             found = ray.get(
                 _read_node_markers.options(**where).remote(str(self.run_dir)),
