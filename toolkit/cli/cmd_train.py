@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -11,6 +12,7 @@ from typing import Any
 
 import click
 
+from toolkit.cli.cmd_cluster import render_up_result
 from toolkit.cli.common import (
     choose_inventory,
     dry_run_option,
@@ -20,6 +22,7 @@ from toolkit.cli.common import (
 )
 from toolkit.cli.help import TrainCommand
 from toolkit.cli.jobs_output import outcome_lines
+from toolkit.cli.progress import progress_reporter
 from toolkit.cli.reporting import report_run
 from toolkit.cluster import StateStore
 from toolkit.cluster.container import check_path_mounted
@@ -319,6 +322,16 @@ Options may be spelled with underscores too, as train_gpt.py's are in Ray guides
     "auto: local inside a SLURM allocation on the head (an rtk sbatch job), else job.",
 )
 @click.option(
+    "--up",
+    "bring_up",
+    is_flag=True,
+    help="Bring the cluster up first, in this same command, as rtk up --no-preflight "
+    "would (it stays up: rtk down after). With a local driver (--driver), the driver "
+    "starts as soon as the head has its files and imports torch and Ray while the "
+    "nodes join, so training starts seconds sooner; rtk's sbatch train template "
+    "uses it.",
+)
+@click.option(
     "--timings",
     "show_timings",
     is_flag=True,
@@ -342,46 +355,78 @@ def _train(inventory: str | None, clock: TrainClock, options: dict[str, Any]) ->
     inv = _cluster(inventory, options.pop("local"), options.pop("slurm"), address)
     dry_run = options.pop("dry_run")
     driver = Driver(options.pop("driver"))
+    bring_up = options.pop("bring_up")
 
     def log(line: str) -> None:
         clock.see(line)
         click.echo(line)
 
-    with Session(inv, log=log) as session:
-        check_address(address, session.plan)
-        run_id = (
-            options.pop("run_id")
-            or _last_run(session.store, options["resume"])
-            or f"{inv.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-        )
-        output_dir = options.pop("output_dir").rstrip("/")
-        options["resources_per_worker"] = _resources(options["resources_per_worker"])
-        policy = PreflightPolicy.ENFORCE if options.pop("preflight") else PreflightPolicy.SKIP
-        config = TrainConfig(run_dir=f"{output_dir}/{run_id}", **options).check()
-        containers = [n.container for n in session.plan.nodes if n.container is not None]
-        check_path_mounted(containers, config.run_dir, "the run directory")
-        workload = TrainWorkload(config, run_id)
-        if dry_run:
-            plan = session.run_plan(workload, policy, config.telemetry, driver)
-            click.echo(plan.render(), nl=False)
-            return
+    reporter = progress_reporter(False) if bring_up and not dry_run else None
+    with contextlib.ExitStack() as stack:
+        if reporter is not None:
+            stack.enter_context(reporter)
+        session = stack.enter_context(Session(inv, reporter, log=log))
+        _train_in(session, address, clock, options, dry_run, driver, bring_up)
+
+
+def _train_in(
+    session: Session,
+    address: RayAddress,
+    clock: TrainClock,
+    options: dict[str, Any],
+    dry_run: bool,
+    driver: Driver,
+    bring_up: bool,
+) -> None:
+    inv = session.inventory
+    check_address(address, session.plan)
+    run_id = (
+        options.pop("run_id")
+        or _last_run(session.store, options["resume"])
+        or f"{inv.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    )
+    output_dir = options.pop("output_dir").rstrip("/")
+    options["resources_per_worker"] = _resources(options["resources_per_worker"])
+    policy = PreflightPolicy.ENFORCE if options.pop("preflight") else PreflightPolicy.SKIP
+    config = TrainConfig(run_dir=f"{output_dir}/{run_id}", **options).check()
+    containers = [n.container for n in session.plan.nodes if n.container is not None]
+    check_path_mounted(containers, config.run_dir, "the run directory")
+    workload = TrainWorkload(config, run_id)
+    if dry_run:
+        if bring_up:
+            click.echo(session.up_plan(), nl=False)
+        plan = session.run_plan(workload, policy, config.telemetry, driver, ahead=bring_up)
+        click.echo(plan.render(), nl=False)
+        return
+    ahead = session.driver_ahead(workload, driver) if bring_up else None
+    try:
+        if bring_up:
+            with clock.phase("up"):
+                brought = session.bring_up(
+                    PreflightPolicy.SKIP, head_ready=ahead.start if ahead else None
+                )
+            render_up_result(inv, session.plan, brought, as_json=False)
         if policy is not PreflightPolicy.SKIP:
             with clock.phase("preflight"):
                 _preflight(session, config.run_dir)
-        try:
-            with clock.phase("job"):
-                outcome = session.run_workload(workload, driver)
-        except KeyboardInterrupt:
-            # The job was stopped (Ctrl-C, or SIGINT from an sbatch script's teardown)
-            # and its telemetry collected: report what was recorded, then exit 130.
-            if config.telemetry:
-                with clock.phase("report"):
-                    report_run(session, config.run_dir)
-            raise
-        _print_outcome(outcome.job, config.run_dir)
+    except BaseException:
+        if ahead is not None:
+            ahead.cancel()
+        raise
+    try:
+        with clock.phase("job"):
+            outcome = session.run_workload(workload, driver, ahead)
+    except KeyboardInterrupt:
+        # The job was stopped (Ctrl-C, or SIGINT from an sbatch script's teardown)
+        # and its telemetry collected: report what was recorded, then exit 130.
         if config.telemetry:
             with clock.phase("report"):
                 report_run(session, config.run_dir)
+        raise
+    _print_outcome(outcome.job, config.run_dir)
+    if config.telemetry:
+        with clock.phase("report"):
+            report_run(session, config.run_dir)
     if not outcome.ok:
         sys.exit(1)
 

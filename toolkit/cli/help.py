@@ -107,6 +107,7 @@ class TrainCommand(UnderscoreSpellings, SectionedCommand):
             "slurm",
             "ray_address",
             "driver",
+            "bring_up",
             "dry_run",
             "show_timings",
         ),

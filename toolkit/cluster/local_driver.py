@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from typing import IO, Any
 
 from toolkit.cluster.client_env import node_session_script
+from toolkit.cluster.driver_gate import GATE_STDIN, GATE_VARIABLE, GO_LINE
 from toolkit.cluster.jobs import JOB_STOP_WAIT_S, JobOutcome
 from toolkit.cluster.plan import ClusterPlan
 from toolkit.errors import JobError
@@ -37,6 +38,8 @@ from toolkit.errors import JobError
 LOCAL_RUNTIME_ENV_KEYS = ("env_vars", "working_dir", "py_modules")
 # prctl(2): the signal a process gets when its parent dies.
 PR_SET_PDEATHSIG = 1
+# How long a gated driver may take to exit by itself once its stdin closes.
+GATE_EXIT_WAIT_S = 5.0
 
 
 def is_local_address(address: str) -> bool:
@@ -95,52 +98,202 @@ def run_local_driver(
             workers and the telemetry is collected) and was waited for, at most
             ``JOB_STOP_WAIT_S``, then killed.
     """
-    problem = local_driver_problem(runtime_env)
-    if problem:
-        raise JobError(f"cannot run {name} as a local driver: {problem}")
-    env = dict(os.environ)
-    env.update({str(k): str(v) for k, v in dict(runtime_env.get("env_vars") or {}).items()})
-    # A shipped module (rtk's own source) is imported from where it lies here.
-    parents = [os.path.dirname(os.path.abspath(m)) for m in runtime_env.get("py_modules") or ()]
-    if parents:
-        env["PYTHONPATH"] = os.pathsep.join([*parents, *filter(None, [env.get("PYTHONPATH")])])
-    script = node_session_script(plan, ["bash", "-c", entrypoint])
-    cwd = str(runtime_env.get("working_dir") or os.getcwd())
-    echo(f"rtk: running {name} here, on the head, as a local process (not a Ray job)")
-    began = time.monotonic()
-    try:
-        # Its own session: a signal for rtk (an sbatch teardown's SIGINT, Ctrl-C at a
-        # terminal) reaches the driver once, from here, not twice.
-        driver = subprocess.Popen(
-            ["bash", "-c", script],
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-            start_new_session=True,
-            preexec_fn=_end_with_parent,
+    driver = LocalDriver(plan, entrypoint, runtime_env, name, echo)
+    driver.start()
+    return driver.wait()
+
+
+class LocalDriver:
+    """A job's driver as a process here: started and waited for, or started ahead, gated.
+
+    ``run_local_driver`` starts it and waits. ``rtk train --up`` calls ``start(gated=
+    True)`` while the cluster comes up (from the bring-up's thread, once the head has
+    its env file), then ``release`` and ``wait`` once it is up, or ``cancel`` when the
+    bring-up failed (``cluster.driver_gate``). ``cancel`` before ``start`` makes the
+    start a no-op, so the two may race.
+
+    The process is started, read and waited for by a thread of its own that lives as
+    long as it does: Linux sends the parent-death signal (``_end_with_parent``) when
+    the *thread* that started a child ends, so a bring-up's short-lived thread must
+    not be the one.
+    """
+
+    def __init__(
+        self,
+        plan: ClusterPlan,
+        entrypoint: str,
+        runtime_env: Mapping[str, Any],
+        name: str,
+        echo: Callable[[str], None],
+    ) -> None:
+        """Check that a local driver can run ``entrypoint``; nothing starts yet.
+
+        Raises:
+            JobError: The runtime environment needs the Jobs API.
+        """
+        problem = local_driver_problem(runtime_env)
+        if problem:
+            raise JobError(f"cannot run {name} as a local driver: {problem}")
+        self.name = name
+        self._echo = echo
+        self._env = dict(os.environ)
+        self._env.update(
+            {str(k): str(v) for k, v in dict(runtime_env.get("env_vars") or {}).items()}
         )
-    except OSError as e:
-        raise JobError(f"cannot start {name} here: {e}") from e
-    assert driver.stdout is not None
-    reader = threading.Thread(target=_echo_lines, args=(driver.stdout, echo), daemon=True)
-    try:
-        # Started inside the try: Ctrl-C may come as soon as the driver prints.
-        reader.start()
-        code = driver.wait()
-    except KeyboardInterrupt:
-        echo(f"rtk: stopping {name} (SIGINT, then up to {JOB_STOP_WAIT_S} s)")
-        _stop(driver)
-        reader.join(timeout=30.0)
-        raise
-    reader.join()
-    elapsed_s = time.monotonic() - began
-    if code == 0:
-        return JobOutcome(name, "SUCCEEDED", elapsed_s)
-    return JobOutcome(name, "FAILED", elapsed_s, f"the driver exited with status {code}")
+        # A shipped module (rtk's own source) is imported from where it lies here.
+        modules = runtime_env.get("py_modules") or ()
+        parents = [os.path.dirname(os.path.abspath(m)) for m in modules]
+        if parents:
+            self._env["PYTHONPATH"] = os.pathsep.join(
+                [*parents, *filter(None, [self._env.get("PYTHONPATH")])]
+            )
+        self._script = node_session_script(plan, ["bash", "-c", entrypoint])
+        self._cwd = str(runtime_env.get("working_dir") or os.getcwd())
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen[str] | None = None
+        self._owner: threading.Thread | None = None
+        self._spawned = threading.Event()
+        self._ended = threading.Event()
+        self._error: JobError | None = None
+        self._cancelled = False
+        self._began = time.monotonic()
+
+    def start(self, gated: bool = False) -> None:
+        """Start the driver; ``gated``: held before it runs until ``release``.
+
+        Never raises (it may run in a bring-up's thread): a failure to start is raised
+        by ``release`` or ``wait``.
+        """
+        with self._lock:
+            if self._cancelled or self._owner is not None:
+                return
+            env = dict(self._env)
+            if gated:
+                env[GATE_VARIABLE] = GATE_STDIN
+                self._echo(
+                    f"rtk: starting {self.name} here, on the head, as a local process (not a "
+                    "Ray job); it imports what it needs and waits until the cluster is up"
+                )
+            else:
+                self._echo(
+                    f"rtk: running {self.name} here, on the head, as a local process "
+                    "(not a Ray job)"
+                )
+            self._owner = threading.Thread(
+                target=self._own, args=(env, gated), name="rtk-local-driver", daemon=True
+            )
+            self._owner.start()
+        self._spawned.wait()
+
+    def _own(self, env: dict[str, str], gated: bool) -> None:
+        """The owner thread: start the process, echo its lines, wait for its end."""
+        try:
+            # Its own session: a signal for rtk (an sbatch teardown's SIGINT, Ctrl-C at
+            # a terminal) reaches the driver once, from here, not twice.
+            process = subprocess.Popen(
+                ["bash", "-c", self._script],
+                cwd=self._cwd,
+                env=env,
+                stdin=subprocess.PIPE if gated else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                errors="replace",
+                start_new_session=True,
+                preexec_fn=_end_with_parent,
+            )
+        except OSError as e:
+            self._error = JobError(f"cannot start {self.name} here: {e}")
+            self._spawned.set()
+            self._ended.set()
+            return
+        self._process = process
+        self._began = time.monotonic()
+        self._spawned.set()
+        try:
+            assert process.stdout is not None
+            _echo_lines(process.stdout, self._echo)
+            process.wait()
+        finally:
+            self._ended.set()
+
+    def release(self) -> None:
+        """Let a gated driver run (a started, ungated one runs already).
+
+        Raises:
+            JobError: It could not start, or it ended before it was let through.
+        """
+        process = self._started()
+        if process.stdin is None:
+            return
+        try:
+            process.stdin.write(GO_LINE)
+            process.stdin.close()
+        except OSError as e:  # BrokenPipeError: it has ended
+            code = process.wait()
+            raise JobError(
+                f"{self.name} ended (status {code}) before the cluster was up: {e}"
+            ) from e
+        self._began = time.monotonic()
+
+    def cancel(self) -> None:
+        """Stop a gated driver, if started, and make a later ``start`` do nothing.
+
+        It exits by itself when its stdin closes; one that has not within
+        ``GATE_EXIT_WAIT_S`` is killed.
+        """
+        with self._lock:
+            self._cancelled = True
+            started = self._owner is not None
+        if not started:
+            return
+        self._spawned.wait()
+        process = self._process
+        if process is None:
+            return
+        if process.stdin is not None:
+            with contextlib.suppress(OSError):
+                process.stdin.close()
+        if not self._ended.wait(GATE_EXIT_WAIT_S):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            self._ended.wait(GATE_EXIT_WAIT_S)
+
+    def wait(self) -> JobOutcome:
+        """Wait for the driver to end; how it ended.
+
+        Raises:
+            JobError: It could not start.
+            KeyboardInterrupt: Interrupted; the driver got SIGINT and was waited for, at
+                most ``JOB_STOP_WAIT_S``, then killed.
+        """
+        process = self._started()
+        try:
+            self._ended.wait()
+        except KeyboardInterrupt:
+            self._echo(f"rtk: stopping {self.name} (SIGINT, then up to {JOB_STOP_WAIT_S} s)")
+            _stop(process)
+            self._ended.wait(30.0)
+            raise
+        code = process.wait()
+        elapsed_s = time.monotonic() - self._began
+        if code == 0:
+            return JobOutcome(self.name, "SUCCEEDED", elapsed_s)
+        return JobOutcome(self.name, "FAILED", elapsed_s, f"the driver exited with status {code}")
+
+    def _started(self) -> subprocess.Popen[str]:
+        """The driver's process.
+
+        Raises:
+            JobError: It could not start (or was never started, or was cancelled).
+        """
+        if self._owner is None:
+            raise JobError(f"{self.name} was not started")
+        self._spawned.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._process is not None
+        return self._process
 
 
 def _end_with_parent() -> None:

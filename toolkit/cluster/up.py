@@ -77,8 +77,15 @@ def up(
     reporter: Reporter,
     rotate: bool = False,
     alongside_wait: Callable[[frozenset[str]], None] | None = None,
+    head_ready: Callable[[], None] | None = None,
 ) -> UpResult:
     """Bring the cluster up and wait for its nodes.
+
+    ``head_ready``, when given, is called (in the head's thread, so it must be quick
+    and must not raise) once the head has its files, before its ``ray start``: the
+    head's env file is there for a process of its own to source (``rtk train --up``
+    starts its driver then, held at ``cluster.driver_gate``). Not called when the
+    head failed.
 
     ``alongside_wait``, when given, runs in a thread of its own from the moment every
     ``ray start`` has returned, while the wait polls Ray; it gets the names of the
@@ -135,7 +142,7 @@ def up(
 
     head = plan.head
     try:
-        waves = _start_all(plan, transport, reporter, outcomes, prepare, clocks)
+        waves = _start_all(plan, transport, reporter, outcomes, prepare, clocks, head_ready)
         result.started = _started(outcomes)
         beside = _beside(alongside_wait, outcomes)
         result.status = _wait(plan, transport, reporter, outcomes, clocks.wait)
@@ -221,8 +228,11 @@ def _start_all(
     outcomes: dict[str, NodeOutcome],
     prepare: Callable[[NodePlan], bool],
     clocks: _Clocks,
+    head_ready: Callable[[], None] | None = None,
 ) -> int:
     """Prepare every node, start the head, then the workers; the waves they took.
+
+    ``head_ready`` is called once the head is prepared (not when it failed).
 
     Raises:
         ClusterError: The head failed.
@@ -238,6 +248,8 @@ def _start_all(
             needed = settled_call(prepare, head, outcomes[head.name], reporter)
         finally:
             head_prepared.set()
+        if head_ready is not None and outcomes[head.name].action != "failed":
+            head_ready()
         if needed:
             at = time.monotonic()
             start_node(head, plan, transport, reporter, outcomes[head.name])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from toolkit.cluster import StateStore, up
 from toolkit.cluster.plan import ClusterPlan
@@ -26,17 +27,19 @@ def bring_up(
     reporter: Reporter,
     policy: PreflightPolicy,
     rotate: bool = False,
+    head_ready: Callable[[], None] | None = None,
 ) -> BringUpOutcome:
     """Start Ray on every node, then run the fast checks unless ``policy`` skips them.
 
     ``rotate``: new credentials first (``cluster.rotate``; refused on a running cluster).
+    ``head_ready``: called once the head has its files (``cluster.up``).
 
     Raises:
         PreflightFailedError: A check failed and ``policy`` enforces them (the cluster
             stays up; the error carries the outcome).
     """
     if policy is PreflightPolicy.SKIP:
-        result = up(plan, transport, store, reporter, rotate=rotate)
+        result = up(plan, transport, store, reporter, rotate=rotate, head_ready=head_ready)
         return BringUpOutcome(result, PreflightOutcome(policy))
     early: dict[frozenset[str], PreflightReport] = {}
 
@@ -47,7 +50,13 @@ def bring_up(
         early[expected] = _checks(plan, transport, expected)
 
     result = up(
-        plan, transport, store, reporter, rotate=rotate, alongside_wait=checks_while_waiting
+        plan,
+        transport,
+        store,
+        reporter,
+        rotate=rotate,
+        alongside_wait=checks_while_waiting,
+        head_ready=head_ready,
     )
     # up has just asked Ray which nodes are alive: the checks stand if it said what they
     # assumed (every node not failed), else they run again with Ray's answer.

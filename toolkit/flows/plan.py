@@ -21,6 +21,8 @@ class RunPlan:
         job: The Ray job that runs the workload.
         report: Whether the run's telemetry is collected and reported after the job.
         excluded: The inventory's nodes ``rtk up`` left out, and why.
+        driver_ahead: The job's local driver starts while the cluster comes up
+            (``rtk train --up``), held until it is.
     """
 
     cluster: str
@@ -30,6 +32,7 @@ class RunPlan:
     job: JobRequest
     report: bool
     excluded: tuple[Exclusion, ...] = ()
+    driver_ahead: bool = False
 
     def render(self) -> str:
         """The plan as text (``--dry-run``)."""
@@ -44,6 +47,11 @@ class RunPlan:
                 f"1. preflight ({self.preflight.value}): the fast checks on every node{saved}"
             )
         lines.append("2. " + self.job.render().rstrip("\n"))
+        if self.driver_ahead:
+            lines.append(
+                "   its driver starts once the head has its files, imports what it needs "
+                "while the nodes join, and waits until the cluster is up (and checked)"
+            )
         if self.report and run_dir:
             lines.append(
                 f"3. collect: telemetry into {run_dir}/telemetry (from the head when not here)"

@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -35,7 +36,7 @@ from toolkit.cluster.connect import make_transport
 from toolkit.cluster.container import check_startable
 from toolkit.cluster.exclude import ExcludeError, excluded_from_state
 from toolkit.cluster.jobs import JobOutcome, job_client, run_job, submit_job
-from toolkit.cluster.local_driver import is_local_address, run_local_driver
+from toolkit.cluster.local_driver import LocalDriver, is_local_address, run_local_driver
 from toolkit.cluster.report import QuietReporter, Reporter
 from toolkit.errors import JobError, RtkError
 from toolkit.flows import bringup
@@ -80,6 +81,27 @@ def transports_from(factory: TransportFactory) -> Iterator[None]:
         yield
     finally:
         _FACTORY.reset(token)
+
+
+@dataclass(frozen=True)
+class DriverAhead:
+    """A job's local driver, started while its cluster comes up (``Session.driver_ahead``)."""
+
+    request: JobRequest
+    driver: LocalDriver
+
+    def start(self) -> None:
+        """Start it, held at the gate (a ``bring_up`` ``head_ready`` callback)."""
+        self.driver.start(gated=True)
+
+    def cancel(self) -> None:
+        """Stop it: the bring-up failed or was interrupted."""
+        self.driver.cancel()
+
+
+def _gated(workload: Workload, request: JobRequest) -> bool:
+    """Whether ``request``'s driver can start ahead: the trainer's, run locally."""
+    return isinstance(workload, TrainWorkload) and request.driver is Driver.LOCAL
 
 
 class Session:
@@ -246,32 +268,63 @@ class Session:
         preflight: PreflightPolicy,
         report: bool = True,
         driver: Driver = Driver.JOB,
+        ahead: bool = False,
     ) -> RunPlan:
-        """What a run of ``workload`` would do: preflight, the job, collect and report."""
+        """What a run of ``workload`` would do: preflight, the job, collect and report.
+
+        ``ahead``: the cluster is brought up first, with the driver started meanwhile
+        when ``driver_ahead`` would start one.
+        """
+        request = self.job_request(workload, driver)
         return RunPlan(
             self.inventory.name,
             self.plan.head.name,
             tuple(n.name for n in self.plan.nodes),
             preflight,
-            self.job_request(workload, driver),
+            request,
             report,
             self.plan.excluded,
+            driver_ahead=ahead and _gated(workload, request),
         )
+
+    def driver_ahead(self, workload: Workload, driver: Driver) -> DriverAhead | None:
+        """A driver for ``workload`` to start while the cluster comes up, or None.
+
+        Only the trainer's entrypoint waits at the gate (``cluster.driver_gate``), and
+        only a local driver can start before Ray answers (a Jobs API job is submitted
+        to the running cluster). Pass its ``start`` as ``bring_up``'s ``head_ready``,
+        then it to ``run_workload``; ``cancel`` it when the bring-up fails.
+
+        Raises:
+            JobError: ``driver`` is ``LOCAL`` but this machine is not the head, or the
+                job's runtime environment needs the Jobs API.
+        """
+        request = self.job_request(workload, driver)
+        if not _gated(workload, request):
+            return None
+        local = LocalDriver(
+            self.plan, request.entrypoint, request.runtime_env, request.submission_id, self.log
+        )
+        return DriverAhead(request, local)
 
     # Steps.
 
     def bring_up(
-        self, preflight: PreflightPolicy = PreflightPolicy.ENFORCE, rotate: bool = False
+        self,
+        preflight: PreflightPolicy = PreflightPolicy.ENFORCE,
+        rotate: bool = False,
+        head_ready: Callable[[], None] | None = None,
     ) -> BringUpOutcome:
         """Start Ray everywhere, then the fast checks as ``preflight`` says.
 
         ``rotate``: a new token, CA and certificates first (refused while it runs).
+        ``head_ready``: called once the head has its files (``cluster.up``).
 
         Raises:
             PreflightFailedError: A check failed under ``ENFORCE`` (the cluster stays up).
         """
         return bringup.bring_up(
-            self.plan, self.transport, self.store, self.reporter, preflight, rotate
+            self.plan, self.transport, self.store, self.reporter, preflight, rotate, head_ready
         )
 
     def status(self) -> ClusterStatus:
@@ -305,10 +358,13 @@ class Session:
             self.plan, self.transport, argv, with_env=with_env, timeout_s=timeout_s
         )
 
-    def run_workload(self, workload: Workload, driver: Driver = Driver.JOB) -> WorkloadOutcome:
+    def run_workload(
+        self, workload: Workload, driver: Driver = Driver.JOB, ahead: DriverAhead | None = None
+    ) -> WorkloadOutcome:
         """Run ``workload`` as a Ray job to its end, its log streamed to ``log``.
 
-        ``driver`` says where the job's driver runs (``Driver``).
+        ``driver`` says where the job's driver runs (``Driver``). ``ahead``: the driver
+        ``driver_ahead`` made for it, started during the bring-up: it is let through.
 
         Raises:
             RtkError: Its telemetry options are invalid (before anything starts), the
@@ -319,9 +375,12 @@ class Session:
             workload.config.check()
         elif workload.telemetry is not None:
             workload.telemetry.check()
-        request = self.job_request(workload, driver)
+        request = ahead.request if ahead is not None else self.job_request(workload, driver)
         if isinstance(workload, TrainWorkload):
             remember_run(self.store, workload.run_id, workload.config.run_dir)
+        if ahead is not None:
+            ahead.driver.release()
+            return WorkloadOutcome(request, ahead.driver.wait())
         return WorkloadOutcome(request, self.run_request(request))
 
     def run_request(self, request: JobRequest, renumber: bool = True) -> JobOutcome:

@@ -37,6 +37,7 @@ class TrainTimings:
         training: The first step's line until the job ended.
         report: Collecting the results and building the report.
         total_s: The whole command.
+        bring_up: Ray started on every node (``rtk train --up``), the driver meanwhile.
     """
 
     preflight: PhaseSpan | None
@@ -45,10 +46,12 @@ class TrainTimings:
     training: PhaseSpan | None
     report: PhaseSpan | None
     total_s: float
+    bring_up: PhaseSpan | None = None
 
     def rows(self) -> list[tuple[str, PhaseSpan | None]]:
-        """The phases in order, with their labels."""
+        """The phases in order, with their labels (bring-up only when there was one)."""
         return [
+            *([("bring up", self.bring_up)] if self.bring_up is not None else []),
             ("preflight", self.preflight),
             ("job start", self.job_start),
             ("to first step", self.first_step),
@@ -61,6 +64,7 @@ class TrainTimings:
         data: dict[str, Any] = {
             label.replace(" ", "_"): span.to_json() if span else None for label, span in self.rows()
         }
+        data.setdefault("bring_up", None)
         first = self.first_step
         data["time_to_first_step_s"] = round(first.end_s, 3) if first else None
         data["total_s"] = round(self.total_s, 3)
@@ -84,7 +88,7 @@ class TrainClock:
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        """Time the block as phase ``name`` (preflight, job, report)."""
+        """Time the block as phase ``name`` (up, preflight, job, report)."""
         began = self._now() - self._origin
         try:
             yield
@@ -122,4 +126,5 @@ class TrainClock:
                 training,
                 self._spans.get("report"),
                 self._now() - self._origin,
+                self._spans.get("up"),
             )

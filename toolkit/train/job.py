@@ -19,6 +19,7 @@ import ray
 from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
+from toolkit.cluster.driver_gate import gate_passed
 from toolkit.rundir import RunDir, TrainConfigRecord
 from toolkit.rundir.layout import CHECKPOINTS_DIR
 from toolkit.telemetry.session import TelemetrySession, exit_on_sigterm
@@ -165,4 +166,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    # Started ahead of the cluster (rtk train --up): imports done, wait for the word.
+    if not gate_passed(os.environ, sys.stdin):
+        sys.exit(0)
     sys.exit(main(sys.argv[1:]))

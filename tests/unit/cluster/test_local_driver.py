@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -17,12 +18,14 @@ import pytest
 
 from toolkit.cluster import build_plan
 from toolkit.cluster.local_driver import (
+    GATE_EXIT_WAIT_S,
+    LocalDriver,
     is_local_address,
     local_driver_problem,
     run_local_driver,
 )
 from toolkit.errors import JobError
-from toolkit.flows import Driver, Session, TrainWorkload
+from toolkit.flows import Driver, PreflightPolicy, Session, TrainWorkload
 from toolkit.inventory import Inventory, parse_inventory
 from toolkit.train.config import TrainConfig
 
@@ -167,6 +170,20 @@ def test_the_dry_run_says_where_the_driver_runs(tmp_path: Path, ray_dir: str) ->
     assert "via http://127.0.0.1:8265" in job.render()
 
 
+def test_only_a_local_trainer_starts_ahead_and_the_dry_run_says_so(
+    tmp_path: Path, ray_dir: str
+) -> None:
+    workload = TrainWorkload(TrainConfig(run_dir=str(tmp_path / "run")), "r1")
+    with Session(inventory(tmp_path, ray_dir)) as session:
+        ahead = session.driver_ahead(workload, Driver.LOCAL)
+        assert ahead is not None and ahead.request.driver is Driver.LOCAL
+        assert session.driver_ahead(workload, Driver.JOB) is None
+        local = session.run_plan(workload, PreflightPolicy.SKIP, driver=Driver.LOCAL, ahead=True)
+        job = session.run_plan(workload, PreflightPolicy.SKIP, driver=Driver.JOB, ahead=True)
+    assert "waits until the cluster is up" in local.render()
+    assert "waits until the cluster is up" not in job.render()
+
+
 def test_the_driver_ends_when_rtk_is_killed(tmp_path: Path, ray_dir: str) -> None:
     """SIGKILL to rtk (an sbatch teardown past its grace) must not leave a driver training."""
     ended = tmp_path / "ended"
@@ -206,3 +223,115 @@ def test_the_driver_ends_when_rtk_is_killed(tmp_path: Path, ray_dir: str) -> Non
         assert ended.read_text().strip() == "TERM"
     finally:
         rtk.kill()
+
+
+# An entrypoint that honours the gate as toolkit.train.job does: it says when its
+# imports are done, then runs only when let through.
+GATED = (
+    f"{sys.executable} -c 'import os, sys; "
+    "from toolkit.cluster.driver_gate import gate_passed; "
+    'print("imported", flush=True); '
+    'print("ran" if gate_passed(os.environ, sys.stdin) else "not wanted", flush=True)\''
+)
+
+
+class Seen:
+    """The driver's lines, and an event per line awaited."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self._cond = threading.Condition()
+
+    def __call__(self, line: str) -> None:
+        with self._cond:
+            self.lines.append(line)
+            self._cond.notify_all()
+
+    def wait_for(self, line: str, timeout_s: float = 30.0) -> None:
+        with self._cond:
+            assert self._cond.wait_for(lambda: line in self.lines, timeout_s), self.lines
+
+
+def gated_driver(tmp_path: Path, ray_dir: str, seen: Seen) -> LocalDriver:
+    plan = build_plan(inventory(tmp_path, ray_dir))
+    # What the bring-up has written when it starts the driver (head_ready).
+    Path(plan.paths.env_file).parent.mkdir(parents=True)
+    Path(plan.paths.env_file).write_text("NODE_VAR=1\n")
+    env = {"env_vars": {"PYTHONPATH": str(Path(__file__).parents[3])}}
+    return LocalDriver(plan, GATED, env, "rtk-train-ahead", seen)
+
+
+def test_a_gated_driver_imports_then_waits_until_released(tmp_path: Path, ray_dir: str) -> None:
+    seen = Seen()
+    driver = gated_driver(tmp_path, ray_dir, seen)
+    driver.start(gated=True)
+    seen.wait_for("imported")
+    time.sleep(0.5)
+    assert "ran" not in seen.lines, "the driver went on before it was let through"
+    driver.release()
+    outcome = driver.wait()
+    assert outcome.ok, seen.lines
+    assert seen.lines[0].startswith("rtk: starting rtk-train-ahead here, on the head")
+    assert seen.lines[1:] == ["imported", "ran"]
+
+
+def test_a_driver_started_from_a_thread_that_ends_lives_on(tmp_path: Path, ray_dir: str) -> None:
+    """The bring-up's thread starts it and ends: Linux's parent-death signal follows the
+    starting thread, so a driver started by it directly got SIGTERM there (seen under
+    SLURM: "ended (status -15) before the cluster was up")."""
+    seen = Seen()
+    driver = gated_driver(tmp_path, ray_dir, seen)
+    starter = threading.Thread(target=driver.start, kwargs={"gated": True})
+    starter.start()
+    starter.join()
+    seen.wait_for("imported")
+    time.sleep(0.5)
+    driver.release()
+    assert driver.wait().ok, seen.lines
+    assert seen.lines[1:] == ["imported", "ran"]
+
+
+def test_a_cancelled_driver_ends_without_running(tmp_path: Path, ray_dir: str) -> None:
+    seen = Seen()
+    driver = gated_driver(tmp_path, ray_dir, seen)
+    driver.start(gated=True)
+    seen.wait_for("imported")
+    began = time.monotonic()
+    driver.cancel()
+    assert time.monotonic() - began < GATE_EXIT_WAIT_S
+    assert seen.lines[1:] == ["imported", "not wanted"]
+
+
+def test_cancel_before_start_makes_the_start_do_nothing(tmp_path: Path, ray_dir: str) -> None:
+    """The bring-up failed before the head was ready: its thread may still call start."""
+    seen = Seen()
+    driver = gated_driver(tmp_path, ray_dir, seen)
+    driver.cancel()
+    driver.start(gated=True)
+    assert seen.lines == []
+    with pytest.raises(JobError, match="was not started"):
+        driver.release()
+
+
+def test_without_the_gate_the_same_entrypoint_runs_at_once(tmp_path: Path, ray_dir: str) -> None:
+    seen = Seen()
+    driver = gated_driver(tmp_path, ray_dir, seen)
+    driver.start()
+    assert driver.wait().ok
+    assert seen.lines[1:] == ["imported", "ran"]
+
+
+def test_the_trainer_held_at_the_gate_exits_untouched_when_not_wanted(tmp_path: Path) -> None:
+    """toolkit.train.job honours the gate: end of input, and it exits 0 having made nothing."""
+    run_dir = tmp_path / "run"
+    config = TrainConfig(run_dir=str(run_dir), max_steps=1).check().to_json()
+    done = subprocess.run(
+        [sys.executable, "-m", "toolkit.train.job", json.dumps(config)],
+        env={**os.environ, "RTK_DRIVER_GATE": "stdin"},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert not run_dir.exists()

@@ -265,3 +265,34 @@ def test_rtk_env_reaches_the_nodes_through_the_cli_s_transport(
     printed = json.loads(capsys.readouterr().out)
     assert [n["name"] for n in printed["nodes"]] == NAMES
     assert {n["detected"]["interface"] for n in printed["nodes"]} == {"eth0"}
+
+
+def test_head_ready_comes_once_the_head_has_its_files_before_any_ray_start(
+    tmp_path: Path,
+) -> None:
+    """rtk train --up starts its driver then: the head's env file is there to source."""
+    cluster = simulate()
+    seen: list[tuple[bool, int, set[str]]] = []
+    with session(inventory(tmp_path), tmp_path, cluster) as s:
+        env_file = s.plan.paths.env_file
+
+        def head_ready() -> None:
+            seen.append(
+                (
+                    (NAMES[0], env_file) in cluster.files,
+                    cluster.operations["ray start"],
+                    cluster.running(),
+                )
+            )
+
+        brought = s.bring_up(PreflightPolicy.SKIP, head_ready=head_ready)
+    assert sorted(brought.up.started) == NAMES
+    assert seen == [(True, 0, set())]
+
+
+def test_head_ready_is_not_called_when_the_head_fails(tmp_path: Path) -> None:
+    cluster = simulate(Faults(unreachable=frozenset({NAMES[0]})))
+    called: list[bool] = []
+    with session(inventory(tmp_path), tmp_path, cluster) as s, pytest.raises(ClusterError):
+        s.bring_up(PreflightPolicy.SKIP, head_ready=lambda: called.append(True))
+    assert called == []

@@ -66,3 +66,23 @@ def test_a_job_that_never_printed_has_only_its_start_and_no_first_step() -> None
     assert timings.first_step is None and timings.training is None
     assert timings.to_json()["time_to_first_step_s"] is None
     assert "to first step         -        -        -" in timings.render()
+
+
+def test_a_bring_up_in_the_same_command_is_its_first_phase() -> None:
+    """rtk train --up: the cluster comes up, then the job (its driver started meanwhile)."""
+    now = FakeClock()
+    clock = TrainClock(now)
+    with clock.phase("up"):
+        now.now_s += 8.0
+    with clock.phase("job"):
+        now.now_s += 0.5
+        clock.see("rtk train: 3 worker(s) x {'CPU': 1.0}, strategy ddp")
+    timings = clock.timings()
+    assert timings.rows()[0][0] == "bring up"
+    assert timings.bring_up is not None and timings.bring_up.duration_s == 8.0
+    assert timings.to_json()["bring_up"]["duration_s"] == 8.0
+    assert timings.render().splitlines()[1].startswith("bring up")
+    # Without one, no row, and null in the JSON.
+    plain = TrainClock(FakeClock()).timings()
+    assert [label for label, _ in plain.rows()][0] == "preflight"
+    assert plain.to_json()["bring_up"] is None

@@ -748,10 +748,11 @@ def test_train_job_runs_every_step_then_tears_down(
         env={"FAKE_MANIFEST": f"{run_dir}/telemetry/manifest.json"},
     )
     assert job.finish() == 0, job.output
+    # One process brings Ray up and trains (rtk train --up): its driver imports meanwhile.
     assert job.calls() == expected(
         job,
-        "up --slurm {inv} --no-preflight",
-        "train --slurm {inv} --output-dir {submit}/rtk-runs --run-id rtk-test-4242 --max-steps 5",
+        "train --slurm {inv} --up --output-dir {submit}/rtk-runs --run-id rtk-test-4242 "
+        "--max-steps 5",
         "workload started",
         "down --slurm {inv}",
         "report {submit}/rtk-runs/rtk-test-4242",
@@ -766,10 +767,10 @@ def test_failures_keep_their_status_and_still_tear_down(
 ) -> None:
     job = start(tmp_path, job_env, "train", env={"FAKE_WORK_STATUS": "3"}, output_dir="~/runs")
     assert job.finish() == 3, job.output
-    assert f"--output-dir {tmp_path}/home/runs --run-id rtk-test-4242" in job.calls()[1]
+    assert f"--output-dir {tmp_path}/home/runs --run-id rtk-test-4242" in job.calls()[0]
     assert job.calls()[-1] == expected(job, "down --slurm {inv}")[0]
     job.log.unlink()
-    job = start(tmp_path, job_env, "train", env={"FAKE_UP_STATUS": "4"})
+    job = start(tmp_path, job_env, "cluster", env={"FAKE_UP_STATUS": "4"})
     assert job.finish() == 4, job.output
     assert job.calls() == expected(job, "up --slurm {inv} --no-preflight", "down --slurm {inv}")
 
@@ -836,9 +837,9 @@ def test_time_limit_stops_the_trainer_then_tears_down_then_asks_to_requeue(
     job.process.send_signal(signal.SIGUSR1)
     assert job.finish() == 138, job.output
     calls = job.calls()
-    assert calls[1].endswith("--run-id rtk-test-4242 --checkpoint-on-stop --max-steps 50")
-    assert calls[3:5] == ["workload got SIGINT", expected(job, "down --slurm {inv}")[0]]
-    requeue = calls[5].split()
+    assert calls[0].endswith("--run-id rtk-test-4242 --checkpoint-on-stop --max-steps 50")
+    assert calls[2:4] == ["workload got SIGINT", expected(job, "down --slurm {inv}")[0]]
+    requeue = calls[4].split()
     assert requeue[:3] == ["sbatch", "requeue", f"{runs}/rtk-test-4242"]
     assert requeue[3:11] == [
         *("--job-id", "4242", "--restart-count", "1"),
@@ -846,7 +847,7 @@ def test_time_limit_stops_the_trainer_then_tears_down_then_asks_to_requeue(
     ]
     assert requeue[11] == "--started-s" and abs(int(requeue[12]) - time.time()) < 60
     assert requeue[13:] == ["--nodes", "cpu[1-2]"]
-    assert len(calls) == 6
+    assert len(calls) == 5
     # Ended by itself, it still asks (and is told no: the run directory decides).
     job.log.unlink()
     job = start(tmp_path, job_env, "train", output_dir=str(runs), requeue=True)
