@@ -4,8 +4,13 @@ On one namespace sandbox with real SLURM (3 nodes, created here and removed at t
 end), each run submits two batch jobs that do the same work, a 20-step tiny GPT with
 Ray Train on 3 gloo workers, one per node:
 
-- rtk: the script `rtk sbatch render --template train` writes (`rtk up --slurm`,
-  `rtk train --slurm` as a Ray job, `rtk down --slurm`).
+- rtk: the script `rtk sbatch render --template train` writes: `rtk train --slurm
+  --up` (one process brings Ray up and trains; its local driver starts once the head
+  has its env file and imports while the nodes join, held at a gate until the
+  cluster is up), then `rtk down --slurm`.
+- rtk-2p (with --compare-split): the same script as it was before `--up`, two
+  processes: `rtk up --slurm --no-preflight`, then `rtk train --slurm` (the previous
+  implementation, measured in the same run).
 - ray: Ray's documented SLURM template (slurm-basic.sh, see RAY_TEMPLATE): the head
   started as an srun step, `sleep 10`, each worker as an srun step followed by
   `sleep 5`, then the training program run directly in the batch script: rtk's own
@@ -16,15 +21,17 @@ resources rtk's samplers pin to). rtk's separate preflight step is skipped by de
 (`--rtk-preflight skip`, as Ray's template checks nothing); the quick checks inside
 `rtk up` itself still run and are counted.
 
-Times run from just before `sbatch` (both scripts are rendered beforehand) to the first
+Times run from just before `sbatch` (the scripts are rendered beforehand) to the first
 `step 1/` line in the job's output file, to rtk's "cluster ... is up" line (for Ray:
-to the end of its sleeps, where the template hands over to the program), and to the
-job's terminal state in `scontrol`. The order alternates between runs. Between jobs
+to the end of its sleeps, where the template hands over to the program), to the
+driver's start (rtk's line as it starts it: with `--up` that comes before "up"), and
+to the job's terminal state in `scontrol`. The order alternates between runs. Between jobs
 every node must be idle in SLURM with no Ray process left (`pgrep`); a leftover is
 reported and killed by PID.
 
 Needs root (the sandbox), Debian's slurm-wlm and munge. Run by hand:
     python benchmarks/slurm_bringup.py [--repeats 2] [--rtk-preflight skip|record|enforce]
+        [--compare-split]
 """
 
 from __future__ import annotations
@@ -166,6 +173,21 @@ def render_rtk(
     return path
 
 
+def render_split(rtk_script: Path) -> Path:
+    """``rtk_script`` as the train template was before ``rtk train --up``: two processes."""
+    text = rtk_script.read_text()
+    one = 'rtk_run "${RTK[@]}" train --slurm "$RTK_INVENTORY" --up '
+    if one not in text:
+        raise RuntimeError(f"{rtk_script} has no `rtk train --up` line to split")
+    two = (
+        'rtk_run "${RTK[@]}" up --slurm "$RTK_INVENTORY" --no-preflight\n'
+        'rtk_run "${RTK[@]}" train --slurm "$RTK_INVENTORY" '
+    )
+    path = rtk_script.with_name("rtk-2p.sbatch")
+    path.write_text(text.replace(one, two).replace("rtk-%j.out", "rtk-2p-%j.out"))
+    return path
+
+
 def render_ray(inventory: Path, submit_dir: Path, run: int, max_steps: int) -> Path:
     python = load_inventory(inventory).head.python
     config = TrainConfig(
@@ -216,7 +238,7 @@ def time_job(
             text = output.read_text(errors="replace")
         except FileNotFoundError:
             text = ""
-        marker = RTK_UP.search(text) if tool == "rtk" else re.search(RAY_HANDOVER, text)
+        marker = RTK_UP.search(text) if tool != "ray" else re.search(RAY_HANDOVER, text)
         if up_s is None and marker:
             up_s = now - began
         driver_seen = marker if tool == "ray" else RTK_DRIVER in text
@@ -306,6 +328,11 @@ def main() -> None:
         default="skip",
         help="rtk sbatch --preflight: the separate preflight step before training.",
     )
+    parser.add_argument(
+        "--compare-split",
+        action="store_true",
+        help="Also time rtk-2p: the train script as it was before rtk train --up.",
+    )
     parser.add_argument("--job-limit-s", type=float, default=600.0)
     parser.add_argument("--keep", action="store_true", help="Keep the submit directory.")
     args = parser.parse_args()
@@ -323,12 +350,17 @@ def main() -> None:
         env = {**os.environ, "RTK_STATE_DIR": state, **sandbox.slurm_env()}
         os.environ.update(sandbox.slurm_env())  # for query_job's scontrol
         rtk_script = render_rtk(sandbox.inventory_path, submit_dir, env, args)
+        scripts = {"rtk": rtk_script}
+        if args.compare_split:
+            scripts["rtk-2p"] = render_split(rtk_script)
+        tools = [*scripts, "ray"]
         for run in range(1, args.repeats + 1):
-            order = ("rtk", "ray") if run % 2 else ("ray", "rtk")
+            shift = (run - 1) % len(tools)
+            order = tools[shift:] + tools[:shift]
             for tool in order:
                 script = (
-                    rtk_script
-                    if tool == "rtk"
+                    scripts[tool]
+                    if tool in scripts
                     else render_ray(sandbox.inventory_path, submit_dir, run, args.max_steps)
                 )
                 timing, text = time_job(tool, script, submit_dir, env, args.job_limit_s)
@@ -356,15 +388,22 @@ def main() -> None:
 
     print()
     print("up: rtk's 'cluster ... is up' line; ray: the template's sleeps done")
-    print("driver: the training driver starts (rtk's line as it starts it; ray: at up)")
-    print(f"{'run':>3} {'tool':>4} {'job':>4} {'up':>8} {'driver':>8} {'step 1':>8} {'total':>8}")
+    print(
+        "driver: the training driver starts (rtk's line as it starts it, before up with "
+        "--up; ray: at up)"
+    )
+    print(f"{'run':>3} {'tool':>6} {'job':>4} {'up':>8} {'driver':>8} {'step 1':>8} {'total':>8}")
     for run, t in rows:
         print(
-            f"{run:>3} {t.tool:>4} {t.job_id:>4} {show(t.up_s):>8} {show(t.driver_s):>8} "
+            f"{run:>3} {t.tool:>6} {t.job_id:>4} {show(t.up_s):>8} {show(t.driver_s):>8} "
             f"{show(t.first_step_s):>8} {show(t.total_s):>8}"
         )
     print()
-    print(f"{'mean':>8} {'rtk':>8} {'ray':>8} {'rtk/ray':>8}")
+    split = any(t.tool == "rtk-2p" for _, t in rows)
+    head = f"{'mean':>8} {'rtk':>8} {'ray':>8} {'rtk/ray':>8}"
+    if split:
+        head += f" {'rtk-2p':>8} {'2p/ray':>8} {'rtk/2p':>8}"
+    print(head)
     spans = {
         "up": lambda t: t.up_s,
         "step 1": lambda t: t.first_step_s,
@@ -376,7 +415,11 @@ def main() -> None:
     for label, span in spans.items():
         rtk = mean([span(t) for _, t in rows if t.tool == "rtk"])
         ray = mean([span(t) for _, t in rows if t.tool == "ray"])
-        print(f"{label:>8} {show(rtk):>8} {show(ray):>8} {ratio(rtk, ray):>8}")
+        line = f"{label:>8} {show(rtk):>8} {show(ray):>8} {ratio(rtk, ray):>8}"
+        if split:
+            two = mean([span(t) for _, t in rows if t.tool == "rtk-2p"])
+            line += f" {show(two):>8} {ratio(two, ray):>8} {ratio(rtk, two):>8}"
+        print(line)
     print()
     for note in notes:
         print(f"note: {note}")
