@@ -40,7 +40,7 @@ from toolkit.node.agent import source_digest
 from toolkit.node.reach_request import ReachRequest, request_in
 from toolkit.node.script import AGENT, FACTS
 from toolkit.ray_resources import host_resource
-from toolkit.shell import parse_env_file
+from toolkit.shell import parse_env_file, ray_tls_on
 from toolkit.transport.base import CommandResult, Transport
 
 READY_TEXT = "Ray runtime started."
@@ -329,7 +329,7 @@ class SimulatedCluster:
                 return {}
             found = {"env": env.decode()}
             values = parse_env_file(found["env"])
-            if values.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+            if ray_tls_on(values):
                 for key, name in (("cert", "RAY_TLS_SERVER_CERT"), ("ca", "RAY_TLS_CA_CERT")):
                     data = self.files.get((node, values.get(name, "")))
                     if data is not None:
