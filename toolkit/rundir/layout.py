@@ -152,8 +152,9 @@ class RunDir:
     def rank_files(self) -> list[Path]:
         """What ranks write on their own node: markers, and rank 0's metrics, there are.
 
-        Without a shared filesystem these are on the ranks' nodes only, and the
-        telemetry session copies them to the head's run directory.
+        Without a shared filesystem these are on the ranks' nodes only; the driver
+        copies them to the head's run directory when the run ends
+        (``toolkit.telemetry.rank_files``).
         """
         metrics = [p for p in (self.metrics, self.superseded_metrics) if p.is_file()]
         return [*self.marker_files(), *metrics]
