@@ -188,6 +188,15 @@ class RunDir:
         """Whether the telemetry manifest is here (on this machine)."""
         return self.manifest.exists()
 
+    @property
+    def seen_here(self) -> bool:
+        """Whether this machine sees the run directory its driver wrote on the head.
+
+        The driver writes the telemetry manifest, or without telemetry the trainer's
+        train_config.json: here, one of them means a filesystem shared with the head.
+        """
+        return self.has_telemetry or self.train_config.exists()
+
     # Report.
     @property
     def report_dir(self) -> Path:
