@@ -7,9 +7,13 @@ tests feed hostile values through here and check that nothing runs.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 quote = shlex.quote
+
+# What Ray takes for "on" in RAY_USE_TLS, in any case (its gRPC setup compares the
+# lowered value with these).
+TRUE_WORDS = ("1", "true")
 
 
 def join(argv: Iterable[str]) -> str:
@@ -33,6 +37,16 @@ def parse_env_file(text: str) -> dict[str, str]:
         words = shlex.split(rest)
         env[key.strip()] = words[0] if words else ""
     return env
+
+
+def ray_tls_on(env: Mapping[str, str]) -> bool:
+    """True when env file values ``env`` (``parse_env_file``) turn Ray's TLS on.
+
+    ``RAY_USE_TLS`` as Ray reads it: ``1`` or ``true`` in any case; absent is off.
+    ``toolkit.node.facts``, which runs on the nodes with the standard library alone,
+    keeps its own copy of this rule.
+    """
+    return env.get("RAY_USE_TLS", "0").lower() in TRUE_WORDS
 
 
 def comment_text(text: str) -> str:

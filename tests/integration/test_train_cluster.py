@@ -544,6 +544,40 @@ def test_training_without_a_shared_filesystem_gathers_every_ranks_markers(
     assert json.loads((run_dir / "preflight.json").read_text())["cluster"] == sandbox_train.name
 
 
+def test_training_without_telemetry_or_a_shared_filesystem_keeps_rank_0s_steps(
+    trained: dict[str, Any], sandbox_train: Sandbox, tmp_path: Path
+) -> None:
+    """--no-telemetry starts no sampler, yet rank 0's metrics.jsonl comes back from its worker.
+
+    The one rank asks for a sliver of a worker's ``rtk_host:NODE`` resource, which rtk
+    gives that node alone: Ray can place rank 0 nowhere else, so its metrics.jsonl is
+    written in that worker's private /tmp, and only the driver's gathering of the ranks'
+    files brings it to the head, whence rtk fetches the run.
+    """
+    worker = sandbox_train.nodes[2].name
+    output = tmp_path / "private-runs"  # exists on no node: each node's /tmp is its own
+    resources = json.dumps({"CPU": 1, f"rtk_host:{worker}": 0.01})
+    done = rtk(
+        "train",
+        trained["inventory"],
+        *("--no-telemetry", "--num-workers", "1", "--resources-per-worker", resources),
+        *("--max-steps", "12", "--barrier-every", "4", "--save-steps", "0"),
+        *("--output-dir", str(output), "--run-id", "no-telemetry"),
+        env=trained["env"],
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_dir = output / "no-telemetry"
+    assert [m["step"] for m in metric_steps(run_dir)] == list(range(1, 13))
+    records = read_markers(run_dir)
+    assert {(r["rank"], r["node"]) for r in records} == {(0, worker)}
+    assert not (run_dir / "telemetry").exists()  # no sampler ran
+    # The worker wrote it; the head holds the copy rtk fetched (neither is this /tmp).
+    for node in (worker, sandbox_train.nodes[0].name):
+        listing = sandbox_train.run_in(node, ["cat", str(run_dir / "metrics.jsonl")])
+        assert listing.returncode == 0 and len(listing.stdout.splitlines()) == 12, node
+
+
 def test_ctrl_c_stops_the_job_on_the_cluster(
     trained: dict[str, Any], sandbox_train: Sandbox
 ) -> None:

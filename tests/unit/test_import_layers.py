@@ -75,6 +75,7 @@ RUNS_ON: dict[str, str] = {
     "toolkit.profile.vllm_bench": JOB_DRIVER,
     "toolkit.train.ray_worker": RAY_WORKER,
     "toolkit.telemetry.session": RAY_WORKER,
+    "toolkit.telemetry.rank_files": RAY_WORKER,  # a task on each node, and the driver's loop
     "toolkit.telemetry.sampler": RAY_WORKER,  # in the NodeSampler actor (and python -m)
     "toolkit.preflight.ray_ranks": RAY_WORKER,  # Rank actors, for the preflight jobs
 }

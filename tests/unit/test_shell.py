@@ -19,7 +19,8 @@ from toolkit.cluster.plan import fill_env
 from toolkit.cluster.render import env_file
 from toolkit.errors import InventoryError
 from toolkit.inventory import load_inventory
-from toolkit.shell import comment_text, join, parse_env_file, with_env_file
+from toolkit.node.facts import ray_files
+from toolkit.shell import comment_text, join, parse_env_file, ray_tls_on, with_env_file
 
 
 @pytest.fixture
@@ -175,3 +176,44 @@ def test_the_env_files_comments_stay_comments(tmp_path: Path, pwned: list[Path])
 
 def test_comment_text_escapes_what_would_end_a_line() -> None:
     assert comment_text("a\nb\rc\td\x00é") == "a\\nb\\rc\\td\\x00é"
+
+
+# RAY_USE_TLS as an env file line, and whether Ray takes it for on.
+TLS_LINES = [
+    ("RAY_USE_TLS='1'", True),
+    ("RAY_USE_TLS='true'", True),
+    ("RAY_USE_TLS='TRUE'", True),
+    ('RAY_USE_TLS="True"', True),
+    ("RAY_USE_TLS=1", True),
+    ("RAY_USE_TLS='0'", False),
+    ("RAY_USE_TLS='false'", False),
+    ("RAY_USE_TLS='yes'", False),  # Ray knows only 1 and true
+    ("RAY_USE_TLS='on'", False),
+    ("RAY_USE_TLS=''", False),
+    ("RAY_USE_TLS=' 1'", False),  # quoted, the space is part of the value
+    ("# RAY_USE_TLS='1'", False),  # a comment sets nothing
+    ("  # RAY_USE_TLS=true", False),
+    ("RAY_USE_TLS_X='1'", False),  # another variable
+    ("", False),  # absent
+]
+
+
+@pytest.mark.parametrize(("line", "on"), TLS_LINES)
+def test_ray_tls_on_reads_ray_use_tls_as_ray_does(line: str, on: bool) -> None:
+    text = f"# rtk's env file\nRAY_AUTH_MODE='token'\n{line}\nRAY_NODE_IP_ADDRESS='10.0.0.1'\n"
+    assert ray_tls_on(parse_env_file(text)) is on
+
+
+def test_ray_tls_on_takes_the_last_setting_as_the_shell_does() -> None:
+    assert ray_tls_on(parse_env_file("RAY_USE_TLS='1'\nRAY_USE_TLS='0'\n")) is False
+    assert ray_tls_on(parse_env_file("RAY_USE_TLS='0'\nRAY_USE_TLS='true'\n")) is True
+
+
+@pytest.mark.parametrize("line", [line for line, _ in TLS_LINES])
+def test_the_node_scripts_own_tls_rule_is_the_same(tmp_path: Path, line: str) -> None:
+    """``facts.py`` (stdlib only, on the nodes) keeps a copy of the rule: they agree."""
+    (tmp_path / "node.crt").write_text("-----BEGIN node.crt-----\n")
+    env = tmp_path / "ray.env"
+    env.write_text(f"{line}\nRAY_TLS_SERVER_CERT='{tmp_path / 'node.crt'}'\n")
+    found = ray_files(str(env))
+    assert ("cert" in found) is ray_tls_on(parse_env_file(found["env"]))

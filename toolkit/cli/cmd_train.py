@@ -418,15 +418,15 @@ def _train_in(
             outcome = session.run_workload(workload, driver, ahead)
     except KeyboardInterrupt:
         # The job was stopped (Ctrl-C, or SIGINT from an sbatch script's teardown)
-        # and its telemetry collected: report what was recorded, then exit 130.
-        if config.telemetry:
-            with clock.phase("report"):
-                report_run(session, config.run_dir)
+        # and its results gathered on the head: bring them here (with telemetry,
+        # report what was recorded), then exit 130.
+        with clock.phase("report"):
+            report_run(session, config.run_dir, report=config.telemetry)
         raise
     _print_outcome(outcome.job, config.run_dir)
-    if config.telemetry:
-        with clock.phase("report"):
-            report_run(session, config.run_dir)
+    # Without telemetry too: the run's records (metrics.jsonl, markers) come here.
+    with clock.phase("report"):
+        report_run(session, config.run_dir, report=config.telemetry)
     if not outcome.ok:
         sys.exit(1)
 

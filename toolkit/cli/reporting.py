@@ -9,15 +9,18 @@ import click
 from toolkit.flows import CollectOutcome, ReportOutcome, Session
 
 
-def report_run(session: Session, run_dir: str, fetch: bool = True) -> Path | None:
+def report_run(
+    session: Session, run_dir: str, fetch: bool = True, report: bool = True
+) -> Path | None:
     """Collect and report ``run_dir`` through ``session`` and print both; where report.html is.
 
     Problems are printed, never raised: the run itself is over and its outcome
-    decides rtk's exit status. Without ``fetch`` only results this machine sees count.
+    decides rtk's exit status. Without ``fetch`` only results this machine sees count;
+    without ``report`` (a run without telemetry) they are only brought here.
     """
     collected = session.collect(run_dir, fetch)
     render_collect(collected, fetch)
-    if collected.path is None:
+    if collected.path is None or not report:
         return None
     return render_report(session.report(collected))
 

@@ -23,10 +23,11 @@ import posixpath
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from toolkit.cluster.node_container import NodeContainer
 from toolkit.cluster.plan_summary import NAME, Token, cut_hostlist
 from toolkit.cluster.step_container import RUNTIMES_IN_STEPS
 from toolkit.errors import ClusterError
-from toolkit.inventory import Container, Inventory, Node
+from toolkit.inventory import Inventory, Node
 from toolkit.shell import join, quote
 
 CLUSTER_LABEL = "rtk.cluster"
@@ -52,49 +53,21 @@ def container_name(cluster: str, node: str) -> str:
 
 
 @dataclass(frozen=True)
-class ContainerPlan:
-    """One node's container and the commands that start, enter and remove it.
+class ContainerPlan(NodeContainer):
+    """One node's docker/podman container and the commands that start, enter and remove it.
+
+    The fields of ``NodeContainer`` (``name`` is ``rtk-<cluster>-<node>``, ``node``
+    its label ``rtk.node``), and:
 
     Attributes:
-        spec: The inventory's container for the node.
-        name: The container's name, ``rtk-<cluster>-<node>``.
         cluster: The cluster (label ``rtk.cluster``).
-        node: The node (label ``rtk.node``).
-        gpus: True when the container gets the node's GPUs.
-        temp_dir: Ray's temp dir, mounted at the same path.
-        rtk_dir: rtk's files (env file, token), mounted read-only.
     """
 
-    spec: Container
-    name: str
     cluster: str
-    node: str
-    gpus: bool
-    temp_dir: str
-    rtk_dir: str
-
-    @property
-    def runtime(self) -> str:
-        """Docker or podman."""
-        return self.spec.runtime
-
-    @property
-    def image(self) -> str:
-        """The image it runs."""
-        return self.spec.image
 
     def labels(self) -> tuple[str, str]:
         """The labels that mark it as this cluster's container of this node."""
         return (f"{CLUSTER_LABEL}={self.cluster}", f"{NODE_LABEL}={self.node}")
-
-    def bind_mounts(self) -> list[tuple[str, str, bool]]:
-        """Each ``-v`` of the container: host path, path inside, read-only; rtk's first."""
-        mounts = [(self.temp_dir, self.temp_dir, False), (self.rtk_dir, self.rtk_dir, True)]
-        for mount in self.spec.mounts:
-            source, target, *options = mount.split(":")
-            read_only = bool(options) and "ro" in options[0].split(",")
-            mounts.append((source, target, read_only))
-        return mounts
 
     def writes_host_path(self, path: str) -> bool:
         """True when host ``path`` (absolute) is the same path inside, and writable there.
@@ -106,10 +79,10 @@ class ContainerPlan:
             return False
         path = posixpath.normpath(path)
         holding = [
-            (posixpath.normpath(target), posixpath.normpath(source), read_only)
-            for source, target, read_only in self.bind_mounts()
-            if path == posixpath.normpath(target)
-            or path.startswith(posixpath.normpath(target).rstrip("/") + "/")
+            (posixpath.normpath(m.target), posixpath.normpath(m.source), m.read_only)
+            for m in self.mounts()
+            if path == posixpath.normpath(m.target)
+            or path.startswith(posixpath.normpath(m.target).rstrip("/") + "/")
         ]
         if not holding:
             return False
@@ -260,11 +233,11 @@ def container_plan(
     return ContainerPlan(
         spec=spec,
         name=container_name(inventory.name, node.name),
-        cluster=inventory.name,
         node=node.name,
         gpus=spec.wants_gpus(node.gpus),
         temp_dir=temp_dir,
         rtk_dir=rtk_dir,
+        cluster=inventory.name,
     )
 
 
@@ -338,7 +311,12 @@ def check_path_mounted(containers: Sequence[ContainerPlan], path: str, what: str
         return
     # Ray's temp dir and rtk's own are removed by rtk down: no place for results.
     mounted = sorted(
-        {t for c in containers for s, t, ro in c.bind_mounts()[2:] if s == t and not ro}
+        {
+            m.target
+            for c in containers
+            for m in c.mounts()[2:]
+            if m.source == m.target and not m.read_only
+        }
     )
     why = (
         f"{what} {path} is not an absolute path: inside a container ~ is the image's home"

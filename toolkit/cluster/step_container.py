@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from toolkit.cluster.node_container import Mount, NodeContainer
 from toolkit.inventory import Container, Inventory, Node
 from toolkit.shell import join, with_env_file
 
@@ -41,38 +42,18 @@ def step_container_name(cluster: str) -> str:
 
 
 @dataclass(frozen=True)
-class StepContainerPlan:
-    """One node's container of the srun step that runs its Ray.
+class StepContainerPlan(NodeContainer):
+    """One node's container of the srun step that runs its Ray (pyxis or apptainer).
 
-    Attributes:
-        spec: The inventory's container for the node (pyxis or apptainer).
-        name: Pyxis's ``--container-name`` (per job).
-        node: The node.
-        gpus: True when the container gets the node's GPUs.
-        temp_dir: Ray's temp dir, mounted at the same path.
-        rtk_dir: rtk's files (env file, token), mounted read-only.
+    The fields of ``NodeContainer``; ``name`` is pyxis's ``--container-name`` (per job).
     """
 
-    spec: Container
-    name: str
-    node: str
-    gpus: bool
-    temp_dir: str
-    rtk_dir: str
-
-    @property
-    def runtime(self) -> str:
-        """Pyxis or apptainer."""
-        return self.spec.runtime
-
-    def mounts(self) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
-        """Every bind mount as (source, destination, flags): rtk's two, then the inventory's."""
-        mounts = [(self.temp_dir, self.temp_dir, ()), (self.rtk_dir, self.rtk_dir, ("ro",))]
-        for mount in self.spec.mounts:
-            source, destination, *rest = mount.split(":")
-            flags = tuple(f for f in (rest[0].split(",") if rest else ()) if f not in RELABEL_FLAGS)
-            mounts.append((source, destination, flags))
-        return tuple(mounts)
+    def mounts(self) -> tuple[Mount, ...]:
+        """Every bind mount, less the flags only docker and podman know (``z``, ``Z``)."""
+        return tuple(
+            m._replace(flags=tuple(f for f in m.flags if f not in RELABEL_FLAGS))
+            for m in super().mounts()
+        )
 
     def step_options(self) -> tuple[str, ...]:
         """The step's srun options (pyxis); none for apptainer.
@@ -87,7 +68,7 @@ class StepContainerPlan:
             for source, destination, flags in self.mounts()
         )
         return (
-            f"--container-image={self.spec.image}",
+            f"--container-image={self.image}",
             f"--container-mounts={mounts}",
             f"--container-name={self.name}",
             *self.spec.options,
@@ -113,21 +94,18 @@ class StepContainerPlan:
             for source, destination, flags in self.mounts()
         )
         argv = ["apptainer", "exec", *(["--nv"] if self.gpus else []), "--bind", binds]
-        return [*argv, *self.spec.options, self.spec.image]
+        return [*argv, *self.spec.options, self.image]
 
     def describe(self) -> str:
         """One line for the plan: runtime, image, name and how it shares the host."""
         if self.runtime == "pyxis":
             gpus = ", the step's GPUs (enroot's hook)" if self.gpus else ""
             return (
-                f"pyxis container {self.name} of {self.spec.image} in Ray's srun step: "
+                f"pyxis container {self.name} of {self.image} in Ray's srun step: "
                 f"host network{gpus}"
             )
         gpus = ", the node's GPUs (--nv)" if self.gpus else ""
-        return (
-            f"apptainer container of {self.spec.image} in Ray's srun step: host network "
-            f"and IPC{gpus}"
-        )
+        return f"apptainer container of {self.image} in Ray's srun step: host network and IPC{gpus}"
 
 
 def step_container_plan(
@@ -166,7 +144,14 @@ def batch_script_note(inventory: Inventory) -> list[str]:
         if (spec, gpus) in seen:
             continue
         seen.append((spec, gpus))
-        step = StepContainerPlan(spec, name, node.name, gpus, temp_dir, temp_dir + "/rtk")
+        step = StepContainerPlan(
+            spec=spec,
+            name=name,
+            node=node.name,
+            gpus=gpus,
+            temp_dir=temp_dir,
+            rtk_dir=temp_dir + "/rtk",
+        )
         lines.append(f"# Ray in containers: {step.describe()}.")
         if spec.runtime == "pyxis":
             lines.append(

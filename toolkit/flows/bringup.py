@@ -41,13 +41,15 @@ def bring_up(
     if policy is PreflightPolicy.SKIP:
         result = up(plan, transport, store, reporter, rotate=rotate, head_ready=head_ready)
         return BringUpOutcome(result, PreflightOutcome(policy))
-    early: dict[frozenset[str], PreflightReport] = {}
+    early: PreflightReport | None = None  # the checks run beside up's wait, if any
+    assumed: frozenset[str] = frozenset()  # the nodes they took for up
 
     def checks_while_waiting(expected: frozenset[str]) -> None:
         # Every expected node's ray start has returned: its ports are open, so the
         # checks need not wait for Ray's word that it joined (one status poll or more).
+        nonlocal early, assumed
         reporter.info("preflight checks (--no-preflight skips them)")
-        early[expected] = _checks(plan, transport, expected)
+        assumed, early = expected, _checks(plan, transport, expected)
 
     result = up(
         plan,
@@ -62,7 +64,7 @@ def bring_up(
     # assumed (every node not failed), else they run again with Ray's answer.
     alive = frozenset(n.name for n in result.status.nodes if n.alive) if result.status else None
     expected = frozenset(o.name for o in result.nodes if o.action != "failed")
-    report = early.get(expected) if alive == expected else None
+    report = early if alive == expected == assumed else None
     if report is None:
         report = _checks(plan, transport, expected, alive)
     outcome = BringUpOutcome(result, PreflightOutcome(policy, report))

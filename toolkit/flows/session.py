@@ -431,7 +431,7 @@ class Session:
         written. Problems are results, not raised: the run itself is over.
         """
         path = Path(os.path.expanduser(run_dir))
-        if RunDir(path).has_telemetry:
+        if RunDir(path).seen_here:
             return CollectOutcome(path, path)
         if not fetch:
             return CollectOutcome(path, None)

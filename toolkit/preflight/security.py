@@ -19,10 +19,8 @@ from dataclasses import dataclass
 from toolkit.cluster.plan import ClusterPlan, NodePlan
 from toolkit.cluster.tls import RENEW_BEFORE, TlsError, cert_info, subject_names, verify_leaf
 from toolkit.preflight.result import Check
-from toolkit.shell import parse_env_file
+from toolkit.shell import parse_env_file, ray_tls_on
 
-# What Ray takes for "on" in RAY_USE_TLS.
-TRUE_WORDS = ("1", "true")
 RESTART_HINT = "rtk down, then rtk up: the nodes start with the inventory's settings"
 
 
@@ -105,7 +103,7 @@ def _tls_check(
 ) -> Check:
     name = node_plan.name
     env = answer.env or {}
-    on = env.get("RAY_USE_TLS", "0").lower() in TRUE_WORDS
+    on = ray_tls_on(env)
     if on != plan.tls:
         measured = f"{'on' if on else 'off'} (inventory: {'on' if plan.tls else 'off'})"
         return Check("ray.tls", name, "fail", measured, "as the inventory", RESTART_HINT)

@@ -152,8 +152,9 @@ class RunDir:
     def rank_files(self) -> list[Path]:
         """What ranks write on their own node: markers, and rank 0's metrics, there are.
 
-        Without a shared filesystem these are on the ranks' nodes only, and the
-        telemetry session copies them to the head's run directory.
+        Without a shared filesystem these are on the ranks' nodes only; the driver
+        copies them to the head's run directory when the run ends
+        (``toolkit.telemetry.rank_files``).
         """
         metrics = [p for p in (self.metrics, self.superseded_metrics) if p.is_file()]
         return [*self.marker_files(), *metrics]
@@ -186,6 +187,15 @@ class RunDir:
     def has_telemetry(self) -> bool:
         """Whether the telemetry manifest is here (on this machine)."""
         return self.manifest.exists()
+
+    @property
+    def seen_here(self) -> bool:
+        """Whether this machine sees the run directory its driver wrote on the head.
+
+        The driver writes the telemetry manifest, or without telemetry the trainer's
+        train_config.json: here, one of them means a filesystem shared with the head.
+        """
+        return self.has_telemetry or self.train_config.exists()
 
     # Report.
     @property

@@ -21,6 +21,7 @@ import ray
 
 from toolkit.rundir import CommandRecord, RunDir
 from toolkit.telemetry.options import TelemetryOptions
+from toolkit.telemetry.rank_files import gather_rank_files
 from toolkit.telemetry.session import TelemetrySession, exit_on_sigterm
 from toolkit.telemetry.settle import IdlePhases
 
@@ -59,6 +60,7 @@ def main(argv: list[str]) -> int:
     finally:
         idle.save()
         session.stop()
+        gather_rank_files(run_dir)  # markers the command's processes wrote on other nodes
 
     CommandRecord(tuple(command), code, duration_s).write(RunDir(run_dir).command)
     print(f"rtk telemetry: command exited {code}; traces in {run_dir}/telemetry", flush=True)

@@ -199,17 +199,6 @@ def _read_chunk(path: str, offset: int, size: int) -> bytes:
 
 
 @ray.remote(num_cpus=0)
-def _read_node_markers(run_dir: str) -> dict[str, bytes]:
-    """This node's view of the ranks' files (``RunDir.rank_files``), by relative path.
-
-    Without a shared filesystem, each node holds only its own ranks' files: markers,
-    and rank 0's metrics.jsonl wherever rank 0 ran.
-    """
-    layout = RunDir(run_dir)
-    return {str(path.relative_to(layout.root)): path.read_bytes() for path in layout.rank_files()}
-
-
-@ray.remote(num_cpus=0)
 def _remove_node_files(live: str, compacted: str) -> None:
     """Remove this node's traces; the directory too once no other node's are in it."""
     for path in [*live_files(Path(live)), Path(compacted)]:
@@ -400,7 +389,6 @@ class TelemetrySession:
             node.status, node.error = "missing", f"could not copy its trace: {e}"
             return
         _remove_node_files.options(**where).remote(path, found["path"])
-        self._collect_markers(node, where)
         node.stats = node.stats or {}
         for key in ("samples", "first_wall_s", "last_wall_s"):
             node.stats[key] = found[key]
@@ -433,22 +421,6 @@ class TelemetrySession:
                 out.write(data)
                 offset += len(data)
         os.replace(partial, next_segment(node_dir))
-
-    def _collect_markers(self, node: _Node, where: dict[str, Any]) -> None:
-        """Copy rank files only that node has (or has longer) into the run directory."""
-        try:
-            found = ray.get(
-                _read_node_markers.options(**where).remote(str(self.run_dir)),
-                timeout=CALL_TIMEOUT_S,
-            )
-        except Exception as e:  # noqa: BLE001 - markers on a shared filesystem need no copy
-            logger.warning("telemetry: %s: could not read its markers: %s", node.name, e)
-            return
-        for relative, data in found.items():
-            target = self.run_dir / relative
-            if not target.exists() or target.stat().st_size < len(data):
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(data)
 
     def _sensor_names(self) -> set[str]:
         return {s for n in self.nodes for s in n.info.get("sensors", [])}

@@ -22,6 +22,7 @@ from ray.train.torch import TorchTrainer
 from toolkit.cluster.driver_gate import gate_passed
 from toolkit.rundir import RunDir, TrainConfigRecord
 from toolkit.rundir.layout import CHECKPOINTS_DIR
+from toolkit.telemetry.rank_files import gather_rank_files
 from toolkit.telemetry.session import TelemetrySession, exit_on_sigterm
 from toolkit.telemetry.settle import IdlePhases
 from toolkit.train.config import TrainConfig
@@ -147,6 +148,9 @@ def main(argv: list[str]) -> int:
             idle.save()
         if session is not None:
             session.stop()
+        # With telemetry or without: rank 0's metrics and the markers may lie on other
+        # nodes (no shared filesystem), and rtk fetches the run from the head alone.
+        gather_rank_files(config.run_dir)
     # Ray Train keeps the metrics of reports that came with a checkpoint.
     final = result.metrics or {}
     if getattr(result, "error", None) is not None:

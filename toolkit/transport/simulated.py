@@ -40,7 +40,7 @@ from toolkit.node.agent import source_digest
 from toolkit.node.reach_request import ReachRequest, request_in
 from toolkit.node.script import AGENT, FACTS
 from toolkit.ray_resources import host_resource
-from toolkit.shell import parse_env_file
+from toolkit.shell import parse_env_file, ray_tls_on
 from toolkit.transport.base import CommandResult, Transport
 
 READY_TEXT = "Ray runtime started."
@@ -132,7 +132,16 @@ class _RayNode:
 class SimulatedCluster:
     """The nodes' state and Ray's view of them; shared by every transport made on it."""
 
-    def __init__(self, model: LatencyModel | None = None, faults: Faults | None = None) -> None:
+    def __init__(
+        self,
+        model: LatencyModel | None = None,
+        faults: Faults | None = None,
+        record_order: bool = False,
+    ) -> None:
+        """Nodes with no state yet; ``record_order`` keeps every operation in ``order``.
+
+        ``order`` grows by one entry per operation: only the tests that read it ask for it.
+        """
         self.model = model or LatencyModel()
         self.faults = faults or Faults()
         self.files: dict[tuple[str, str], bytes] = {}
@@ -143,7 +152,8 @@ class SimulatedCluster:
         self.ray_starts = 0
         self.connections = 0
         self.operations: Counter[str] = Counter()  # probe, put, ray start, status, ...
-        self.order: list[str] = []  # the same operations, in the order they began
+        self.record_order = record_order
+        self.order: list[str] = []  # with record_order: the operations, in the order they began
         self.sim_cpu_s = 0.0  # the simulation's own CPU time, to tell it from rtk's
         self.lock = threading.Lock()
 
@@ -329,7 +339,7 @@ class SimulatedCluster:
                 return {}
             found = {"env": env.decode()}
             values = parse_env_file(found["env"])
-            if values.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+            if ray_tls_on(values):
                 for key, name in (("cert", "RAY_TLS_SERVER_CERT"), ("ca", "RAY_TLS_CA_CERT")):
                     data = self.files.get((node, values.get(name, "")))
                     if data is not None:
@@ -464,7 +474,8 @@ class SimulatedTransport(Transport):
     def _count(self, operation: str) -> None:
         with self.cluster.lock:
             self.cluster.operations[operation] += 1
-            self.cluster.order.append(operation)
+            if self.cluster.record_order:
+                self.cluster.order.append(operation)
 
     def _answer(self, node: Node, command: str, stdin: str | None) -> CommandResult:
         cluster = self.cluster

@@ -7,6 +7,7 @@ written over SFTP on the same connection, so secrets never reach a command line.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -23,6 +24,14 @@ from toolkit.transport.base import COPY_CHUNK_BYTES, CommandResult, Transport, p
 from toolkit.transport.hostkeys import apply_host_key_policy
 
 READ_CHUNK = 65536
+# What paramiko says when the port answered, but not as an SSH server: it closed
+# without a word, or said something else (an HTTP server, a database).
+NOT_SSH = ("Error reading SSH protocol banner", "Indecipherable protocol version")
+
+# paramiko's own thread logs every failed handshake with its traceback, which Python
+# prints when nothing else handles logging; rtk raises its own error for it instead.
+# Logging set up by a program that uses rtk still receives those records.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
 class SshTransport(Transport):
@@ -180,6 +189,8 @@ class SshTransport(Transport):
                 f"{node.name}: SSH login as {ssh.user}{key} refused by {target}: {e}"
             ) from e
         except (paramiko.SSHException, EOFError) as e:
+            if str(e).startswith(NOT_SSH):
+                raise TransportError(_not_ssh(node, target, str(e))) from e
             raise TransportError(f"{node.name}: SSH to {target} failed: {e}") from e
         except TimeoutError as e:
             raise TransportError(
@@ -196,6 +207,21 @@ class SshTransport(Transport):
             connection = self._connections.pop(node.name, None)
         if connection is not None:
             connection.close()
+
+
+def _not_ssh(node: Node, target: str, why: str) -> str:
+    """What a port that took the connection but is no SSH server means, and what to check."""
+    ssh = node.ssh
+    for prefix in NOT_SSH:  # paramiko runs its words and the cause together
+        if why.startswith(prefix) and why[len(prefix) :][:1] not in ("", " ", ":"):
+            why = f"{prefix}: {why[len(prefix) :]}"
+    hop = " (or the jump host's)" if ssh.jump_host else ""
+    return (
+        f"{node.name}: no SSH server at {target}: the port{hop} took the connection but "
+        f"did not speak SSH ({why}). Check {node.name}'s address and ssh.port in the "
+        f"inventory ({node.address}, port {ssh.port}): they must reach the node's sshd "
+        "(port 22 unless its sshd_config says otherwise)."
+    )
 
 
 def _makedirs(sftp: paramiko.SFTPClient, directory: str) -> None:

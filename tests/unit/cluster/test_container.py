@@ -108,7 +108,15 @@ def test_run_argv_of_podman_with_host_ipc_and_cdi_gpus(boxes: ClusterPlan) -> No
 
 def test_no_gpu_flag_for_a_node_without_gpus() -> None:
     spec = Container("docker", "img", gpus="auto")
-    plan = ContainerPlan(spec, "rtk-c-n1", "c", "n1", spec.wants_gpus(0), "/tmp/rtk-c", "/tmp/x")
+    plan = ContainerPlan(
+        spec=spec,
+        name="rtk-c-n1",
+        node="n1",
+        gpus=spec.wants_gpus(0),
+        temp_dir="/tmp/rtk-c",
+        rtk_dir="/tmp/x",
+        cluster="c",
+    )
     assert "--gpus" not in plan.run_argv()
 
 
@@ -258,7 +266,15 @@ def sh(command: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 def plan_for(image: str, runtime: str = "docker") -> ContainerPlan:
     spec = Container(runtime, image)
-    return ContainerPlan(spec, "rtk-c-n1", "c", "n1", False, "/tmp/rtk-c", "/tmp/rtk-c/rtk")
+    return ContainerPlan(
+        spec=spec,
+        name="rtk-c-n1",
+        node="n1",
+        gpus=False,
+        temp_dir="/tmp/rtk-c",
+        rtk_dir="/tmp/rtk-c/rtk",
+        cluster="c",
+    )
 
 
 def test_start_waits_until_ray_says_it_started(node_shell: tuple[Path, dict[str, str]]) -> None:

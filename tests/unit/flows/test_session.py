@@ -392,3 +392,26 @@ def test_an_empty_run_is_fetched_from_the_head_then_its_report_fails_in_one_line
     err = capsys.readouterr().err.splitlines()
     assert err[0] == f"rtk: copied 0 result file(s) from the head into {missing}"
     assert err[1].startswith("rtk: report: ")
+
+
+def test_a_run_without_telemetry_seen_here_stays_in_place(tmp_path: Path) -> None:
+    """train_config.json, which the trainer's driver writes on the head, means a shared filesystem."""
+    run_dir = tmp_path / "no-telemetry"
+    run_dir.mkdir()
+    (run_dir / "train_config.json").write_text("{}")
+    (run_dir / "metrics.jsonl").write_text('{"step": 1}\n')
+    with Session(default_inventory()) as session:
+        collected = session.collect(str(run_dir))
+    assert (collected.path, collected.copied, collected.error) == (run_dir, None, None)
+
+
+def test_a_run_without_telemetry_is_fetched_and_not_reported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The head (local transport) holds only what a --no-telemetry run left there.
+    missing = tmp_path / "plain"
+    with Session(default_inventory()) as session:
+        assert report_run(session, str(missing), report=False) is None
+    printed = capsys.readouterr()
+    assert printed.err == f"rtk: copied 0 result file(s) from the head into {missing}\n"
+    assert printed.out == ""

@@ -63,9 +63,11 @@ def inventory(
     return load_inventory(path)
 
 
-def simulate(faults: Faults | None = None, scale: float = SCALE) -> SimulatedCluster:
+def simulate(
+    faults: Faults | None = None, scale: float = SCALE, record_order: bool = False
+) -> SimulatedCluster:
     """A simulated cluster; sessions reach it through their transport factory."""
-    return SimulatedCluster(LatencyModel(scale=scale), faults)
+    return SimulatedCluster(LatencyModel(scale=scale), faults, record_order=record_order)
 
 
 def session(
@@ -165,7 +167,7 @@ def test_a_late_joiner_is_waited_for(tmp_path: Path) -> None:
 
 def test_the_checks_run_while_the_wait_loop_waits_for_a_late_joiner(tmp_path: Path) -> None:
     """Every ray start returned: the checks start at once, not after Ray's word."""
-    cluster = simulate(Faults(join_late_s={"n0040": 100.0}))
+    cluster = simulate(Faults(join_late_s={"n0040": 100.0}), record_order=True)
     with session(inventory(tmp_path), tmp_path, cluster) as s:
         brought = s.bring_up(PreflightPolicy.ENFORCE)
     report = brought.preflight.report

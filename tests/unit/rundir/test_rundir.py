@@ -202,7 +202,7 @@ def test_marker_files_pack_patterns_and_checkpoints(tmp_path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("{}")
     assert run.marker_files() == [run.marker(0), run.marker(1)]
-    # What the telemetry session copies from each rank's node to the head.
+    # What the driver copies from each rank's node to the head (telemetry.rank_files).
     assert run.rank_files() == [run.marker(0), run.marker(1), run.metrics, run.superseded_metrics]
     packed = {p for pattern in run.pack_patterns for p in tmp_path.glob(pattern) if p.is_file()}
     assert packed == {

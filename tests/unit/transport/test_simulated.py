@@ -113,6 +113,22 @@ def test_the_state_survives_a_save_and_a_load(tmp_path: Path) -> None:
         assert cluster_status(plan, transport).ready == ["n1", "n2", "n3"]
 
 
+@pytest.mark.parametrize("record_order", [False, True])
+def test_the_order_of_operations_is_kept_only_when_asked(
+    tmp_path: Path, record_order: bool
+) -> None:
+    """Every operation is counted; the list of them, which grows with each, only on request."""
+    plan = three_nodes(tmp_path)
+    cluster = SimulatedCluster(LatencyModel(scale=0.0), record_order=record_order)
+    with SimulatedTransport(cluster) as transport:
+        node = plan.nodes[0].node
+        transport.put(node, plan.paths.env_file, b"RTK_NODE=n1\n")
+        transport.start_daemon(node, plan.nodes[0].start_command, "", 10)
+        transport.run(node, "true")
+    assert cluster.operations == {"put": 1, "ray start": 1, "command": 1}
+    assert cluster.order == (["put", "ray start", "command"] if record_order else [])
+
+
 def test_pick_nodes_is_a_fixed_share_for_a_seed() -> None:
     names = [f"n{i}" for i in range(1000)]
     picked = pick_nodes(names, 0.01, seed=3)

@@ -1,0 +1,122 @@
+"""The ranks' files brought from their nodes to the head's run directory, after a run.
+
+Each rank writes its markers, and rank 0 its metrics.jsonl, on the node it runs on
+(``RunDir.rank_files``). Without a shared filesystem those files lie on the ranks'
+nodes only, and rtk fetches a run's results from the head alone: so when the run
+ends the driver (on the head) asks every other alive node, a task pinned to each,
+for the rank files it holds longer than the head's copy, and writes them into the
+head's run directory. A node that shares the head's filesystem sends nothing back.
+
+Both drivers call ``gather_rank_files`` once their run is over, with telemetry on or
+off: ``toolkit.train.job`` and ``toolkit.telemetry.record``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from toolkit.rundir import RunDir
+
+logger = logging.getLogger(__name__)
+
+# Nodes asked at once, and how long each may take to answer.
+GATHER_PARALLEL = 8
+CALL_TIMEOUT_S = 60.0
+
+
+def rank_file_sizes(run_dir: str | Path) -> dict[str, int]:
+    """The rank files in ``run_dir`` as this machine sees them: relative path -> bytes."""
+    layout = RunDir(run_dir)
+    return {str(p.relative_to(layout.root)): p.stat().st_size for p in layout.rank_files()}
+
+
+def rank_files_longer(run_dir: str | Path, have: Mapping[str, int]) -> dict[str, bytes]:
+    """The rank files here that ``have`` (path -> bytes, the head's) lacks or holds shorter.
+
+    Files only grow (lines appended), so a longer file holds everything a shorter one
+    does; the same length means the same file (a shared filesystem).
+    """
+    layout = RunDir(run_dir)
+    found: dict[str, bytes] = {}
+    for path in layout.rank_files():
+        relative = str(path.relative_to(layout.root))
+        if path.stat().st_size > have.get(relative, -1):
+            found[relative] = path.read_bytes()
+    return found
+
+
+def keep_longer(run_dir: str | Path, found: Mapping[str, bytes]) -> list[str]:
+    """Write each of ``found`` (relative path -> bytes) the run dir lacks or holds shorter.
+
+    Returns:
+        The relative paths written.
+    """
+    root = RunDir(run_dir).root
+    written = []
+    for relative, data in found.items():
+        target = root / relative
+        if target.exists() and target.stat().st_size >= len(data):
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        written.append(relative)
+    return written
+
+
+@ray.remote(num_cpus=0)
+def _read_rank_files(run_dir: str, have: dict[str, int]) -> dict[str, bytes]:
+    """``rank_files_longer`` on the node this task runs on."""
+    return rank_files_longer(run_dir, have)
+
+
+def gather_rank_files(run_dir: str | Path) -> list[str]:
+    """Copy the ranks' files from every other alive node into the head's ``run_dir``.
+
+    Runs in a driver on the head, connected to Ray, after the run's ranks have ended.
+    ``GATHER_PARALLEL`` nodes are asked at a time; a node that cannot answer is
+    logged and skipped (its ranks' files stay on it), never raised.
+
+    Returns:
+        The relative paths written (none on a shared filesystem).
+    """
+    head_id = ray.get_runtime_context().get_node_id()
+    nodes = [
+        node
+        for node in ray.nodes()  # type: ignore[no-untyped-call]
+        if node.get("Alive") and node["NodeID"] != head_id
+    ]
+    have = rank_file_sizes(run_dir)
+
+    def ask(node: dict[str, Any]) -> dict[str, bytes]:
+        where = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+        try:
+            found: dict[str, bytes] = ray.get(
+                _read_rank_files.options(scheduling_strategy=where).remote(str(run_dir), have),
+                timeout=CALL_TIMEOUT_S,
+            )
+        except Exception as e:  # noqa: BLE001 - one node's loss is logged, the rest go on
+            logger.warning(
+                "rank files: could not read them on node %s (%s): %s",
+                node.get("NodeManagerAddress"),
+                node["NodeID"][:12],
+                e,
+            )
+            return {}
+        return found
+
+    written: list[str] = []
+    if not nodes:
+        return written
+    with ThreadPoolExecutor(
+        min(GATHER_PARALLEL, len(nodes)), thread_name_prefix="rtk-rank-files"
+    ) as pool:
+        for found in pool.map(ask, nodes):
+            written += keep_longer(run_dir, found)  # here alone: one writer per file
+    return written
