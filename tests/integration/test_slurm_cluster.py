@@ -211,9 +211,18 @@ def test_scancel_mid_run_leaves_no_ray_process_on_any_node(cluster: Sandbox, wor
 def test_two_jobs_sharing_a_node_run_at_once_on_their_own_ports(
     cluster: Sandbox, workdir: Path
 ) -> None:
+    # Ray's workers must find their own cluster, not "the" one, on a node that runs two:
+    # the state API (Ray Train's PlacementGroupCleaner uses it) looks for it there.
     probe = (
-        "import ray, time; ray.init(); time.sleep(8); "
-        "print('alive nodes:', sorted(n['NodeManagerHostname'] for n in ray.nodes() if n['Alive']))"
+        "import os, ray, time\n"
+        "from ray.util.state import list_nodes\n"
+        "ray.init(); time.sleep(8)\n"
+        "print('alive nodes:', sorted(n['NodeManagerHostname'] for n in ray.nodes() if n['Alive']))\n"
+        "def where():\n"
+        "    return ray.get_runtime_context().get_node_id(), len(list_nodes())\n"
+        "tasks = [ray.remote(where).options(scheduling_strategy='SPREAD').remote() for _ in range(6)]\n"
+        "seen = set(ray.get(tasks))\n"
+        "print('state API from', len({n for n, _ in seen}), 'node(s) sees', sorted({c for _, c in seen}))\n"
     )
     jobs = {}
     for name, nodes in (("left", "node1,node2"), ("right", "node2,node3")):
@@ -244,6 +253,7 @@ def test_two_jobs_sharing_a_node_run_at_once_on_their_own_ports(
         log = (workdir / f"{name}-{job_id}.out").read_text()
         assert scontrol_job(cluster, job_id)["JobState"] == "COMPLETED", log[-4000:]
         assert f"alive nodes: {nodes}" in log, log[-4000:]
+        assert "state API from 2 node(s) sees [2]" in log, log[-4000:]
         dashboards.update(re.findall(r"dashboard (http://\S+)", log))
     assert len(dashboards) == 2  # one per job: different ports on the shared node2
     assert ray_processes(cluster) == {}

@@ -287,6 +287,11 @@ def _node_env(
         "RTK_HEAD_ADDRESS": head_address,
         "RTK_NODE_IP": Detect("node_ip", f"source address of {route}"),
         "RAY_USAGE_STATS_ENABLED": "0",
+        # Every Ray process here inherits it: code in Ray's workers that finds "the"
+        # cluster (Ray Train's PlacementGroupCleaner asks the state API) otherwise looks
+        # for the node's running clusters, and fails where two share the node (two
+        # SLURM jobs, a sandbox) with "Found multiple active Ray instances".
+        "RAY_ADDRESS": head_address,
     }
     if inv.ray.auth == "token":
         env["RAY_AUTH_MODE"] = "token"
