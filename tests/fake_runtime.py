@@ -21,6 +21,7 @@ import re
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -78,19 +79,7 @@ def add_container(
 ) -> str:
     """Put a container there (someone else's, or a leftover of rtk's); its id."""
     data = load(state)
-    cid = f"c{data['next_id']:04d}"
-    data["next_id"] += 1
-    data["containers"].append(
-        {
-            "id": cid,
-            "name": name,
-            "labels": labels,
-            "image": image,
-            "state": "running" if running else "exited",
-            "looks": 0,
-            "argv": [],
-        }
-    )
+    cid = _new_container(data, name, labels, image, "running" if running else "exited", [])
     save(state, data)
     return cid
 
@@ -109,42 +98,78 @@ def main(runtime: str, args: list[str]) -> int:
         if data["down"]:
             print(f"Cannot connect to the {runtime} daemon. Is it running?", file=sys.stderr)
             return 1
-        return _command(runtime, args, data)
+        verb, rest = args[0], args[1:]
+        return HANDLERS[verb](runtime, rest, data)
     finally:
         save(state, data)
 
 
-def _command(runtime: str, args: list[str], data: dict[str, Any]) -> int:
-    verb, rest = args[0], args[1:]
-    if verb == "container" and rest[:1] == ["inspect"]:
-        return _inspect(rest[1:], data)
-    if verb == "image":
-        present = rest[-1] in data["images"]
-        if not present:
-            print(f"Error: No such image: {rest[-1]}", file=sys.stderr)
-        return 0 if present else 1
-    handlers = {
-        "run": _run,
-        "ps": _ps,
-        "logs": _logs,
-        "stop": _stop,
-        "rm": _rm,
-        "exec": _exec,
-    }
-    if verb == "version":
-        print("27.1.0" if runtime == "docker" else "4.3.1")
-        return 0
-    if verb == "info":
-        print(json.dumps(data["runtimes"]))
-        return 0
-    return handlers[verb](rest, data)
+def _new_container(
+    data: dict[str, Any],
+    name: str,
+    labels: dict[str, str],
+    image: str,
+    state: str,
+    argv: list[str],
+) -> str:
+    """Add a container to ``data``; its id."""
+    cid = f"c{data['next_id']:04d}"
+    data["next_id"] += 1
+    data["containers"].append(
+        {
+            "id": cid,
+            "name": name,
+            "labels": labels,
+            "image": image,
+            "state": state,
+            "looks": 0,
+            "argv": argv,
+        }
+    )
+    return cid
 
 
 def _find(data: dict[str, Any], ref: str) -> dict[str, Any] | None:
     return next((c for c in data["containers"] if ref in (c["id"], c["name"])), None)
 
 
-def _run(args: list[str], data: dict[str, Any]) -> int:
+def _existing(data: dict[str, Any], ref: str) -> dict[str, Any] | None:
+    """The container ``ref`` names; None, with the runtime's error printed, if none."""
+    found = _find(data, ref)
+    if found is None:
+        print(f"Error: No such container: {ref}", file=sys.stderr)
+    return found
+
+
+def _version(runtime: str, args: list[str], data: dict[str, Any]) -> int:
+    print("27.1.0" if runtime == "docker" else "4.3.1")
+    return 0
+
+
+def _info(runtime: str, args: list[str], data: dict[str, Any]) -> int:
+    print(json.dumps(data["runtimes"]))
+    return 0
+
+
+def _image(runtime: str, args: list[str], data: dict[str, Any]) -> int:
+    """``image inspect IMAGE`` and ``image exists IMAGE``."""
+    present = args[-1] in data["images"]
+    if not present:
+        print(f"Error: No such image: {args[-1]}", file=sys.stderr)
+    return 0 if present else 1
+
+
+def _container(runtime: str, args: list[str], data: dict[str, Any]) -> int:
+    """``container inspect --format {{.State.Running}} REF``."""
+    assert args[0] == "inspect", args
+    c = _existing(data, args[-1])
+    if c is None:
+        return 1
+    print("true" if c["state"] == "running" else "false")
+    return 0
+
+
+def _run(runtime: str, args: list[str], data: dict[str, Any]) -> int:
     labels: dict[str, str] = {}
     name = ""
     i = 0
@@ -164,20 +189,8 @@ def _run(args: list[str], data: dict[str, Any]) -> int:
     if image not in data["images"]:
         print(f"Unable to find image '{image}' locally", file=sys.stderr)
         return 125
-    cid = f"c{data['next_id']:04d}"
-    data["next_id"] += 1
-    data["containers"].append(
-        {
-            "id": cid,
-            "name": name,
-            "labels": labels,
-            "image": image,
-            "state": "exited" if image == "ray:crash" else "running",
-            "looks": 0,
-            "argv": args[i + 1 :],
-        }
-    )
-    print(cid)
+    state = "exited" if image == "ray:crash" else "running"
+    print(_new_container(data, name, labels, image, state, args[i + 1 :]))
     return 0
 
 
@@ -193,7 +206,7 @@ def _matches(container: dict[str, Any], filters: list[str]) -> bool:
     return True
 
 
-def _ps(args: list[str], data: dict[str, Any]) -> int:
+def _ps(runtime: str, args: list[str], data: dict[str, Any]) -> int:
     filters = [args[i + 1] for i, a in enumerate(args) if a == "--filter"]
     fmt = args[args.index("--format") + 1] if "--format" in args else None
     every = "-a" in args or "-aq" in args
@@ -203,10 +216,9 @@ def _ps(args: list[str], data: dict[str, Any]) -> int:
     return 0
 
 
-def _logs(args: list[str], data: dict[str, Any]) -> int:
-    c = _find(data, args[-1])
+def _logs(runtime: str, args: list[str], data: dict[str, Any]) -> int:
+    c = _existing(data, args[-1])
     if c is None:
-        print(f"Error: No such container: {args[-1]}", file=sys.stderr)
         return 1
     c["looks"] += 1
     if c["image"] == "ray:crash":
@@ -217,16 +229,7 @@ def _logs(args: list[str], data: dict[str, Any]) -> int:
     return 0
 
 
-def _inspect(args: list[str], data: dict[str, Any]) -> int:
-    c = _find(data, args[-1])
-    if c is None:
-        print(f"Error: No such container: {args[-1]}", file=sys.stderr)
-        return 1
-    print("true" if c["state"] == "running" else "false")
-    return 0
-
-
-def _stop(args: list[str], data: dict[str, Any]) -> int:
+def _stop(runtime: str, args: list[str], data: dict[str, Any]) -> int:
     for ref in args[2:]:  # -t N
         c = _find(data, ref)
         if c is not None:
@@ -235,9 +238,8 @@ def _stop(args: list[str], data: dict[str, Any]) -> int:
     return 0
 
 
-def _rm(args: list[str], data: dict[str, Any]) -> int:
-    refs = [a for a in args if a != "-f"]
-    for ref in refs:
+def _rm(runtime: str, args: list[str], data: dict[str, Any]) -> int:
+    for ref in (a for a in args if a != "-f"):
         c = _find(data, ref)
         if c is not None:
             data["containers"].remove(c)
@@ -245,10 +247,26 @@ def _rm(args: list[str], data: dict[str, Any]) -> int:
     return 0
 
 
-def _exec(args: list[str], data: dict[str, Any]) -> int:
+def _exec(runtime: str, args: list[str], data: dict[str, Any]) -> int:
     words = [a for a in args if a not in ("-i", "-t")]
     c = _find(data, words[0])
     if c is None or c["state"] != "running":
         print(f"Error: container {words[0]} is not running", file=sys.stderr)
         return 1
     return subprocess.run(words[1:], check=False).returncode
+
+
+# The first word of each command the fake knows, and what it does: (runtime, the
+# words after it, the state) -> exit status.
+HANDLERS: dict[str, Callable[[str, list[str], dict[str, Any]], int]] = {
+    "version": _version,
+    "info": _info,
+    "image": _image,
+    "container": _container,
+    "run": _run,
+    "ps": _ps,
+    "logs": _logs,
+    "stop": _stop,
+    "rm": _rm,
+    "exec": _exec,
+}
