@@ -99,6 +99,40 @@ def wait_for(predicate: object, timeout_s: float, what: str) -> None:
         time.sleep(0.5)
 
 
+def steps_done(run_dir: Path) -> int:
+    """How many steps the run's metrics.jsonl holds (0 before it exists)."""
+    metrics = run_dir / "metrics.jsonl"
+    return len(metrics.read_text().splitlines()) if metrics.exists() else 0
+
+
+def train_then_near_the_limit(
+    cluster: Sandbox, workdir: Path, name: str, steps: int, *args: str
+) -> tuple[str, Path]:
+    """Submit a train-template job with a 30-minute limit, wait until it trained
+    ``steps`` steps, then send its batch shell the SIGUSR1 that ``--signal=B:USR1@GRACE``
+    sends before the limit. ``args``: more ``sbatch submit`` options, then ``--`` and
+    rtk train's. Returns the job's id and its run directory."""
+    runs = workdir / "runs"
+    submitted = rtk_in(
+        cluster,
+        workdir,
+        *("sbatch", "submit", str(cluster.inventory_path), "--template", "train"),
+        *("--job-name", name, "--job-output", str(workdir / f"{name}-%j.out")),
+        *("--output-dir", str(runs), "--time", "30", *args),
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip()
+    run_dir = runs / f"{name}-{job_id}"
+    wait_for(lambda: steps_done(run_dir) >= steps, 240, f"{steps} training steps")
+    subprocess.run(
+        ["scancel", "--batch", "--signal=USR1", job_id],
+        env={**os.environ, **cluster.slurm_env()},
+        check=True,
+        timeout=30,
+    )
+    return job_id, run_dir
+
+
 def test_a_training_job_trains_with_telemetry_reports_and_completes(
     cluster: Sandbox, workdir: Path
 ) -> None:
@@ -263,30 +297,13 @@ def test_the_time_limit_signal_tears_down_with_telemetry_and_a_report(
     cluster: Sandbox, workdir: Path
 ) -> None:
     """SIGUSR1 to the batch shell is what --signal=B:USR1@GRACE sends before the limit."""
-    runs = workdir / "runs"
-    submitted = rtk_in(
+    job_id, run_dir = train_then_near_the_limit(
         cluster,
         workdir,
-        *("sbatch", "submit", str(cluster.inventory_path), "--template", "train"),
-        *("--job-name", "limit", "--job-output", str(workdir / "limit-%j.out")),
-        *("--output-dir", str(runs), "--time", "30"),
+        "limit",
+        20,
         *("--", "--model-size", "tiny", "--max-steps", "100000", "--barrier-every", "5"),
         *("--save-steps", "0", "--num-workers", "3", "--log-every", "50"),
-    )
-    assert submitted.returncode == 0, submitted.stderr
-    job_id = submitted.stdout.strip()
-    run_dir = runs / f"limit-{job_id}"
-
-    def trained_a_while() -> bool:
-        metrics = run_dir / "metrics.jsonl"
-        return metrics.exists() and len(metrics.read_text().splitlines()) >= 20
-
-    wait_for(trained_a_while, 240, "20 training steps")
-    subprocess.run(
-        ["scancel", "--batch", "--signal=USR1", job_id],
-        env={**os.environ, **cluster.slurm_env()},
-        check=True,
-        timeout=30,
     )
 
     def ended() -> bool:
@@ -320,34 +337,18 @@ def test_a_requeued_training_job_trains_every_step_once_over_two_allocations(
     requeued job for the sandbox's cred_expire (20 s), then the second allocation
     resumes from the checkpoint and trains to the end.
     """
-    runs = workdir / "runs"
-    submitted = rtk_in(
+    job_id, run_dir = train_then_near_the_limit(
         cluster,
         workdir,
-        *("sbatch", "submit", str(cluster.inventory_path), "--template", "train"),
-        *("--job-name", "requeue", "--job-output", str(workdir / "requeue-%j.out")),
-        *("--output-dir", str(runs), "--time", "30", "--requeue", "--max-restarts", "2"),
+        "requeue",
+        8,
+        *("--requeue", "--max-restarts", "2"),
         *("--", "--model-size", "tiny", "--max-steps", "40", "--num-workers", "3"),
         # Every step at least 0.25 s (rank 0 sleeps before each barrier): the stop
         # comes well before the last step.
         *("--barrier-every", "1", "--straggle", "0:0.25", "--log-every", "10"),
     )
-    assert submitted.returncode == 0, submitted.stderr
-    job_id = submitted.stdout.strip()
-    run_dir = runs / f"requeue-{job_id}"
     log_path = workdir / f"requeue-{job_id}.out"
-
-    def steps_done() -> int:
-        metrics = run_dir / "metrics.jsonl"
-        return len(metrics.read_text().splitlines()) if metrics.exists() else 0
-
-    wait_for(lambda: steps_done() >= 8, 240, "8 training steps")
-    subprocess.run(
-        ["scancel", "--batch", "--signal=USR1", job_id],
-        env={**os.environ, **cluster.slurm_env()},
-        check=True,
-        timeout=30,
-    )
 
     def allocations() -> list[dict[str, object]]:
         path = run_dir / "allocations.jsonl"
