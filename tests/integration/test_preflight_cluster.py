@@ -21,10 +21,7 @@ from conftest import require, require_sandbox_host, rtk
 
 from toolkit.sandbox import Sandbox, cpu_share, procs
 
-# The load test measures each node's GEMM against its peers' and the bandwidth tests
-# each link's against the others': on one host's CPUs, anything running beside them
-# would be measured too. scripts/test.sh runs this module with nothing beside it.
-pytestmark = [pytest.mark.ray, pytest.mark.timing]
+pytestmark = pytest.mark.ray
 
 
 @pytest.fixture(scope="module")
