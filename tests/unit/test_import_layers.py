@@ -38,6 +38,7 @@ LAYERS: dict[str, int] = {
     "ray_resources": 0,
     "rundir": 0,  # the run directory: layout and records, shared by every layer
     "wallclock": 0,  # the clock samples and markers are stamped with
+    "driver_gate": 0,  # a driver started ahead waits there (stdlib only)
     # 1: the inventory
     "inventory": 1,
     # 2: reaching nodes, and what runs on them

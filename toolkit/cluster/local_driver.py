@@ -28,9 +28,9 @@ from collections.abc import Callable, Mapping
 from typing import IO, Any
 
 from toolkit.cluster.client_env import node_session_script
-from toolkit.cluster.driver_gate import GATE_STDIN, GATE_VARIABLE, GO_LINE
 from toolkit.cluster.jobs import JOB_STOP_WAIT_S, JobOutcome
 from toolkit.cluster.plan import ClusterPlan
+from toolkit.driver_gate import GATE_STDIN, GATE_VARIABLE, GO_LINE
 from toolkit.errors import JobError
 
 # The runtime environment's keys a local driver honours; any other (pip, conda,
@@ -109,7 +109,7 @@ class LocalDriver:
     ``run_local_driver`` starts it and waits. ``rtk train --up`` calls ``start(gated=
     True)`` while the cluster comes up (from the bring-up's thread, once the head has
     its env file), then ``release`` and ``wait`` once it is up, or ``cancel`` when the
-    bring-up failed (``cluster.driver_gate``). ``cancel`` before ``start`` makes the
+    bring-up failed (``toolkit.driver_gate``). ``cancel`` before ``start`` makes the
     start a no-op, so the two may race.
 
     The process is started, read and waited for by a thread of its own that lives as

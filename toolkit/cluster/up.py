@@ -84,7 +84,7 @@ def up(
     ``head_ready``, when given, is called (in the head's thread, so it must be quick
     and must not raise) once the head has its files, before its ``ray start``: the
     head's env file is there for a process of its own to source (``rtk train --up``
-    starts its driver then, held at ``cluster.driver_gate``). Not called when the
+    starts its driver then, held at ``toolkit.driver_gate``). Not called when the
     head failed.
 
     ``alongside_wait``, when given, runs in a thread of its own from the moment every

@@ -290,7 +290,7 @@ class Session:
     def driver_ahead(self, workload: Workload, driver: Driver) -> DriverAhead | None:
         """A driver for ``workload`` to start while the cluster comes up, or None.
 
-        Only the trainer's entrypoint waits at the gate (``cluster.driver_gate``), and
+        Only the trainer's entrypoint waits at the gate (``toolkit.driver_gate``), and
         only a local driver can start before Ray answers (a Jobs API job is submitted
         to the running cluster). Pass its ``start`` as ``bring_up``'s ``head_ready``,
         then it to ``run_workload``; ``cancel`` it when the bring-up fails.

@@ -19,7 +19,7 @@ import ray
 from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
-from toolkit.cluster.driver_gate import gate_passed
+from toolkit.driver_gate import gate_passed
 from toolkit.rundir import RunDir, TrainConfigRecord
 from toolkit.rundir.layout import CHECKPOINTS_DIR
 from toolkit.telemetry.rank_files import gather_rank_files

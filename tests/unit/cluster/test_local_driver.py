@@ -229,7 +229,7 @@ def test_the_driver_ends_when_rtk_is_killed(tmp_path: Path, ray_dir: str) -> Non
 # imports are done, then runs only when let through.
 GATED = (
     f"{sys.executable} -c 'import os, sys; "
-    "from toolkit.cluster.driver_gate import gate_passed; "
+    "from toolkit.driver_gate import gate_passed; "
     'print("imported", flush=True); '
     'print("ran" if gate_passed(os.environ, sys.stdin) else "not wanted", flush=True)\''
 )
