@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -46,8 +47,8 @@ def cluster(ray_available: None) -> Iterator[Sandbox]:
 @pytest.fixture
 def workdir(tmp_path: Path) -> Iterator[Path]:
     """A submit directory every node sees (/var/tmp is shared; each node's /tmp is not)."""
-    path = Path("/var/tmp") / f"rtk-test-slurm-{tmp_path.name}"
-    path.mkdir(parents=True)
+    # Unique even where an earlier run's directory of the same test was left behind.
+    path = Path(tempfile.mkdtemp(prefix=f"rtk-test-slurm-{tmp_path.name}-", dir="/var/tmp"))
     yield path
     subprocess.run(["rm", "-rf", str(path)], check=False)
 

@@ -17,6 +17,7 @@ from toolkit.cli.common import (
     telemetry_from,
     telemetry_options,
 )
+from toolkit.cli.jobs_output import outcome_lines
 from toolkit.cli.reporting import report_run
 from toolkit.flows import CommandWorkload, PreflightPolicy, Session
 
@@ -76,11 +77,8 @@ def record_cmd(
             click.echo(session.run_plan(workload, PreflightPolicy.SKIP).render(), nl=False)
             return
         outcome = session.run_workload(workload)
-        click.echo(
-            f"rtk: job {outcome.job.job_id} {outcome.job.status} after "
-            f"{outcome.job.duration_s:.1f} s; run dir {run_dir}",
-            err=True,
-        )
+        for line in outcome_lines(outcome.job, run_dir):
+            click.echo(f"rtk: {line}", err=True)
         report_run(session, run_dir)
     if not outcome.ok:
         sys.exit(1)

@@ -455,10 +455,7 @@ def _preflight(session: Session, run_dir: str) -> None:
 
 def _print_outcome(outcome: JobOutcome, run_dir: str | None) -> None:
     """How the job ended (as ``rtk launch`` says it), then where its run directory is."""
-    lines = outcome_lines(outcome)
-    if run_dir:
-        lines[0] += f"; run dir {run_dir}"
-    for line in lines:
+    for line in outcome_lines(outcome, run_dir):
         click.echo(f"rtk: {line}", err=True)
 
 

@@ -178,8 +178,23 @@ def output_options(func: F) -> F:
         "--output-dir",
         default="~/rtk-runs",
         show_default=True,
-        help="Where run directories go, as a path on the nodes (the head's at least).",
+        callback=_output_dir,
+        help="Where run directories go, as a path on the nodes (the head's at least); "
+        "a relative one is taken from the current directory.",
     )(func)
+
+
+def _output_dir(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """A relative --output-dir, made absolute from here.
+
+    The job and its workers run in directories of Ray's own (an unpacked copy of
+    the working directory, a worker's session directory): a relative path there
+    would put the run where nothing reads it and Ray later deletes it. ``~`` stays
+    as given, for the node to expand.
+    """
+    if value.startswith("~") or os.path.isabs(value):
+        return value
+    return os.path.abspath(value)
 
 
 def choose_inventory(inventory: str | None, local: bool, slurm: bool = False) -> Inventory:

@@ -76,9 +76,14 @@ def stop_line(info: JobInfo, was_running: bool, wait_s: float) -> str:
     return f"job {info.job_id} still {info.status} {wait_s:g} s after it was asked to stop"
 
 
-def outcome_lines(outcome: JobOutcome) -> list[str]:
-    """How a job rtk followed ended: status and time, and Ray's message when it failed."""
-    lines = [f"job {outcome.job_id} {outcome.status} after {outcome.duration_s:.1f} s"]
+def outcome_lines(outcome: JobOutcome, run_dir: str | None = None) -> list[str]:
+    """How a job rtk followed ended, with its run directory when there is one.
+
+    Ray's message follows when it failed: a job whose runtime environment could not
+    be set up never runs its entrypoint, and that message is all there is to say why.
+    """
+    where = f"; run dir {run_dir}" if run_dir else ""
+    lines = [f"job {outcome.job_id} {outcome.status} after {outcome.duration_s:.1f} s{where}"]
     if not outcome.ok and outcome.message:
         lines.append(outcome.message.strip())
     return lines

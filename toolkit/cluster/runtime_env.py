@@ -134,3 +134,27 @@ def merge_runtime_env(
     if variables:
         merged["env_vars"] = variables
     return merged
+
+
+def working_dir_env(working_dir: str, run_dir: str | None = None) -> dict[str, Any]:
+    """``working_dir`` (resolved), and ``excludes`` keeping run output out of its package.
+
+    Ray zips and uploads the whole working directory with every job, up to its
+    gRPC limit (512 MiB). With the output directory inside it (``rtk sbatch``'s
+    default ``rtk-runs/`` in the submit directory), every job would ship every
+    earlier run's telemetry, fail once that passes the limit, and zip files that
+    jobs beside it are still writing. So the output directory (the run
+    directory's parent), or the run directory where that is the working directory
+    itself, is excluded when it lies inside. Pure: nothing is read.
+    """
+    base = Path(working_dir).expanduser().resolve()
+    env: dict[str, Any] = {"working_dir": str(base)}
+    if not run_dir:
+        return env
+    run = Path(run_dir).expanduser().resolve()
+    for path in (run.parent, run):
+        if path != base and path.is_relative_to(base):
+            # A pattern anchored at the working directory: that directory, not a namesake.
+            env["excludes"] = ["/" + path.relative_to(base).as_posix()]
+            break
+    return env

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.cluster.plan import ClusterPlan
+from toolkit.cluster.runtime_env import working_dir_env
 from toolkit.telemetry.options import TelemetryOptions
 from toolkit.telemetry.submit import record_job
 from toolkit.train.config import TrainConfig
@@ -177,7 +178,7 @@ def job_request(
         return _recorded(plan, command, "vllm", stamp, ship_code)
     if workload.telemetry is not None:
         return _recorded(plan, workload, "record", stamp, ship_code)
-    env: dict[str, Any] = {"working_dir": str(Path(workload.working_dir).resolve())}
+    env = working_dir_env(workload.working_dir, workload.run_dir)
     if workload.env:
         env["env_vars"] = dict(workload.env)
     name = f"rtk-{workload.name}-{plan.inventory.name}-{stamp}"

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from toolkit.cluster.jobs import JOB_STOP_WAIT_S
 from toolkit.cluster.plan import ClusterPlan
+from toolkit.cluster.runtime_env import working_dir_env
 from toolkit.cluster.shipped_code import code_env
 from toolkit.telemetry.options import TelemetryOptions
 
@@ -34,8 +34,11 @@ def record_job(
     entrypoint = shlex.join(
         [python, "-m", "toolkit.telemetry.record", json.dumps(arguments), *command]
     )
-    runtime_env = code_env(ship_code) | {
-        "working_dir": str(Path(working_dir).resolve()),
-        "env_vars": {"RAY_JOB_STOP_WAIT_TIME_S": str(JOB_STOP_WAIT_S), **(env or {})},
-    }
+    runtime_env = (
+        code_env(ship_code)
+        | working_dir_env(working_dir, run_dir)
+        | {
+            "env_vars": {"RAY_JOB_STOP_WAIT_TIME_S": str(JOB_STOP_WAIT_S), **(env or {})},
+        }
+    )
     return entrypoint, runtime_env

@@ -11,11 +11,12 @@ from toolkit.cli.jobs_output import (
     collection_lines,
     cut,
     listing_footer,
+    outcome_lines,
     render_jobs,
     size_text,
     stop_line,
 )
-from toolkit.cluster.jobs import JobInfo, JobListing
+from toolkit.cluster.jobs import JobInfo, JobListing, JobOutcome
 from toolkit.cluster.ray_logs import LogsCollection, NodeLogs
 
 LONG = "python -m openrlhf.cli.train_ppo_ray --actor_num_nodes 2 " + "--flag value " * 20
@@ -104,3 +105,14 @@ def test_sizes_read_in_binary_units() -> None:
         "3.0 GiB",
         "4096.0 GiB",
     ]
+
+
+def test_a_failed_job_says_why_under_the_line_with_its_run_dir() -> None:
+    """A job whose runtime env failed never ran: Ray's message is the only reason there is."""
+    failed = JobOutcome("rtk-record-skip-1", "FAILED", 3.8, "runtime_env setup failed: x\n")
+    assert outcome_lines(failed, "/runs/skip") == [
+        "job rtk-record-skip-1 FAILED after 3.8 s; run dir /runs/skip",
+        "runtime_env setup failed: x",
+    ]
+    done = JobOutcome("rtk-launch-1", "SUCCEEDED", 12.0, "Job finished successfully.")
+    assert outcome_lines(done) == ["job rtk-launch-1 SUCCEEDED after 12.0 s"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from toolkit.cluster.runtime_env import (
     merge_runtime_env,
     parse_env_pairs,
     parse_runtime_env_json,
+    working_dir_env,
 )
 
 RTK = {"working_dir": "/home/me/project", "env_vars": {"RAY_JOB_STOP_WAIT_TIME_S": "30"}}
@@ -86,3 +88,29 @@ def test_bad_env_pairs_name_what_was_given(pair: str, message: str) -> None:
 
 def test_an_empty_value_is_a_value() -> None:
     assert parse_env_pairs(["EMPTY=", "A=1", "A=2"]) == {"EMPTY": "", "A": "2"}
+
+
+def test_runs_inside_the_working_dir_stay_out_of_the_package_ray_uploads(tmp_path: Path) -> None:
+    """Ray zips the working dir with every job: earlier runs' telemetry must not go along."""
+    from ray._private.runtime_env.packaging import create_package
+
+    project = tmp_path / "project"
+    for name in ("train.py", "rtk-runs/old/telemetry/node1.jsonl", "lib/rtk-runs/keep.py"):
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text("x")
+    env = working_dir_env(str(project), str(project / "rtk-runs" / "new"))
+    assert env == {"working_dir": str(project.resolve()), "excludes": ["/rtk-runs"]}
+    package = tmp_path / "package.zip"
+    create_package(env["working_dir"], package, include_gitignore=True, excludes=env["excludes"])
+    shipped = {n.rstrip("/") for n in zipfile.ZipFile(package).namelist()}
+    assert {"train.py", "lib/rtk-runs/keep.py"} <= shipped  # a namesake deeper down stays
+    assert not any(n.startswith("rtk-runs") for n in shipped), shipped
+
+
+def test_only_an_output_dir_inside_the_working_dir_is_excluded(tmp_path: Path) -> None:
+    # --output-dir . puts each run in the working dir itself: that run alone stays out.
+    assert working_dir_env(str(tmp_path), str(tmp_path / "run1"))["excludes"] == ["/run1"]
+    elsewhere = working_dir_env(str(tmp_path / "code"), str(tmp_path / "runs" / "run1"))
+    assert "excludes" not in elsewhere
+    assert "excludes" not in working_dir_env(str(tmp_path), None)
+    assert "excludes" not in working_dir_env(str(tmp_path), str(tmp_path))

@@ -210,6 +210,21 @@ def test_telemetry_record_dry_run_carries_the_telemetry_options(
     assert not state.exists() and not (tmp_path / "o").exists()
 
 
+def test_a_relative_output_dir_is_taken_from_here_and_left_out_of_the_package(
+    state: Path, tmp_path: Path
+) -> None:
+    """Run from the job's own directory (Ray's copy), a relative run dir would be lost."""
+    done = _rtk(
+        "telemetry", "record", "--local", "--dry-run", "--output-dir", "runs/here",
+        "--run-id", "t1", "--", "./bench.sh",
+    )  # fmt: skip
+    assert done.exit_code == 0, done.output
+    assert f'"run_dir": "{tmp_path}/runs/here/t1"' in done.output
+    assert f"  working_dir: {tmp_path}\n  excludes: ['/runs/here']\n" in done.output
+    train = _rtk("train", "--local", "--dry-run", "--output-dir", "o", "--run-id", "t2")
+    assert f"run directory: {tmp_path}/o/t2\n" in train.output
+
+
 def test_demo_dry_run_shows_bring_up_run_and_teardown(state: Path, tmp_path: Path) -> None:
     done = _rtk("demo", "--dry-run", "--output-dir", str(tmp_path / "runs"))
     assert done.exit_code == 0, done.output
