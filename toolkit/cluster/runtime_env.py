@@ -136,8 +136,10 @@ def merge_runtime_env(
     return merged
 
 
-def working_dir_env(working_dir: str, run_dir: str | None = None) -> dict[str, Any]:
-    """``working_dir`` (resolved), and ``excludes`` keeping run output out of its package.
+def working_dir_env(
+    working_dir: str, run_dir: str | None = None, state_dir: str | None = None
+) -> dict[str, Any]:
+    """``working_dir`` (resolved), and ``excludes`` keeping rtk's own files out of its package.
 
     Ray zips and uploads the whole working directory with every job, up to its
     gRPC limit (512 MiB). With the output directory inside it (``rtk sbatch``'s
@@ -145,16 +147,27 @@ def working_dir_env(working_dir: str, run_dir: str | None = None) -> dict[str, A
     earlier run's telemetry, fail once that passes the limit, and zip files that
     jobs beside it are still writing. So the output directory (the run
     directory's parent), or the run directory where that is the working directory
-    itself, is excluded when it lies inside. Pure: nothing is read.
+    itself, is excluded when it lies inside; so is rtk's state directory
+    (``state_dir``: tokens and the TLS CA's key), which has no business in a job.
+    Pure: nothing is read.
     """
-    base = Path(working_dir).expanduser().resolve()
+    base = _absolute(working_dir)
+    excludes = []
+    if run_dir:
+        run = _absolute(run_dir)
+        excludes += [p for p in (run.parent, run) if _inside(p, base)][:1]
+    if state_dir and _inside(_absolute(state_dir), base):
+        excludes.append(_absolute(state_dir))
     env: dict[str, Any] = {"working_dir": str(base)}
-    if not run_dir:
-        return env
-    run = Path(run_dir).expanduser().resolve()
-    for path in (run.parent, run):
-        if path != base and path.is_relative_to(base):
-            # A pattern anchored at the working directory: that directory, not a namesake.
-            env["excludes"] = ["/" + path.relative_to(base).as_posix()]
-            break
+    if excludes:
+        # Patterns anchored at the working directory: those directories, not namesakes.
+        env["excludes"] = ["/" + p.relative_to(base).as_posix() for p in excludes]
     return env
+
+
+def _absolute(path: str) -> Path:
+    return Path(path).expanduser().resolve()
+
+
+def _inside(path: Path, base: Path) -> bool:
+    return path != base and path.is_relative_to(base)

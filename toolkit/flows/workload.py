@@ -19,6 +19,7 @@ from typing import Any
 
 from toolkit.cluster.plan import ClusterPlan
 from toolkit.cluster.runtime_env import working_dir_env
+from toolkit.cluster.state import state_root
 from toolkit.telemetry.options import TelemetryOptions
 from toolkit.telemetry.submit import record_job
 from toolkit.train.config import TrainConfig
@@ -178,7 +179,7 @@ def job_request(
         return _recorded(plan, command, "vllm", stamp, ship_code)
     if workload.telemetry is not None:
         return _recorded(plan, workload, "record", stamp, ship_code)
-    env = working_dir_env(workload.working_dir, workload.run_dir)
+    env = working_dir_env(workload.working_dir, workload.run_dir, str(state_root()))
     if workload.env:
         env["env_vars"] = dict(workload.env)
     name = f"rtk-{workload.name}-{plan.inventory.name}-{stamp}"

@@ -11,6 +11,7 @@ from toolkit.cluster.jobs import JOB_STOP_WAIT_S
 from toolkit.cluster.plan import ClusterPlan
 from toolkit.cluster.runtime_env import working_dir_env
 from toolkit.cluster.shipped_code import code_env
+from toolkit.cluster.state import state_root
 from toolkit.telemetry.options import TelemetryOptions
 
 
@@ -36,7 +37,7 @@ def record_job(
     )
     runtime_env = (
         code_env(ship_code)
-        | working_dir_env(working_dir, run_dir)
+        | working_dir_env(working_dir, run_dir, str(state_root()))
         | {
             "env_vars": {"RAY_JOB_STOP_WAIT_TIME_S": str(JOB_STOP_WAIT_S), **(env or {})},
         }

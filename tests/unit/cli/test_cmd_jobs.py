@@ -78,6 +78,7 @@ def test_launch_dry_run_shows_the_merged_runtime_env(inventory: Path, tmp_path: 
         "command job my-job via http://10.9.0.1:8265",
         "  entrypoint: python -c 'print(1)'",
         f"  working_dir: {tmp_path.resolve()}",
+        "  excludes: ['/state']",  # rtk's state (RTK_STATE_DIR) is inside: never shipped
         "  pip: ['emoji']",
         "  env_vars:",
         "    A=json",
@@ -178,6 +179,7 @@ def test_without_the_new_options_launch_submits_what_it_always_did(inventory: Pa
     assert re.fullmatch(
         r"command job rtk-launch-jobtest-\d+ via http://10\.9\.0\.1:8265\n"
         r"  entrypoint: python x\.py\n"
-        rf"  working_dir: {re.escape(str(Path.cwd().resolve()))}\n",
+        rf"  working_dir: {re.escape(str(Path.cwd().resolve()))}\n"
+        r"  excludes: \['/state'\]\n",  # rtk's state (RTK_STATE_DIR) is inside the cwd
         done.output,
     )

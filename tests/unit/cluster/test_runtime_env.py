@@ -114,3 +114,7 @@ def test_only_an_output_dir_inside_the_working_dir_is_excluded(tmp_path: Path) -
     assert "excludes" not in elsewhere
     assert "excludes" not in working_dir_env(str(tmp_path), None)
     assert "excludes" not in working_dir_env(str(tmp_path), str(tmp_path))
+    # rtk's state (tokens, the CA's key) kept in the project stays out as well.
+    both = working_dir_env(str(tmp_path), str(tmp_path / "o" / "r"), str(tmp_path / ".rtk"))
+    assert both["excludes"] == ["/o", "/.rtk"]
+    assert "excludes" not in working_dir_env(str(tmp_path / "code"), None, str(tmp_path))

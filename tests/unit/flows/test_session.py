@@ -220,7 +220,7 @@ def test_a_relative_output_dir_is_taken_from_here_and_left_out_of_the_package(
     )  # fmt: skip
     assert done.exit_code == 0, done.output
     assert f'"run_dir": "{tmp_path}/runs/here/t1"' in done.output
-    assert f"  working_dir: {tmp_path}\n  excludes: ['/runs/here']\n" in done.output
+    assert f"  working_dir: {tmp_path}\n  excludes: ['/runs/here', '/state']\n" in done.output
     train = _rtk("train", "--local", "--dry-run", "--output-dir", "o", "--run-id", "t2")
     assert f"run directory: {tmp_path}/o/t2\n" in train.output
 
