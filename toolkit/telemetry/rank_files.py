@@ -13,9 +13,10 @@ off: ``toolkit.train.job`` and ``toolkit.telemetry.record``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import time
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +27,15 @@ from toolkit.rundir import RunDir
 
 logger = logging.getLogger(__name__)
 
-# Nodes asked at once, and how long each may take to answer.
-GATHER_PARALLEL = 8
+# Nodes asked at once, and how long each may take to answer. Each answer is a Ray
+# task on its node, and a node's first task waits for a worker process to start
+# (about a second or two): asked a few at a time, 1,000 nodes took minutes after
+# every run. 64 at once keeps that to seconds, while the driver holds at most 64
+# answers (each one node's rank files) and Ray's per-class lease limit paces the rest.
+GATHER_IN_FLIGHT = 64
 CALL_TIMEOUT_S = 60.0
+# How often the loop looks for answers past their time.
+_POLL_S = 1.0
 
 
 def rank_file_sizes(run_dir: str | Path) -> dict[str, int]:
@@ -80,8 +87,9 @@ def gather_rank_files(run_dir: str | Path) -> list[str]:
     """Copy the ranks' files from every other alive node into the head's ``run_dir``.
 
     Runs in a driver on the head, connected to Ray, after the run's ranks have ended.
-    ``GATHER_PARALLEL`` nodes are asked at a time; a node that cannot answer is
-    logged and skipped (its ranks' files stay on it), never raised.
+    ``GATHER_IN_FLIGHT`` nodes are asked at a time and each answer is written as it
+    comes; a node that cannot answer within ``CALL_TIMEOUT_S`` is logged and skipped
+    (its ranks' files stay on it), never raised.
 
     Returns:
         The relative paths written (none on a shared filesystem).
@@ -92,31 +100,47 @@ def gather_rank_files(run_dir: str | Path) -> list[str]:
         for node in ray.nodes()  # type: ignore[no-untyped-call]
         if node.get("Alive") and node["NodeID"] != head_id
     ]
-    have = rank_file_sizes(run_dir)
-
-    def ask(node: dict[str, Any]) -> dict[str, bytes]:
-        where = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
-        try:
-            found: dict[str, bytes] = ray.get(
-                _read_rank_files.options(scheduling_strategy=where).remote(str(run_dir), have),
-                timeout=CALL_TIMEOUT_S,
-            )
-        except Exception as e:  # noqa: BLE001 - one node's loss is logged, the rest go on
-            logger.warning(
-                "rank files: could not read them on node %s (%s): %s",
-                node.get("NodeManagerAddress"),
-                node["NodeID"][:12],
-                e,
-            )
-            return {}
-        return found
-
     written: list[str] = []
     if not nodes:
         return written
-    with ThreadPoolExecutor(
-        min(GATHER_PARALLEL, len(nodes)), thread_name_prefix="rtk-rank-files"
-    ) as pool:
-        for found in pool.map(ask, nodes):
+    have = ray.put(rank_file_sizes(run_dir))  # one copy for every node's task
+    waiting = iter(nodes)
+    asked: dict[ray.ObjectRef[dict[str, bytes]], tuple[dict[str, Any], float]] = {}
+
+    def ask_more() -> None:
+        for node in waiting:
+            where = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+            ref = _read_rank_files.options(scheduling_strategy=where).remote(str(run_dir), have)
+            asked[ref] = (node, time.monotonic())
+            if len(asked) >= GATHER_IN_FLIGHT:
+                return
+
+    ask_more()
+    while asked:
+        ready, _ = ray.wait(list(asked), num_returns=1, timeout=_POLL_S)
+        for ref in ready:
+            node, _started = asked.pop(ref)
+            try:
+                found: dict[str, bytes] = ray.get(ref)
+            except Exception as e:  # noqa: BLE001 - one node's loss is logged, the rest go on
+                _cannot_read(node, e)
+                continue
             written += keep_longer(run_dir, found)  # here alone: one writer per file
+        now_s = time.monotonic()
+        for ref, (node, started_s) in list(asked.items()):
+            if now_s - started_s > CALL_TIMEOUT_S:
+                del asked[ref]
+                with contextlib.suppress(Exception):  # a lost node's task may be gone
+                    ray.cancel(ref, force=True)
+                _cannot_read(node, TimeoutError(f"no answer in {CALL_TIMEOUT_S:g} s"))
+        ask_more()
     return written
+
+
+def _cannot_read(node: dict[str, Any], error: BaseException) -> None:
+    logger.warning(
+        "rank files: could not read them on node %s (%s): %s",
+        node.get("NodeManagerAddress"),
+        node["NodeID"][:12],
+        error,
+    )
