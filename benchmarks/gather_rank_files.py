@@ -12,10 +12,17 @@ the shared-filesystem case where the whole gather is overhead) and times:
 - previous: the loop it replaced, 8 nodes at a time, each a blocking ``ray.get``.
 
 Each measurement gets a fresh cluster (no worker left warm from the other), and the
-order alternates between repeats. On 2 cores the raylets and the workers they start
-share the same CPUs, so the gain is smaller here than on separate machines.
+order alternates between repeats. Here every raylet and every worker it starts share
+this machine's cores, so the worker starts that separate machines make side by side
+queue for the same CPUs: measured as is, the window cannot show. ``--task-latency-s``
+models a node's own time to answer (its worker start, on its own CPUs) as a sleep in
+each node's task, which costs no CPU here; with ``--warm`` an untimed gather first
+starts a worker on every node, so that the timed one measures the sleeps and how many
+of them Ray runs at once (each node's tasks are a scheduling class of their own,
+with its own lease limit), not this machine's worker starts.
 
     python benchmarks/gather_rank_files.py [--nodes 16] [--repeats 2]
+        [--task-latency-s 1.5] [--warm]
 """
 
 from __future__ import annotations
@@ -58,7 +65,20 @@ def previous_gather(run_dir: str) -> list[str]:
     return written
 
 
-def timed_on_fresh_cluster(nodes: int, run_dir: str, gather: Callable[[str], list[str]]) -> float:
+def slowed_read(latency_s: float) -> Any:
+    """The per-node task, answering ``latency_s`` later (a sleep: no CPU taken here)."""
+
+    @ray.remote(num_cpus=0)
+    def read(run_dir: str, have: dict[str, int]) -> dict[str, bytes]:
+        time.sleep(latency_s)
+        return rank_files.rank_files_longer(run_dir, have)
+
+    return read
+
+
+def timed_on_fresh_cluster(
+    nodes: int, run_dir: str, gather: Callable[[str], list[str]], warm: bool
+) -> float:
     cluster = Cluster(
         initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False}
     )
@@ -67,6 +87,8 @@ def timed_on_fresh_cluster(nodes: int, run_dir: str, gather: Callable[[str], lis
             cluster.add_node(num_cpus=1)
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
+        if warm:
+            gather(run_dir)
         started = time.perf_counter()
         written = gather(run_dir)
         took_s = time.perf_counter() - started
@@ -81,7 +103,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--task-latency-s", type=float, default=0.0)
+    parser.add_argument("--warm", action="store_true")
     args = parser.parse_args()
+    if args.task_latency_s > 0:  # both loops look the task up in the module at call time
+        rank_files._read_rank_files = slowed_read(args.task_latency_s)
     with tempfile.TemporaryDirectory(prefix="rtk-gather-") as tmp:
         run = RunDir(Path(tmp) / "run")
         for rank in range(8 * args.nodes):  # 8 ranks a node, each with its markers
@@ -95,12 +121,14 @@ def main() -> None:
         for repeat in range(args.repeats):
             order = list(tools) if repeat % 2 == 0 else list(reversed(tools))
             for name in order:
-                took_s = timed_on_fresh_cluster(args.nodes, str(run.root), tools[name])
+                took_s = timed_on_fresh_cluster(args.nodes, str(run.root), tools[name], args.warm)
                 times[name].append(took_s)
                 print(f"repeat {repeat + 1}: {name:8s} {took_s:6.2f} s", flush=True)
     rtk, previous = (statistics.mean(times[n]) for n in ("rtk", "previous"))
     print(
-        f"{args.nodes} nodes ({args.nodes - 1} asked), mean of {args.repeats}: "
+        f"{args.nodes} nodes ({args.nodes - 1} asked, task latency {args.task_latency_s:g} s"
+        f"{', warm' if args.warm else ''}), "
+        f"mean of {args.repeats}: "
         f"rtk {rtk:.2f} s, previous {previous:.2f} s, rtk/previous {rtk / previous:.2f}"
     )
 
