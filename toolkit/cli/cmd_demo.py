@@ -8,7 +8,7 @@ import time
 import click
 
 from toolkit.cli.cmd_cluster import render_status
-from toolkit.cli.common import dry_run_option, verbose_option
+from toolkit.cli.common import absolute_output_dir, dry_run_option, verbose_option
 from toolkit.cli.progress import progress_reporter
 from toolkit.cli.reporting import report_run
 from toolkit.errors import RtkError
@@ -34,7 +34,7 @@ It needs the trainer's packages: pip install torch==2.13.0 'rtk[train]'.
 @click.option("--keep", is_flag=True, help="Leave the cluster running at the end.")
 @click.option("--max-steps", type=int, default=100, show_default=True)
 @click.option("--num-workers", type=int, default=2, show_default=True)
-@click.option("--output-dir", default="~/rtk-runs", show_default=True)
+@click.option("--output-dir", default="~/rtk-runs", show_default=True, callback=absolute_output_dir)
 @dry_run_option
 @verbose_option
 def demo_cmd(

@@ -178,13 +178,13 @@ def output_options(func: F) -> F:
         "--output-dir",
         default="~/rtk-runs",
         show_default=True,
-        callback=_output_dir,
+        callback=absolute_output_dir,
         help="Where run directories go, as a path on the nodes (the head's at least); "
         "a relative one is taken from the current directory.",
     )(func)
 
 
-def _output_dir(ctx: click.Context, param: click.Parameter, value: str) -> str:
+def absolute_output_dir(ctx: click.Context, param: click.Parameter, value: str) -> str:
     """A relative --output-dir, made absolute from here.
 
     The job and its workers run in directories of Ray's own (an unpacked copy of

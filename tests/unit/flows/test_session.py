@@ -223,6 +223,8 @@ def test_a_relative_output_dir_is_taken_from_here_and_left_out_of_the_package(
     assert f"  working_dir: {tmp_path}\n  excludes: ['/runs/here', '/state']\n" in done.output
     train = _rtk("train", "--local", "--dry-run", "--output-dir", "o", "--run-id", "t2")
     assert f"run directory: {tmp_path}/o/t2\n" in train.output
+    demo = _rtk("demo", "--dry-run", "--output-dir", "d")
+    assert f'"run_dir": "{tmp_path}/d/demo-' in demo.output
 
 
 def test_demo_dry_run_shows_bring_up_run_and_teardown(state: Path, tmp_path: Path) -> None:
