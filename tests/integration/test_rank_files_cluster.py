@@ -1,0 +1,78 @@
+"""The end-of-run gather of rank files on a real Ray cluster of four nodes (raylets).
+
+The nodes share this machine's filesystem, so each node's task is replaced by one
+that answers with a file named after its node: what comes back, and from whom, is
+then visible. One node never answers: it is named and skipped after the timeout,
+and the others' files are written all the same, through a window smaller than the
+number of nodes. The real task on nodes without a shared filesystem runs in
+``test_train_cluster.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.ray
+
+
+@pytest.fixture(scope="module")
+def ray_nodes(ray_available: None) -> Iterator[list[dict[str, Any]]]:
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False}
+    )
+    try:
+        for _ in range(3):
+            cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
+        yield [n for n in ray.nodes() if n["Alive"]]
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def test_a_node_that_never_answers_is_named_and_the_others_are_written(
+    ray_nodes: list[dict[str, Any]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import ray
+
+    from toolkit.telemetry import rank_files
+
+    head_id = ray.get_runtime_context().get_node_id()
+    others = [n for n in ray_nodes if n["NodeID"] != head_id]
+    assert len(others) == 3
+    silent_id = others[0]["NodeID"]
+
+    @ray.remote(num_cpus=0)
+    def answer(run_dir: str, have: dict[str, int]) -> dict[str, bytes]:
+        node_id = ray.get_runtime_context().get_node_id()
+        if node_id == silent_id:
+            time.sleep(600)
+        return {f"markers/from-{node_id[:12]}.jsonl": b'{"event": "run_start"}\n'}
+
+    monkeypatch.setattr(rank_files, "_read_rank_files", answer)
+    monkeypatch.setattr(rank_files, "GATHER_IN_FLIGHT", 2)  # fewer than the nodes asked
+    monkeypatch.setattr(rank_files, "CALL_TIMEOUT_S", 3.0)
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger=rank_files.__name__):
+        written = rank_files.gather_rank_files(tmp_path)
+    took_s = time.monotonic() - started
+    answered = sorted(f"markers/from-{n['NodeID'][:12]}.jsonl" for n in others[1:])
+    assert sorted(written) == answered
+    assert all((tmp_path / p).is_file() for p in answered)
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and silent_id[:12] in warnings[0], warnings
+    assert "no answer in 3 s" in warnings[0]
+    assert took_s < 3.0 + 10.0, took_s  # the timeout, not the silent node's 600 s
