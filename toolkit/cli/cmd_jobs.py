@@ -65,8 +65,9 @@ rtk stop take it from there.
 
 \b
 The runtime environment reads as in ray job submit: --runtime-env-json's keys
-(pip, py_modules, excludes, env_vars...) are added to rtk's, --env KEY=VALUE
-wins over the JSON's env_vars, --working-dir over its working_dir. What the
+(pip, py_modules, excludes, env_vars...) are added to rtk's (rtk's excludes
+keep its state directory out of the package), --env KEY=VALUE wins over the
+JSON's env_vars, --working-dir over its working_dir. What the
 cluster needs stays rtk's, and asking to change it is an error: the token auth
 (RAY_AUTH_MODE, RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH) and RTK_CLUSTER_DIR (how
 rtk down finds the job's processes).

@@ -3,7 +3,9 @@
 ``rtk launch --runtime-env-json JSON --env KEY=VALUE --working-dir DIR`` reads like
 Ray's CLI and merges the same way (pure, nothing submitted here):
 
-- the JSON's keys (``pip``, ``py_modules``, ``excludes``...) win over rtk's defaults;
+- the JSON's keys (``pip``, ``py_modules``...) win over rtk's defaults, except
+  ``excludes``: the JSON's come first, then rtk's (its output and state
+  directories, when inside the working directory rtk chose);
 - its ``working_dir`` wins over rtk's default (``.``), and an explicit
   ``--working-dir`` wins over both, as in ``ray job submit``;
 - environment variables: rtk's, then the JSON's ``env_vars``, then each ``--env``,
@@ -133,7 +135,36 @@ def merge_runtime_env(
     merged.pop("env_vars", None)
     if variables:
         merged["env_vars"] = variables
+    excludes = _merged_excludes(rtk_env, user_env, merged.get("working_dir"))
+    if excludes is None:
+        merged.pop("excludes", None)
+    else:
+        merged["excludes"] = excludes  # in rtk's place when it had one (dry runs list them)
     return merged
+
+
+def _merged_excludes(
+    rtk_env: Mapping[str, Any], user_env: Mapping[str, Any], working_dir: Any
+) -> Any:
+    """The user's ``excludes``, then rtk's (``working_dir_env``), or None when neither.
+
+    rtk's patterns are anchored at the working directory rtk chose: one the JSON
+    names instead gets none of them (they could hide a folder of its own).
+    """
+    user = user_env.get("excludes")
+    if user is not None and not isinstance(user, list):
+        return user  # not a list: Ray says what is wrong with it
+    ours = list(rtk_env.get("excludes") or [])
+    if ours and not _same_dir(working_dir, rtk_env.get("working_dir")):
+        ours = []
+    both = [*(user or []), *(x for x in ours if x not in (user or []))]
+    return both if both or user is not None else None
+
+
+def _same_dir(given: object, ours: object) -> bool:
+    if not isinstance(given, str) or not isinstance(ours, str) or "://" in given:
+        return given == ours
+    return Path(given).expanduser().resolve() == Path(ours)
 
 
 def working_dir_env(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import zipfile
 from pathlib import Path
 
@@ -118,3 +119,21 @@ def test_only_an_output_dir_inside_the_working_dir_is_excluded(tmp_path: Path) -
     both = working_dir_env(str(tmp_path), str(tmp_path / "o" / "r"), str(tmp_path / ".rtk"))
     assert both["excludes"] == ["/o", "/.rtk"]
     assert "excludes" not in working_dir_env(str(tmp_path / "code"), None, str(tmp_path))
+
+
+def test_the_users_excludes_come_first_and_rtks_stay_only_where_they_were_anchored(
+    tmp_path: Path,
+) -> None:
+    ours = working_dir_env(str(tmp_path), str(tmp_path / "rtk-runs" / "r1"), str(tmp_path / "s"))
+    user = parse_runtime_env_json('{"excludes": ["*.ckpt", "/s"]}')
+    merged = merge_runtime_env(ours, user, {})
+    assert merged["excludes"] == ["*.ckpt", "/s", "/rtk-runs"]
+    assert "excludes" not in merge_runtime_env({"working_dir": str(tmp_path)}, {}, {})
+    # The JSON's own working_dir: rtk's patterns meant another folder, and are dropped.
+    other = merge_runtime_env(ours, parse_runtime_env_json('{"working_dir": "/srv/code"}'), {})
+    assert "excludes" not in other
+    both = '{"working_dir": "/srv/code", "excludes": ["data/"]}'
+    assert merge_runtime_env(ours, parse_runtime_env_json(both), {})["excludes"] == ["data/"]
+    # The same folder spelled another way keeps them.
+    same = parse_runtime_env_json(json.dumps({"working_dir": f"{tmp_path}/."}))
+    assert merge_runtime_env(ours, same, {})["excludes"] == ["/rtk-runs", "/s"]
