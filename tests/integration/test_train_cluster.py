@@ -506,22 +506,33 @@ def test_results_come_back_from_the_head_without_a_shared_filesystem(
     assert listing.returncode == 0 and "manifest.json" in listing.stdout
 
 
-def test_training_without_a_shared_filesystem_gathers_every_ranks_markers(
-    trained: dict[str, Any], sandbox_train: Sandbox, tmp_path: Path
-) -> None:
-    """Each rank writes markers on its own node; the head gathers them, rtk brings them here."""
-    output = tmp_path / "private-runs"
+def train_apart(
+    trained: dict[str, Any], run_dir: Path, *args: str
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """``rtk train ARGS`` into ``run_dir``, a path in this machine's /tmp: each sandbox
+    node's /tmp is its own, so no node shares it with another or with this one."""
     done = rtk(
         "train",
         trained["inventory"],
-        *("--num-workers", "3", "--max-steps", "10", "--barrier-every", "5"),
-        *("--save-steps", "0", "--output-dir", str(output), "--run-id", "apart"),
-        *("--straggle", "2:1.0"),  # rank 2 sleeps 1 s before every barrier
+        *args,
+        *("--save-steps", "0", "--output-dir", str(run_dir.parent), "--run-id", run_dir.name),
         env=trained["env"],
         timeout=600,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    run_dir = output / "apart"
+    return done, run_dir
+
+
+def test_training_without_a_shared_filesystem_gathers_every_ranks_markers(
+    trained: dict[str, Any], sandbox_train: Sandbox, tmp_path: Path
+) -> None:
+    """Each rank writes markers on its own node; the head gathers them, rtk brings them here."""
+    done, run_dir = train_apart(
+        trained,
+        tmp_path / "apart",
+        *("--num-workers", "3", "--max-steps", "10", "--barrier-every", "5"),
+        *("--straggle", "2:1.0"),  # rank 2 sleeps 1 s before every barrier
+    )
     records = read_markers(run_dir)
     assert sorted({r["rank"] for r in records}) == [0, 1, 2]
     summary = json.loads((run_dir / "report" / "summary.json").read_text())
@@ -555,19 +566,13 @@ def test_training_without_telemetry_or_a_shared_filesystem_keeps_rank_0s_steps(
     files brings it to the head, whence rtk fetches the run.
     """
     worker = sandbox_train.nodes[2].name
-    output = tmp_path / "private-runs"  # exists on no node: each node's /tmp is its own
     resources = json.dumps({"CPU": 1, f"rtk_host:{worker}": 0.01})
-    done = rtk(
-        "train",
-        trained["inventory"],
+    _, run_dir = train_apart(
+        trained,
+        tmp_path / "no-telemetry",
         *("--no-telemetry", "--num-workers", "1", "--resources-per-worker", resources),
-        *("--max-steps", "12", "--barrier-every", "4", "--save-steps", "0"),
-        *("--output-dir", str(output), "--run-id", "no-telemetry"),
-        env=trained["env"],
-        timeout=600,
+        *("--max-steps", "12", "--barrier-every", "4"),
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    run_dir = output / "no-telemetry"
     assert [m["step"] for m in metric_steps(run_dir)] == list(range(1, 13))
     records = read_markers(run_dir)
     assert {(r["rank"], r["node"]) for r in records} == {(0, worker)}
