@@ -18,8 +18,7 @@ queue for the same CPUs: measured as is, the window cannot show. ``--task-latenc
 models a node's own time to answer (its worker start, on its own CPUs) as a sleep in
 each node's task, which costs no CPU here; with ``--warm`` an untimed gather first
 starts a worker on every node, so that the timed one measures the sleeps and how many
-of them Ray runs at once (each node's tasks are a scheduling class of their own,
-with its own lease limit), not this machine's worker starts.
+of them Ray runs at once, not this machine's worker starts.
 
     python benchmarks/gather_rank_files.py [--nodes 16] [--repeats 2]
         [--task-latency-s 1.5] [--warm]

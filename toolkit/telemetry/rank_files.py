@@ -29,9 +29,10 @@ logger = logging.getLogger(__name__)
 
 # Nodes asked at once, and how long each may take to answer. Each answer is a Ray
 # task on its node, and a node's first task waits for a worker process to start
-# (about a second or two): asked a few at a time, 1,000 nodes took minutes after
-# every run. 64 at once keeps that to seconds, while the driver holds at most 64
-# answers (each one node's rank files) and Ray's per-class lease limit paces the rest.
+# (a second or two): asked 8 at a time, 1,000 nodes would take some 125 such waits
+# after every run; 64 at once, 16, while the driver holds at most 64 answers (each
+# one node's rank files). Ray runs node-pinned tasks side by side without pacing
+# them (benchmarks/gather_rank_files.py: 31 at once).
 GATHER_IN_FLIGHT = 64
 CALL_TIMEOUT_S = 60.0
 # How often the loop looks for answers past their time.
