@@ -154,17 +154,17 @@ def _merged_excludes(
     user = user_env.get("excludes")
     if user is not None and not isinstance(user, list):
         return user  # not a list: Ray says what is wrong with it
-    ours = list(rtk_env.get("excludes") or [])
-    if ours and not _same_dir(working_dir, rtk_env.get("working_dir")):
-        ours = []
-    both = [*(user or []), *(x for x in ours if x not in (user or []))]
-    return both if both or user is not None else None
+    ours = rtk_env.get("excludes") or []
+    if _same_dir(working_dir, rtk_env.get("working_dir")):
+        user = user or []
+        return [*user, *(x for x in ours if x not in user)] or None
+    return user
 
 
 def _same_dir(given: object, ours: object) -> bool:
     if not isinstance(given, str) or not isinstance(ours, str) or "://" in given:
         return given == ours
-    return Path(given).expanduser().resolve() == Path(ours)
+    return _absolute(given) == Path(ours)
 
 
 def working_dir_env(
