@@ -42,6 +42,7 @@ from toolkit.node.script import AGENT, FACTS
 from toolkit.ray_resources import host_resource
 from toolkit.shell import parse_env_file, ray_tls_on
 from toolkit.transport.base import CommandResult, Transport
+from toolkit.transport.pool import ConnectionPool
 
 READY_TEXT = "Ray runtime started."
 _AGENT_WORD = re.compile(r"^(probe|stop|status|smoke|pack)$")
@@ -388,9 +389,7 @@ class SimulatedTransport(Transport):
 
     def __init__(self, cluster: SimulatedCluster) -> None:
         self.cluster = cluster
-        self._connected: set[str] = set()
-        self._locks: dict[str, threading.Lock] = {}
-        self._guard = threading.Lock()
+        self._pool: ConnectionPool[str] = ConnectionPool(self._handshake)
 
     def run(
         self,
@@ -402,7 +401,7 @@ class SimulatedTransport(Transport):
         timeout_s: float = 60.0,
     ) -> CommandResult:
         """Answer ``command`` as the node would (see ``Transport.run``)."""
-        self._connect(node)
+        self._pool.get(node)
         began = time.monotonic()
         cpu = time.thread_time()
         model = self.cluster.model
@@ -422,7 +421,7 @@ class SimulatedTransport(Transport):
 
     def put(self, node: Node, path: str, data: bytes, *, mode: int = 0o600) -> None:
         """Keep the file in the cluster's state."""
-        self._connect(node)
+        self._pool.get(node)
         model = self.cluster.model
         model.sleep(model.round_trip_s + model.put_s)
         self._count("put")
@@ -431,7 +430,7 @@ class SimulatedTransport(Transport):
 
     def get(self, node: Node, path: str, local: Path) -> int:
         """Copy a file kept in the cluster's state to ``local``."""
-        self._connect(node)
+        self._pool.get(node)
         self.cluster.model.sleep(self.cluster.model.round_trip_s)
         self._count("get")
         with self.cluster.lock:
@@ -444,27 +443,21 @@ class SimulatedTransport(Transport):
 
     def close(self) -> None:
         """Drop every connection: the next transport pays the handshakes again."""
-        with self._guard:
-            self._connected.clear()
+        self._pool.drain()
 
-    def _connect(self, node: Node) -> None:
-        with self._guard:
-            lock = self._locks.setdefault(node.name, threading.Lock())
-        with lock:
-            if node.name in self._connected:
-                return
-            model = self.cluster.model
-            if node.name in self.cluster.faults.unreachable:
-                model.sleep(model.unreachable_s)
-                raise TransportError(
-                    f"{node.name}: SSH to {node.address} timed out after "
-                    f"{model.unreachable_s:g} s (simulated)"
-                )
-            model.sleep(model.handshake_s)
-            with self._guard:
-                self._connected.add(node.name)
-            with self.cluster.lock:
-                self.cluster.connections += 1
+    def _handshake(self, node: Node) -> str:
+        """Open ``node``'s simulated connection: the modelled handshake, or its failure."""
+        model = self.cluster.model
+        if node.name in self.cluster.faults.unreachable:
+            model.sleep(model.unreachable_s)
+            raise TransportError(
+                f"{node.name}: SSH to {node.address} timed out after "
+                f"{model.unreachable_s:g} s (simulated)"
+            )
+        model.sleep(model.handshake_s)
+        with self.cluster.lock:
+            self.cluster.connections += 1
+        return node.name
 
     def _count_cpu(self, began: float) -> None:
         spent = time.thread_time() - began

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,6 +21,7 @@ from toolkit.inventory import Node
 from toolkit.shell import join, quote
 from toolkit.transport.base import COPY_CHUNK_BYTES, CommandResult, Transport, partial_copy
 from toolkit.transport.hostkeys import apply_host_key_policy
+from toolkit.transport.pool import ConnectionPool
 
 READ_CHUNK = 65536
 # What paramiko says when the port answered, but not as an SSH server: it closed
@@ -40,9 +40,9 @@ class SshTransport(Transport):
     name = "ssh"
 
     def __init__(self) -> None:
-        self._connections: dict[str, fabric.Connection] = {}
-        self._locks: dict[str, threading.Lock] = {}
-        self._guard = threading.Lock()
+        self._pool: ConnectionPool[fabric.Connection] = ConnectionPool(
+            self._open, is_open=lambda connection: bool(connection.is_connected)
+        )
 
     def run(
         self,
@@ -103,16 +103,13 @@ class SshTransport(Transport):
         return local.stat().st_size
 
     def _sftp(self, node: Node) -> paramiko.SFTPClient:
-        connection = self._connect(node)
-        with self._locks[node.name]:
+        connection = self._pool.get(node)
+        with self._pool.node_lock(node):
             return connection.sftp()
 
     def close(self) -> None:
         """Close every connection (and its jump host's)."""
-        with self._guard:
-            connections = list(self._connections.values())
-            self._connections.clear()
-        for connection in connections:
+        for connection in self._pool.drain():
             gateway = connection.gateway
             connection.close()
             if isinstance(gateway, fabric.Connection):
@@ -122,7 +119,7 @@ class SshTransport(Transport):
         self, node: Node, remote: str, data: bytes, timeout_s: float
     ) -> tuple[int, bytes, bytes, float]:
         began = time.monotonic()
-        connection = self._connect(node)
+        connection = self._pool.get(node)
         try:
             channel = connection.client.get_transport().open_session(timeout=timeout_s)
             channel.exec_command(remote)
@@ -140,18 +137,6 @@ class SshTransport(Transport):
         code = channel.recv_exit_status()
         channel.close()
         return code, out, err, time.monotonic() - began
-
-    def _connect(self, node: Node) -> fabric.Connection:
-        with self._guard:
-            lock = self._locks.setdefault(node.name, threading.Lock())
-        with lock:
-            existing = self._connections.get(node.name)
-            if existing is not None and existing.is_connected:
-                return existing
-            connection = self._open(node)
-            with self._guard:
-                self._connections[node.name] = connection
-            return connection
 
     def _open(self, node: Node) -> fabric.Connection:
         ssh = node.ssh
@@ -203,8 +188,7 @@ class SshTransport(Transport):
         return connection
 
     def _forget(self, node: Node) -> None:
-        with self._guard:
-            connection = self._connections.pop(node.name, None)
+        connection = self._pool.forget(node)
         if connection is not None:
             connection.close()
 
