@@ -16,6 +16,8 @@ import math
 import re
 from collections.abc import Sequence
 
+from toolkit.errors import RtkError
+
 MAX_HOSTS = 65536
 
 _BRACKET = re.compile(r"\[([^\[\]]*)\]")
@@ -25,7 +27,7 @@ _NUMBERED = re.compile(r"^(.*?)([0-9]+)$")
 _NUMBER_OR_RANGE = re.compile(r"([0-9]{1,18})(?:-([0-9]{1,18}))?")
 
 
-class HostRangeError(ValueError):
+class HostRangeError(RtkError):
     """A host pattern is malformed or expands to nothing."""
 
 
