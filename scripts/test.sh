@@ -41,7 +41,7 @@ echo "== pytest"
 # is not on it either. A directory whose python or python3 imports Ray (one a user or
 # an earlier install left there) is dropped from PATH for the tests, so that nothing
 # passes only because the caller's PATH happens to hold a Ray
-# (tests/test_fresh_machine.py checks it).
+# (tests/unit/test_fresh_machine.py checks it).
 test_path=""
 IFS=: read -ra path_dirs <<<"$PATH"
 for dir in "${path_dirs[@]}"; do

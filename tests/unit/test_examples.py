@@ -146,16 +146,16 @@ def test_sweep_loads_with_its_inventory_and_plans_every_run(path: Path) -> None:
             TrainConfig(run_dir="-", **options).check()
 
 
-def _readme_block_after(marker: str) -> str:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    after = readme[readme.index(marker) :]
+def _doc_block_after(doc: str, marker: str) -> str:
+    text = (ROOT / doc).read_text(encoding="utf-8")
+    after = text[text.index(marker) :]
     match = re.search(r"```yaml\n(.*?)```", after, re.DOTALL)
-    assert match, f"no yaml block after {marker!r} in README.md"
+    assert match, f"no yaml block after {marker!r} in {doc}"
     return match.group(1)
 
 
-def test_readme_shows_the_sweep_file_as_it_is() -> None:
-    shown = yaml.safe_load(_readme_block_after("## Power-profiling sweeps"))
+def test_the_sweep_doc_shows_the_sweep_file_as_it_is() -> None:
+    shown = yaml.safe_load(_doc_block_after("docs/sweeps.md", "# Power-profiling sweeps"))
     assert shown == yaml.safe_load((EXAMPLES / "sweep.yaml").read_text(encoding="utf-8"))
 
 
