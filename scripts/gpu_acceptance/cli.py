@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpu_acceptance.context import STRATEGIES
-from gpu_acceptance.stages import STAGE_NAMES
+from gpu_acceptance.stages import STAGE_NAMES, with_cluster
 
 DEFAULT_OUT = "gpu-acceptance-out"
 DEFAULT_BUDGET_S = 540.0
@@ -24,7 +24,8 @@ class Options:
 
     Attributes:
         out: Where the JSON, the markdown and the log go.
-        stages: The stages to run, in the fixed order.
+        stages: The stages to run, in the fixed order (a Ray stage brings ray-up and
+            ray-down with it).
         quick: Shorter windows and fewer steps.
         dry_run: List the stages and what each would do; run and install nothing.
         wheelhouse: A directory of wheels and sdists to install from (offline).
@@ -92,7 +93,8 @@ def parser() -> argparse.ArgumentParser:
         "--stages",
         type=lambda t: _names(t, STAGE_NAMES, "stage"),
         default=STAGE_NAMES,
-        help="comma-separated stages to run (default: all)",
+        help="comma-separated stages to run (default: all; a ray-* stage brings ray-up "
+        "and ray-down with it)",
     )
     p.add_argument("--quick", action="store_true", help="short windows, few steps")
     p.add_argument("--dry-run", action="store_true", help="list the stages; run nothing")
@@ -128,7 +130,7 @@ def parse(argv: list[str]) -> Options:
     quick = bool(args.quick)
     return Options(
         out=out,
-        stages=args.stages,
+        stages=with_cluster(args.stages),
         quick=quick,
         dry_run=bool(args.dry_run),
         wheelhouse=args.wheelhouse,

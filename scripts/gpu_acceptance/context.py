@@ -44,6 +44,9 @@ class StageContext:
         importable: Module name -> whether it imports in ``python``.
         gpus: The GPUs found.
         dry_run: Only describe what would run.
+        stage_timeout_s: The time limit the runner gives the stage being run (0: none
+            given); a stage that must clean up after a command (put GPU settings
+            back) gives that command less, so the cleanup fits.
     """
 
     repo: str
@@ -57,6 +60,7 @@ class StageContext:
     importable: dict[str, bool] = field(default_factory=dict)
     gpus: tuple[GpuInfo, ...] = ()
     dry_run: bool = False
+    stage_timeout_s: float = 0.0
 
     @property
     def ray(self) -> bool:

@@ -10,6 +10,9 @@ from gpu_acceptance.record import RunRecord
 MAX_FIGURES_PER_STAGE = 40
 # Left to the JSON: long text, and per-test lines the findings already name.
 HIDDEN_KEYS = {"traceback", "output_tail", "tests", "tail"}
+# A stage's own keys shown apart: findings in the list of findings, command lines
+# (what a Ray stage runs, listed in every mode) as a code block.
+TOP_LEVEL_APART = {"findings", "commands"}
 
 
 def header(record: RunRecord) -> str:
@@ -50,13 +53,16 @@ def render(record: RunRecord) -> str:
         lines += ["", "Findings:", ""] + [f"- {f}" for f in findings]
     for stage in record.stages:
         figures = list(_figures(stage.measurements))
-        if not figures:
+        commands = [str(c) for c in stage.measurements.get("commands") or []]
+        if not figures and not commands:
             continue
         lines += ["", f"### {stage.name}", ""]
         shown = figures[:MAX_FIGURES_PER_STAGE]
         lines += [f"- {key}: {value}" for key, value in shown]
         if len(figures) > len(shown):
             lines.append(f"- ... {len(figures) - len(shown)} more in gpu-acceptance.json")
+        if commands:
+            lines += ([""] if figures else []) + ["```sh", *commands, "```"]
     return "\n".join(lines) + "\n"
 
 
@@ -86,7 +92,7 @@ def _figures(value: Any, prefix: str = "") -> Iterator[tuple[str, str]]:
     """``(dotted key, formatted value)`` for every leaf, lists of numbers kept whole."""
     if isinstance(value, dict):
         for key, inner in value.items():
-            if key in HIDDEN_KEYS or (not prefix and key == "findings"):
+            if key in HIDDEN_KEYS or (not prefix and key in TOP_LEVEL_APART):
                 continue
             yield from _figures(inner, f"{prefix}.{key}" if prefix else str(key))
     elif isinstance(value, list) and not all(isinstance(v, (int, float, str)) for v in value):

@@ -3,6 +3,9 @@
 The JSON and the markdown are rewritten after every stage, so a run cut short (the
 machine taken back, the command's own limit) still leaves everything measured so far.
 GPU settings are put back after every stage whenever a restore file is left over.
+The Ray stages run only where Ray imports, the later ones only once ``ray-up`` brought
+a cluster up (``ray_skip_reason``); their time is counted less ``ray-down``'s, which
+runs in a ``finally`` whenever ``ray-up`` ran, whatever the budget says.
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ from gpu_acceptance.record import (
     write_json_atomic,
     write_text_atomic,
 )
-from gpu_acceptance.stages import STAGES, StageSpec
+from gpu_acceptance.stages import RAY_DOWN, RAY_UP, STAGES, StageSpec, by_name
+from gpu_acceptance.stages.with_ray.common import NO_RAY, shown
 
 REPO = Path(__file__).resolve().parents[2]
 LOG_STAGE_CHARS = 60_000  # of each stage's output kept in the log: its head and its tail
@@ -154,6 +158,9 @@ def _run(r: Run) -> int:
                 result.reason = f"dry run: would {spec.load().describe(ctx)}"
             else:
                 result.reason = why
+            if spec.ray:
+                commands = [shown(ctx, argv) for argv in spec.load().commands(ctx)]
+                result.measurements["commands"] = commands
             r.say(f"{i} {spec.name:<13} skipped: {result.reason}")
         r.write()
         return 0
@@ -161,11 +168,7 @@ def _run(r: Run) -> int:
     try:
         ctx = _prepare(r, ctx)
         r.write()
-        for i, (spec, result) in enumerate(zip(STAGES, r.record.stages, strict=True), 1):
-            r.record.stages[i - 1] = _stage(r, ctx, spec, result)
-            done = r.record.stages[i - 1]
-            r.say(f"{i} {spec.name:<13} {done.status}: {done.reason} ({done.duration_s:.0f} s)")
-            r.write()
+        _stages(r, ctx)
     except RunInterruptedError as e:
         r.say(f"interrupted ({e}): putting GPU settings back and writing what was measured")
         for result in r.record.stages:
@@ -241,22 +244,88 @@ def _is_root() -> bool:
     return os.geteuid() == 0
 
 
-def _stage(r: Run, ctx: StageContext, spec: StageSpec, result: StageResult) -> StageResult:
-    o = r.options
-    if spec.name not in o.stages:
-        result.status, result.reason = "skipped", "not selected (--stages)"
+def ray_skip_reason(spec: StageSpec, ray_importable: bool, up: StageResult | None) -> str | None:
+    """Why a Ray stage cannot run now (None: it can; never a reason for the others).
+
+    ``up`` is ray-up's result once it ran (None before, or when it did not start):
+    ray-down runs whenever ray-up did; the other Ray stages need the cluster it
+    brought up (``cluster_up``), even when one of its checks failed.
+    """
+    if not spec.ray:
+        return None
+    if not ray_importable:
+        return NO_RAY
+    if spec.name == RAY_UP:
+        return None
+    if up is None:
+        return "ray-up did not run: no Ray cluster"
+    if spec.name == RAY_DOWN or up.measurements.get("cluster_up"):
+        return None
+    return f"ray-up brought no cluster up ({up.reason or up.status})"
+
+
+def _stages(r: Run, ctx: StageContext) -> None:
+    """Every stage in order; ray-down last, in a ``finally``, once ray-up ran."""
+    assert r.record is not None
+    record, o = r.record, r.options
+    up: StageResult | None = None
+    down = STAGES.index(by_name(RAY_DOWN))
+    reserve_s = by_name(RAY_DOWN).quick_timeout_s if o.quick else by_name(RAY_DOWN).timeout_s
+
+    def one(i: int, always: bool = False) -> StageResult:
+        spec, result = STAGES[i], record.stages[i]
+        why = ray_skip_reason(spec, ctx.ray, up)
+        if spec.name not in o.stages:
+            result.status, result.reason = "skipped", "not selected (--stages)"
+        elif why is not None:
+            result.status, result.reason = "skipped", why
+        else:
+            keep_s = reserve_s if spec.ray and RAY_DOWN in o.stages and not always else 0.0
+            result = _stage(r, ctx, spec, result, keep_s, always)
+        record.stages[i] = result
+        r.say(
+            f"{i + 1} {spec.name:<13} {result.status}: {result.reason} ({result.duration_s:.0f} s)"
+        )
+        r.write()
         return result
-    left = r.left_s()
-    if left < spec.min_s:
+
+    try:
+        for i, spec in enumerate(STAGES):
+            if i == down:
+                continue
+            done = one(i)
+            if spec.name == RAY_UP and done.status != "skipped":
+                up = done
+    finally:
+        one(down, always=up is not None)
+
+
+def _stage(
+    r: Run,
+    ctx: StageContext,
+    spec: StageSpec,
+    result: StageResult,
+    keep_s: float = 0.0,
+    always: bool = False,
+) -> StageResult:
+    """Run one stage within what is left of the budget less ``keep_s``.
+
+    With ``always`` (ray-down), the stage gets its own limit whatever is left.
+    """
+    o = r.options
+    left = r.left_s() - keep_s
+    if left < spec.min_s and not always:
         result.status = "skipped"
         result.reason = (
             f"out of time: {max(left, 0):.0f} s left of the {o.budget_s:.0f} s budget; "
             f"run it alone with --stages {spec.name}"
         )
         return result
-    timeout_s = min(spec.quick_timeout_s if o.quick else spec.timeout_s, left)
+    timeout_s = spec.quick_timeout_s if o.quick else spec.timeout_s
+    if not always:
+        timeout_s = min(timeout_s, left)
     r.say(f"-- {spec.name}: {spec.title} (at most {timeout_s:.0f} s)")
-    done = _child(r, ctx, spec, timeout_s)
+    done = _child(r, dataclasses.replace(ctx, stage_timeout_s=timeout_s), spec, timeout_s)
     _restore(r, ctx, done)
     return done
 

@@ -117,11 +117,3 @@ def report_figures(run_dir: Path) -> dict[str, Any]:
         "html_bytes": files.html.stat().st_size if files.html.exists() else 0,
     }
 
-
-def summary_figures(summary: dict[str, Any]) -> dict[str, Any]:
-    """The same headline figures from a report's ``summary.json`` (rtk train's own report)."""
-    run = summary.get("run") or {}
-    return {
-        key: run.get(key)
-        for key in ("tokens_per_s", "energy_j", "energy_per_token_j", "tokens_per_j", "steps")
-    } | {"cross_checks": summary.get("cross_checks"), "notes": summary.get("notes")}

@@ -1,10 +1,16 @@
-"""The seven stages, in the order they run.
+"""The stages, in the order they run: seven without Ray, then seven through Ray.
 
 Each stage is a module here with ``describe(ctx) -> str`` (what it would do, for
 ``--dry-run``) and ``run(ctx, io) -> None`` (runs in its own process, records through
 ``io``: see ``gpu_acceptance.stage.StageIO``). The runner gives each one at most its
 ``timeout_s`` (``quick_timeout_s`` with ``--quick``) and never more than what is left
 of the run's time budget.
+
+The Ray stages (``ray=True``, modules in ``with_ray/``) go through rtk's own commands on
+a one-node Ray cluster: ``ray-up`` brings it up first and ``ray-down`` stops it last,
+always (the runner runs it in a ``finally``, whatever the budget says). Each also has
+``commands(ctx)``: the command lines it runs, listed in every mode. Selecting any Ray
+stage selects ``ray-up`` and ``ray-down`` with it (``with_cluster``).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ class StageSpec:
         timeout_s: Its time limit in a full run.
         quick_timeout_s: Its time limit with ``--quick``.
         min_s: Below this much time left, it is skipped rather than started.
+        ray: It goes through Ray (skipped where Ray does not import).
     """
 
     name: str
@@ -33,6 +40,7 @@ class StageSpec:
     timeout_s: float
     quick_timeout_s: float
     min_s: float = 20.0
+    ray: bool = False
 
     def load(self) -> ModuleType:
         """The stage's module."""
@@ -55,8 +63,66 @@ STAGES: tuple[StageSpec, ...] = (
         75,
     ),
     StageSpec("vllm", "vLLM on a tiny local model over two power limits", "vllm", 240, 180),
+    StageSpec("ray-up", "rtk up --local: Ray registers the GPU", "with_ray.up", 90, 90, ray=True),
+    StageSpec(
+        "ray-preflight",
+        "rtk preflight --local --load: GPU checks and GEMM through Ray",
+        "with_ray.preflight",
+        120,
+        90,
+        ray=True,
+    ),
+    StageSpec(
+        "ray-train",
+        "rtk train --local per strategy, rtk report, against the loop without Ray",
+        "with_ray.train",
+        360,
+        300,
+        min_s=60.0,
+        ray=True,
+    ),
+    StageSpec(
+        "ray-mfu",
+        "DDP 350M bf16 compiled through rtk train: MFU, compile time",
+        "with_ray.mfu",
+        330,
+        270,
+        min_s=60.0,
+        ray=True,
+    ),
+    StageSpec(
+        "ray-record",
+        "rtk telemetry record around a plain PyTorch script, rtk report",
+        "with_ray.record",
+        120,
+        90,
+        ray=True,
+    ),
+    StageSpec(
+        "ray-profile",
+        "rtk profile over two power limits, then the limits restored",
+        "with_ray.profile",
+        200,
+        160,
+        min_s=60.0,
+        ray=True,
+    ),
+    StageSpec(
+        "ray-down", "rtk down --local leaves no Ray process", "with_ray.down", 90, 90, ray=True
+    ),
 )
 STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)
+RAY_STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES if s.ray)
+RAY_UP = "ray-up"
+RAY_DOWN = "ray-down"
+
+
+def with_cluster(names: tuple[str, ...]) -> tuple[str, ...]:
+    """``names`` in the fixed order, with ``ray-up`` and ``ray-down`` when a Ray stage is in."""
+    chosen = set(names)
+    if any(by_name(n).ray for n in chosen):
+        chosen |= {RAY_UP, RAY_DOWN}
+    return tuple(n for n in STAGE_NAMES if n in chosen)
 
 
 def by_name(name: str) -> StageSpec:

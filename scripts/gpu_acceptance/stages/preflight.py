@@ -1,8 +1,8 @@
 """Stage 6: preflight's GPU facts and checks on this node, against nvidia-smi and dcgmi.
 
-With Ray: ``rtk up --local`` then ``rtk preflight --local --json``. Without it, the
-same node script rtk runs on each node (``toolkit/node/facts.py`` fed to ``python -``)
-and, when pydantic imports, preflight's own evaluation of them (``gpu_checks``). The
+The node script rtk runs on each node (``toolkit/node/facts.py`` fed to ``python -``)
+and, when pydantic imports, preflight's own evaluation of them (``gpu_checks``), without
+Ray (``rtk preflight --local --load`` through Ray is stage ray-preflight). The
 facts are then compared field by field with ``nvidia-smi --query-gpu`` and, when
 ``dcgmi`` is there, with its GPU list.
 """
@@ -39,7 +39,7 @@ COMPARED: dict[str, tuple[tuple[str, ...], str, bool]] = {
 
 def describe(ctx: StageContext) -> str:
     """What the stage would do."""
-    how = "rtk preflight --local --json" if ctx.ray else "toolkit/node/facts.py and gpu_checks"
+    how = "toolkit/node/facts.py and gpu_checks"
     return f"run {how} and compare its GPU values with nvidia-smi and dcgmi (when present)"
 
 
@@ -142,29 +142,6 @@ def evaluate(facts: dict[str, Any], expected: int) -> list[dict[str, Any]]:
     ]
 
 
-def _preflight_with_ray(ctx: StageContext, io: Any) -> list[dict[str, Any]]:
-    """``rtk up --local`` and ``rtk preflight --local --json``: its GPU checks."""
-    env = ctx.env()
-    up = procs.run([ctx.python, "-m", "toolkit", "up", "--local"], 120, env=env, cwd=ctx.repo)
-    try:
-        if not up.ok:
-            io.error(f"rtk up --local failed: {up.why()}")
-            return []
-        done = procs.run(
-            [ctx.python, "-m", "toolkit", "preflight", "--local", "--json"],
-            120,
-            env=env,
-            cwd=ctx.repo,
-        )
-        io.measure("rtk_preflight_rc", done.rc)
-        text = done.stdout.strip()
-        data = json.loads(text[text.index("{") :]) if "{" in text else {}
-        checks = data.get("checks", [])
-        return [c for c in checks if str(c.get("name", "")).startswith("gpu.")]
-    finally:
-        procs.run([ctx.python, "-m", "toolkit", "down", "--local"], 120, env=env, cwd=ctx.repo)
-
-
 # The per-node load test preflight's --load runs on every node, here on its own (no Ray).
 NODE_LOAD = (
     "import json; from toolkit.preflight.node_load import run_node_load; "
@@ -195,10 +172,7 @@ def run(ctx: StageContext, io: Any) -> None:
     if not facts.get("available"):
         io.error(f"rtk's node script sees no GPU: {facts.get('reason')}")
         return
-    if ctx.ray:
-        checks = _preflight_with_ray(ctx, io)
-        io.measure("path", "rtk preflight --local --json")
-    elif ctx.has("pydantic"):
+    if ctx.has("pydantic"):
         checks = evaluate(facts, len(ctx.gpus))
         io.measure("path", "facts.py + gpu_checks (no Ray)")
     else:

@@ -2,22 +2,17 @@
 
 Per strategy (ddp, fsdp2, DeepSpeed ZeRO-2, ZeRO-3, ZeRO-3 with the optimizer in CPU
 memory): tokens/s and MFU (median of the steps after warm-up), peak GPU memory,
-energy per token and the report's counter-against-power cross-check. With Ray, through
-``rtk train --local``; without it, rtk's loop with rtk's sampler beside it.
+energy per token and the report's counter-against-power cross-check, in rtk's loop
+without Ray, with rtk's sampler beside it. The same runs through Ray (``rtk train
+--local``) are stage ray-train's.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from gpu_acceptance import procs, training
+from gpu_acceptance import training
 from gpu_acceptance.context import STRATEGIES, StageContext
-
-NO_RAY = (
-    "ray not installed: rtk train --local needs a Ray head; ran the trainer's local loop "
-    "without Ray instead (train_worker as rank 0 of 1 on NCCL, rtk's sampler beside it, "
-    "the report built from the run directory)"
-)
 
 
 def per_run_timeout_s(ctx: StageContext, options: dict[str, Any]) -> float:
@@ -28,9 +23,9 @@ def per_run_timeout_s(ctx: StageContext, options: dict[str, Any]) -> float:
 
 def describe(ctx: StageContext) -> str:
     """What the stage would do."""
-    how = "rtk train --local" if ctx.ray else "rtk's trainer loop without Ray"
     return (
-        f"train the 125M GPT in bf16 for {ctx.train_steps} steps with {how} per strategy "
+        f"train the 125M GPT in bf16 for {ctx.train_steps} steps with rtk's trainer loop "
+        "without Ray per strategy "
         f"({', '.join(ctx.strategies)}): tokens/s, MFU, peak memory, energy per token, report"
     )
 
@@ -39,46 +34,24 @@ def run(ctx: StageContext, io: Any) -> None:
     """Train once per strategy; each one's figures under ``strategies``."""
     if not ctx.has("torch"):
         raise io.skip("torch does not import")
-    io.measure("path", "rtk train --local" if ctx.ray else "local loop")
-    if not ctx.ray:
-        io.measure("findings", [NO_RAY])
+    io.measure("path", "local loop")
     results: dict[str, dict[str, Any]] = {}
-    ray_up = False
-    try:
-        if ctx.ray:
-            up = procs.run(
-                [ctx.python, "-m", "toolkit", "up", "--local"], 120, env=ctx.env(), cwd=ctx.repo
-            )
-            io.measure("rtk_up", {"rc": up.rc, "seconds": round(up.duration_s, 1)})
-            if not up.ok:
-                io.error(f"rtk up --local failed: {up.why()}")
-                return
-            ray_up = True
-        for name in ctx.strategies:
-            options = STRATEGIES[name]
-            if options["strategy"] == "deepspeed" and not ctx.has("deepspeed"):
-                results[name] = {
-                    "status": "skipped",
-                    "reason": "deepspeed does not import here (environment.imports says why)",
-                }
-                io.measure("strategies", results)
-                continue
-            timeout_s = per_run_timeout_s(ctx, options)
-            if ctx.ray:
-                figures = training.ray_run(ctx, name, options, ctx.train_steps, timeout_s)
-            else:
-                figures = training.local_run(ctx, name, options, ctx.train_steps, timeout_s)
-            figures["status"] = "failed" if "error" in figures else "ok"
-            if "error" in figures:
-                io.error(f"{name}: {figures['error'][:600]}")
-            results[name] = figures
+    for name in ctx.strategies:
+        options = STRATEGIES[name]
+        if options["strategy"] == "deepspeed" and not ctx.has("deepspeed"):
+            results[name] = {
+                "status": "skipped",
+                "reason": "deepspeed does not import here (environment.imports says why)",
+            }
             io.measure("strategies", results)
-    finally:
-        if ray_up:
-            down = procs.run(
-                [ctx.python, "-m", "toolkit", "down", "--local"], 120, env=ctx.env(), cwd=ctx.repo
-            )
-            io.measure("rtk_down", {"rc": down.rc})
+            continue
+        timeout_s = per_run_timeout_s(ctx, options)
+        figures = training.local_run(ctx, name, options, ctx.train_steps, timeout_s)
+        figures["status"] = "failed" if "error" in figures else "ok"
+        if "error" in figures:
+            io.error(f"{name}: {figures['error'][:600]}")
+        results[name] = figures
+        io.measure("strategies", results)
     ran = [n for n, r in results.items() if r["status"] != "skipped"]
     if not ran:
         raise io.skip(

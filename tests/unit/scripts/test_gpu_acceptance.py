@@ -3,8 +3,9 @@
 The GPU stages themselves run only on a GPU machine (bash scripts/gpu-acceptance.sh);
 here: the whole script without a GPU (every stage listed, skipped with its reason, the
 JSON and markdown written), bad usage, the parsers of nvidia-smi's outputs, pytest's
-report, /proc, the wheelhouse plan, the markdown, and the no-Ray training path with
-its telemetry and report on this machine's CPU.
+report, /proc, the wheelhouse plan, the markdown, the no-Ray training path with
+its telemetry and report on this machine's CPU, and what the Ray stages would run and
+how they read rtk's outputs (built here by rtk's own records).
 """
 
 from __future__ import annotations
@@ -27,19 +28,74 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 from gpu_acceptance import install, procs, smi  # noqa: E402
 from gpu_acceptance.context import STRATEGIES, GpuInfo, StageContext  # noqa: E402
+from gpu_acceptance.kernels import kernel_rows, top_kernels  # noqa: E402
 from gpu_acceptance.markdown import header, render  # noqa: E402
 from gpu_acceptance.nvmlcost import sensor_cost  # noqa: E402
 from gpu_acceptance.record import RunRecord, StageResult  # noqa: E402
+from gpu_acceptance.runner import ray_skip_reason  # noqa: E402
 from gpu_acceptance.samples import achieved  # noqa: E402
-from gpu_acceptance.stages import STAGE_NAMES  # noqa: E402
+from gpu_acceptance.stages import (  # noqa: E402
+    STAGE_NAMES,  # noqa: E402
+    by_name,
+    with_cluster,
+)
 from gpu_acceptance.stages.energy import curve_energy, ratios  # noqa: E402
 from gpu_acceptance.stages.power import plan  # noqa: E402
 from gpu_acceptance.stages.preflight import compare, dcgmi_count  # noqa: E402
 from gpu_acceptance.stages.pytest_gpu import gpu_test_files, parse_junit  # noqa: E402
+from gpu_acceptance.stages.with_ray import figures as ray_figures  # noqa: E402
+from gpu_acceptance.stages.with_ray import profile as ray_profile  # noqa: E402
 from gpu_acceptance.training import local_run, metrics_figures  # noqa: E402
 
 SCRIPT = REPO / "scripts" / "gpu-acceptance.sh"
-EXPECTED_STAGES = ["pytest-gpu", "sensor", "energy", "train", "power-clocks", "preflight", "vllm"]
+RAY_STAGES = [
+    "ray-up",
+    "ray-preflight",
+    "ray-train",
+    "ray-mfu",
+    "ray-record",
+    "ray-profile",
+    "ray-down",
+]
+EXPECTED_STAGES = [
+    "pytest-gpu",
+    "sensor",
+    "energy",
+    "train",
+    "power-clocks",
+    "preflight",
+    "vllm",
+    *RAY_STAGES,
+]
+# What each Ray stage runs, as the CPU mode and --dry-run list it (full run).
+TRAIN_FLAGS = (
+    "--precision bf16 --strategy {s} --learning-rate 0.0006 --warmup-steps 4 --max-steps 12 "
+    "--num-workers 1 --output-dir $WORK/ray-runs --run-id {n} --telemetry --power-rate-hz 50 "
+    "--log-every 5 --no-preflight --barrier-every 10"
+)
+RAY_COMMANDS = {
+    "ray-up": [
+        "python -m toolkit up --local --json",
+        "python -m toolkit status --local --json",
+        "bash -c 'eval \"$(python -m toolkit env --local --export --shell bash)\" && ray status'",
+    ],
+    "ray-preflight": ["python -m toolkit preflight --local --load --load-seconds 4 --json"],
+    "ray-record": [
+        "python -m toolkit telemetry record --local --working-dir $WORK/record-job "
+        "--output-dir $WORK/ray-runs --run-id plain-torch --power-rate-hz 50 -- "
+        "python plain_torch.py --seconds 20",
+        "python -m toolkit report $WORK/ray-runs/plain-torch --json",
+    ],
+    "ray-profile": [
+        "python -m toolkit profile $WORK/profile/experiment.yaml --keep-cluster",
+        "python -m toolkit profile $WORK/profile/experiment.yaml --restore",
+    ],
+    "ray-down": [
+        "python -m toolkit down --local --json",
+        "pgrep -a raylet",
+        "pgrep -a gcs_server",
+    ],
+}
 TOP_KEYS = {
     "schema": int,
     "date": str,
@@ -92,7 +148,7 @@ def test_cpu_mode_lists_every_stage_skipped_and_writes_the_same_shape(tmp_path: 
     done = acceptance(*args, out=tmp_path / "out")
     assert done.returncode == 0, done.stderr
     assert time.monotonic() - began < 20
-    printed = [line for line in done.stdout.splitlines() if re.match(r"\d ", line)]
+    printed = [line for line in done.stdout.splitlines() if re.match(r"\d+ ", line)]
     assert [line.split()[1] for line in printed] == EXPECTED_STAGES
     assert all(f"skipped: {why}" in line for line in printed), printed
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
@@ -115,7 +171,7 @@ def test_cpu_mode_lists_every_stage_skipped_and_writes_the_same_shape(tmp_path: 
             assert isinstance(stage[key], kind), (stage["name"], key)
         assert stage["status"] == "skipped"
         assert stage["reason"].startswith(why) and stage["title"]
-    assert record["summary"] == {"ok": 0, "failed": 0, "skipped": 7}
+    assert record["summary"] == {"ok": 0, "failed": 0, "skipped": len(EXPECTED_STAGES)}
     assert isinstance(record["environment"]["importable"]["torch"], bool)
 
     markdown = (tmp_path / "out" / "gpu-acceptance.md").read_text()
@@ -126,6 +182,41 @@ def test_cpu_mode_lists_every_stage_skipped_and_writes_the_same_shape(tmp_path: 
     assert "| # | stage | status | time | result |" in markdown
     for i, name in enumerate(EXPECTED_STAGES, 1):
         assert f"| {i} | {name} | skipped |" in markdown
+
+    # The Ray stages list the command lines they would run, in the JSON and the markdown.
+    stages = {s["name"]: s for s in record["stages"]}
+    for name in RAY_STAGES:
+        commands = stages[name]["measurements"]["commands"]
+        assert commands and all(isinstance(c, str) for c in commands), name
+        section = markdown.split(f"### {name}\n", 1)[1].split("\n### ", 1)[0]
+        assert section.startswith("\n```sh\n" + "\n".join(commands) + "\n```"), name
+    for name, expected in RAY_COMMANDS.items():
+        assert stages[name]["measurements"]["commands"] == expected, name
+    train = stages["ray-train"]["measurements"]["commands"]
+    assert train[:2] == [
+        "python -m toolkit train --local --model-size 125M " + TRAIN_FLAGS.format(s="ddp", n="ddp"),
+        "python -m toolkit report $WORK/ray-runs/ddp --json",
+    ]
+    assert train[2].startswith(
+        'python -m gpu_acceptance.trainer \'{"run_dir": "$WORK/runs/ddp-loop"'
+    )
+    assert train[-2].endswith(
+        "--run-id zero3-offload "
+        + TRAIN_FLAGS.split("--run-id {n} ")[1]
+        + " --zero-stage 3 --offload-optimizer"
+    )
+    assert len(train) == 2 * 5 + 1  # train and report per strategy, the loop after ddp
+    mfu = stages["ray-mfu"]["measurements"]["commands"]
+    assert mfu[0].startswith("python -m toolkit train --local --model-size 350M ")
+    assert mfu[0].endswith(
+        "--max-steps 20 --num-workers 1 --output-dir $WORK/ray-runs "
+        "--run-id ddp-350m-compiled --telemetry --power-rate-hz 50 --log-every 5 "
+        "--no-preflight --barrier-every 10 --compile on"
+    )
+    assert '"model_size": "350M"' in mfu[1] and '"compile": "on"' in mfu[1]
+    assert mfu[1].endswith("--kernels 10")
+    for name in set(EXPECTED_STAGES) - set(RAY_STAGES):
+        assert "commands" not in stages[name]["measurements"]
 
 
 def test_out_defaults_to_the_out_variable(tmp_path: Path) -> None:
@@ -156,6 +247,21 @@ def test_dry_run_says_what_each_selected_stage_would_do(tmp_path: Path) -> None:
     assert "zero3-offload" in stages["train"]["reason"]
     for name in set(EXPECTED_STAGES) - {"train", "sensor"}:
         assert stages[name]["reason"] == "not selected (--stages)"
+
+
+def test_a_ray_stage_brings_ray_up_and_ray_down_with_it(tmp_path: Path) -> None:
+    done = acceptance("--dry-run", "--stages", "ray-train", "--quick", out=tmp_path)
+    assert done.returncode == 0, done.stderr
+    record = json.loads((tmp_path / "gpu-acceptance.json").read_text())
+    chosen = [s["name"] for s in record["stages"] if s["reason"].startswith("dry run")]
+    assert chosen == ["ray-up", "ray-train", "ray-down"]
+    assert record["environment"]["selected_stages"] == chosen
+    stages = {s["name"]: s for s in record["stages"]}
+    assert "for 12 steps with rtk train --local" in stages["ray-train"]["reason"]
+    # --quick: a shorter GEMM; not selected stages still list their commands.
+    assert stages["ray-preflight"]["measurements"]["commands"] == [
+        "python -m toolkit preflight --local --load --load-seconds 2 --json"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -569,7 +675,10 @@ def test_wheelhouse_plan_keeps_the_machines_torch_and_what_is_installed() -> Non
 
 
 def gpu_record() -> RunRecord:
-    stages = [StageResult(name, f"title of {name}") for name in STAGE_NAMES]
+    stages = [
+        StageResult(name, f"title of {name}", reason="not selected (--stages)")
+        for name in STAGE_NAMES
+    ]
     stages[0] = StageResult(
         "pytest-gpu",
         "t",
@@ -693,6 +802,317 @@ def test_training_without_ray_samples_beside_and_builds_the_report(tmp_path: Pat
     assert report["tokens_per_s"] > 0 and report["energy_per_token_j"] > 0
     assert {"summary.json", "report.html"} <= set(report["report_files"])
     run_dir = tmp_path / "runs" / "cpu"
+    # What ray-train reads from rtk report --json (summary.json's content), here on a CPU.
+    read = ray_figures.report_figures(json.loads((run_dir / "report" / "summary.json").read_text()))
+    assert read["tokens_per_s"] == pytest.approx(report["tokens_per_s"])
+    assert read["steps"] == 12 and read["gpus"] == {}
     manifest = json.loads((run_dir / "telemetry" / "manifest.json").read_text())
     (node,) = manifest["nodes"].values()
     assert node["status"] == "complete" and node["sampler"]["samples"] > 0
+
+
+# -- the Ray stages: what they read from rtk's outputs ----------------------------------
+
+RAY_STATUS = """======== Autoscaler status: 2026-11-27 10:00:00.000000 ========
+Node status
+---------------------------------------------------------------
+Active:
+ 1 node_7b3c0e2f
+Pending:
+ (no pending nodes)
+Recent failures:
+ (no failures)
+
+Resources
+---------------------------------------------------------------
+Total Usage:
+ 0.0/16.0 CPU
+ 0.0/1.0 GPU
+ 0B/80.00GiB memory
+ 0B/37.25GiB object_store_memory
+
+Total Demands:
+ (no resource demands)
+"""
+
+
+def test_rtk_status_json_gives_the_gpus_ray_registered() -> None:
+    from toolkit.cluster.status import ClusterStatus, NodeStatus
+
+    node = NodeStatus("localhost", "head", "127.0.0.1", alive=True, node_ip="127.0.0.1")
+    node.resources = {"CPU": 16.0, "GPU": 1.0, "memory": 8.6e10, "rtk-host-localhost": 1.0}
+    status = ClusterStatus("local", "http://127.0.0.1:8365", [node], ray_version="2.60.0")
+    found = ray_figures.status_gpus(json.loads(json.dumps(status.to_json())))  # as printed
+    assert found == {
+        "nodes": 1,
+        "alive": ["localhost"],
+        "gpus": 1.0,
+        "gpus_per_node": {"localhost": 1.0},
+        "problems": [],
+        "ray_version": "2.60.0",
+        "error": None,
+    }
+    down = ClusterStatus("local", "x", [NodeStatus("localhost", "head", "127.0.0.1")])
+    down.error = "not running: no rtk environment on the head (localhost); rtk up first"
+    found = ray_figures.status_gpus(down.to_json())
+    assert found["alive"] == [] and found["gpus"] == 0 and found["error"] == down.error
+    assert ray_figures.ray_status_gpus(RAY_STATUS) == 1.0
+    assert ray_figures.ray_status_gpus(RAY_STATUS.replace("0.0/1.0 GPU", "")) is None
+
+
+def test_preflight_json_gives_each_check_and_the_gemm_rate() -> None:
+    from toolkit.preflight.load_checks import load_checks
+    from toolkit.preflight.node_load import DeviceLoad, NodeLoad
+    from toolkit.rundir.preflight import Check, PreflightRecord
+
+    h200 = "NVIDIA H200"
+    device = DeviceLoad("cuda:0", h200, "bf16", 612.34, 3900.0, 50.1, 49.8, samples=12)
+    checks = load_checks({"localhost": NodeLoad("localhost", "bf16", 4.0, 8192, (device,))})
+    record = PreflightRecord(
+        "local",
+        "fail",
+        3.2,
+        (
+            Check("gpu.count", "localhost", "pass", "1 GPU(s)", "1"),
+            Check("host.dev_shm", "localhost", "fail", "64 MiB", ">= 1 GiB", "mount more"),
+            *checks,
+        ),
+    )
+    found = ray_figures.preflight_figures(json.loads(json.dumps(record.to_json())))
+    assert found["status"] == "fail" and found["load_ran"]
+    assert found["gemm_tflops"] == [612.3]  # as the check's text rounds it (4 digits)
+    assert found["counts"]["fail"] == 1 and sum(found["counts"].values()) == 2 + len(checks)
+    assert found["failed"] == ["host.dev_shm on localhost: 64 MiB"]
+    assert found["checks"]["gpu.count@localhost"] == "pass: 1 GPU(s)"
+    assert ray_figures.gemm_tflops("612-640 TFLOP/s on 8 device(s)") == [612.0, 640.0]
+    assert ray_figures.gemm_tflops("cuda:3 warn: 401.5 TFLOP/s (65% of the median 617)") == [401.5]
+
+
+def test_ray_over_loop_ratio_per_worker_against_its_target() -> None:
+    ratio = ray_figures.throughput_ratio(205_000.0, 216_000.0)
+    assert ratio["ratio"] == pytest.approx(0.949, abs=1e-3) and not ratio["meets_target"]
+    assert ray_figures.throughput_ratio(1_660_000.0, 216_000.0, workers=8)["meets_target"]
+    assert ray_figures.throughput_ratio(None, 216_000.0)["ratio"] is None
+    assert ray_figures.throughput_ratio(1.0, 0.0)["meets_target"] is False
+
+
+def test_compiled_run_keeps_compile_time_apart_from_the_mfu() -> None:
+    from toolkit.rundir.train import MetricsLine, TrainThroughput
+
+    lines = [MetricsLine(1, 10.9, 62.0, 8192, 132.0, 1.5e-4, 1.0, 0.001, 58.5)]
+    lines += [MetricsLine(2, 10.1, 3.1, 8192, 2643.0, 3e-4, 2.0, 0.05, 2.9)]
+    lines += [
+        MetricsLine(s, 10.0 - s / 4, 0.040 + (s % 2) / 100, 8192, 8192 / 0.04, 6e-4, 3.0, mfu)
+        for s, mfu in zip(range(3, 21), [0.40, 0.36] * 9, strict=True)
+    ]
+    found = ray_figures.compiled_figures(json.loads(x.to_line()) for x in lines)
+    assert found["compile_s"] == pytest.approx(61.4) and found["compile_steps"] == 2
+    assert found["steady_steps"] == 18 and found["steps"] == 20
+    rtk = TrainThroughput.of(lines)  # rtk's own reading of the same lines
+    assert found["tokens_per_s"] == pytest.approx(rtk.tokens_per_s)
+    assert found["mfu"] == pytest.approx(rtk.mfu)
+    assert found["mfu"] == pytest.approx((0.40 * 0.05 + 0.36 * 0.04) / 0.09)
+    assert not found["meets_target"] and found["median_mfu"] == pytest.approx(0.38)
+    assert found["first_loss"] == 10.9 and found["last_loss"] == pytest.approx(5.0)
+    eager = ray_figures.compiled_figures([json.loads(lines[-1].to_line())])
+    assert eager["compile_s"] is None and eager["compile_steps"] == 0
+
+
+def test_report_json_gives_energy_and_each_gpus_power() -> None:
+    summary = {  # summary_dict's shape, cut to what is read
+        "run": {
+            "duration_s": 21.0,
+            "energy_j": 9450.0,
+            "steps": None,
+            "tokens": None,
+            "energy_per_token_j": None,
+            "tokens_per_s": None,
+        },
+        "nodes": {
+            "localhost": {
+                "devices": {
+                    "GPU-a": {
+                        "kind": "gpu",
+                        "energy_j": 9000.0,
+                        "energy_source": "counter",
+                        "avg_power_w": 428.6,
+                        "peak_power_w": 611.0,
+                    },
+                    "host": {"kind": "host", "energy_j": 450.0, "avg_power_w": 21.4},
+                }
+            }
+        },
+        "cross_check": {"devices": [{"device": "GPU-a", "ratio": 0.996}]},
+    }
+    found = ray_figures.report_figures(summary)
+    assert found["energy_and_power_present"]
+    assert found["gpus"] == {
+        "GPU-a": {
+            "energy_j": 9000.0,
+            "energy_source": "counter",
+            "avg_power_w": 428.6,
+            "peak_power_w": 611.0,
+        }
+    }
+    assert found["power_over_counter"] == {"GPU-a": 0.996}
+    del summary["nodes"]["localhost"]["devices"]["GPU-a"]
+    assert not ray_figures.report_figures(summary)["energy_and_power_present"]
+
+
+def test_peak_memory_from_nvml_rows() -> None:
+    rows = [
+        {"kind": "gpu", "device": "GPU-a", "memory_used_bytes": 2 * 2**30},
+        {"kind": "gpu", "device": "GPU-a", "memory_used_bytes": 9 * 2**30},
+        {"kind": "gpu_power", "device": "GPU-a", "power_w": 500.0},
+        {"kind": "host", "device": "host", "memory_used_bytes": 99 * 2**30},
+    ]
+    assert ray_figures.peak_memory_gib(rows) == {"GPU-a": 9.0}
+
+
+def test_two_power_limits_and_the_check_that_they_came_back() -> None:
+    # control.py read's answer per GPU (toolkit/gpu/control.py read_settings).
+    before = {
+        "GPU-a": {
+            "power_limit_w": 700.0,
+            "default_power_limit_w": 700.0,
+            "power_limit_min_w": 200.0,
+        },
+        "GPU-b": {
+            "power_limit_w": 650.0,
+            "default_power_limit_w": 700.0,
+            "power_limit_min_w": 450.0,
+        },
+    }
+    assert ray_figures.profile_limits(before) == [560.0, 450.0]  # 60% is below GPU-b's minimum
+    assert (
+        ray_figures.profile_limits({"GPU-a": {**before["GPU-a"], "power_limit_min_w": 600.0}})
+        is None
+    )
+    assert ray_figures.profile_limits({"GPU-a": {"default_power_limit_w": None}}) is None
+    back = ray_figures.restore_check(
+        before, {"GPU-a": {"power_limit_w": 700.4}, "GPU-b": {"power_limit_w": 650.0}}
+    )
+    assert back["restored"] and back["problems"] == []
+    assert back["per_gpu"]["GPU-a"]["at_default"] and not back["per_gpu"]["GPU-b"]["at_default"]
+    left = ray_figures.restore_check(before, {"GPU-a": {"power_limit_w": 450.0}})
+    assert not left["restored"]
+    assert left["problems"] == [
+        "GPU-a: power limit 450.0 W after rtk profile, 700.0 W before",
+        "GPU-b: power limit None W after rtk profile, 650.0 W before",
+    ]
+
+
+def test_sweep_runs_read_from_runs_csv() -> None:
+    from toolkit.profile.files import runs_columns
+
+    header = runs_columns(["power_limit_w"])
+    row = dict.fromkeys(header, "")
+    row |= {
+        "power_limit_w": "560.0",
+        "run_id": "power_limit_w=560.0#1",
+        "status": "succeeded",
+        "tokens_per_s": "201000.5",
+        "avg_power_w": "431.2",
+        "energy_per_token_j": "0.0021",
+    }
+    failed = dict.fromkeys(header, "") | {
+        "power_limit_w": "420.0",
+        "status": "failed",
+        "error": "job x FAILED",
+    }
+    text = (
+        ",".join(header)
+        + "\n"
+        + "\n".join(",".join(r[h] for h in header) for r in (row, failed))
+        + "\n"
+    )
+    runs = ray_figures.sweep_runs(text)
+    assert runs[0]["power_limit_w"] == 560.0 and runs[0]["tokens_per_s"] == 201000.5
+    assert runs[0]["status"] == "succeeded" and runs[0]["error"] is None
+    assert runs[1] == {
+        **dict.fromkeys(runs[1], None),
+        "power_limit_w": 420.0,
+        "status": "failed",
+        "error": "job x FAILED",
+    }
+
+
+def test_the_profile_experiment_is_one_rtk_profile_plans(tmp_path: Path) -> None:
+    ctx = StageContext(
+        repo=str(REPO),
+        work=str(tmp_path),
+        python=sys.executable,
+        gpus=(GpuInfo(0, "GPU-a", "H200"),),
+    )
+    path = ray_profile.write_files(ctx, [560.0, 420.0])
+    done = subprocess.run(
+        [sys.executable, "-m", "toolkit", "profile", str(path), "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "2 run(s) to do" in done.stdout
+    for limit in ("560.0", "420.0"):
+        assert f"run power_limit_w={limit}#1: 1 node(s); power_limit_w={limit}" in done.stdout
+    assert '"model_size": "125M"' in done.stdout and '"learning_rate": 0.0006' in done.stdout
+    assert '"baseline_s": 0.0, "cooldown_max_s": 0.0' in done.stdout
+
+
+def test_kernels_ranked_from_a_real_profile() -> None:
+    import torch
+
+    a = torch.randn(256, 256)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for _ in range(5):
+            (a @ a).relu()
+    rows = kernel_rows(prof.key_averages(), "cpu")
+    assert kernel_rows(prof.key_averages(), "cuda") == []  # no CUDA events on a CPU
+    top = top_kernels(rows, 3)
+    assert len(top) == 3 and top[0]["ms"] >= top[1]["ms"] >= top[2]["ms"]
+    assert any(k["kernel"] in ("aten::mm", "aten::matmul", "aten::relu") for k in top)
+    merged = top_kernels([("k1", 300.0, 2), ("k2", 600.0, 1), ("k1", 100.0, 1)], 10)
+    assert merged == [
+        {"kernel": "k2", "ms": 0.6, "calls": 1, "share": 0.6},
+        {"kernel": "k1", "ms": 0.4, "calls": 3, "share": 0.4},
+    ]
+
+
+def test_ray_stages_need_ray_and_a_cluster_but_ray_down_always_runs() -> None:
+    up, train, down = by_name("ray-up"), by_name("ray-train"), by_name("ray-down")
+    assert ray_skip_reason(by_name("train"), False, None) is None
+    for spec in (up, train, down):
+        assert ray_skip_reason(spec, False, None) == "Ray not importable"
+    assert ray_skip_reason(up, True, None) is None
+    assert ray_skip_reason(train, True, None) == "ray-up did not run: no Ray cluster"
+    assert ray_skip_reason(down, True, None) == "ray-up did not run: no Ray cluster"
+    failed = StageResult(
+        "ray-up", "t", "failed", "rtk up --local failed", measurements={"cluster_up": False}
+    )
+    assert (
+        ray_skip_reason(train, True, failed)
+        == "ray-up brought no cluster up (rtk up --local failed)"
+    )
+    assert ray_skip_reason(down, True, failed) is None
+    checks_failed = StageResult("ray-up", "t", "failed", "x", measurements={"cluster_up": True})
+    assert ray_skip_reason(train, True, checks_failed) is None
+    assert with_cluster(("sensor", "ray-mfu")) == ("sensor", "ray-up", "ray-mfu", "ray-down")
+    assert with_cluster(("sensor",)) == ("sensor",)
+
+
+def test_the_plain_pytorch_script_trains_on_the_cpu() -> None:
+    script = REPO / "scripts" / "gpu_acceptance" / "plain_torch.py"
+    assert "toolkit" not in script.read_text() and "gpu_acceptance" not in script.read_text()
+    done = subprocess.run(
+        [sys.executable, str(script), "--seconds", "0.5", "--width", "32", "--batch", "16"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert re.fullmatch(
+        r"done: \d+ steps in [\d.]+ s on cpu, loss [\d.]+", done.stdout.strip().splitlines()[-1]
+    )
