@@ -7,6 +7,10 @@ machine already has of ``PROTECTED`` (a constraints file), and wheelhouse files 
 with ``--no-deps``: a wheel never pulls a different torch. rtk itself goes in with
 ``pip install --no-deps -e .`` when hatchling (its build backend) is there; otherwise
 the stages find it on ``PYTHONPATH`` and the record says so.
+
+Ray travels apart (``gpu-wheelhouse.sh --with-ray``): one archive of it, unpacked
+without pip into the target Python's site-packages when ``import ray`` fails there
+(``ray_archive``), and the wheels of what it needs in ``ray-deps/``, installed with it.
 """
 
 from __future__ import annotations
@@ -16,12 +20,12 @@ import json
 import re
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpu_acceptance import procs
+from gpu_acceptance import procs, ray_archive
 
 # Never installed or replaced: the machine's CUDA build of torch and what it was built with
 # (the CUDA libraries come as nvidia-* wheels; NVML's Python binding is not one of them).
@@ -39,6 +43,11 @@ REGISTRY_WANTED = {
     "httpx": "httpx",
 }
 PIP_TIMEOUT_S = 240.0
+# The target's own paths: where Ray's archive and its scripts go.
+TARGET_PATHS = (
+    "import json, sysconfig; p = sysconfig.get_paths();"
+    " print(json.dumps({'platlib': p['platlib'], 'scripts': p['scripts']}))"
+)
 
 
 def normalize(name: str) -> str:
@@ -174,10 +183,17 @@ def installed_distributions(python: str, env: dict[str, str]) -> dict[str, str]:
 class Installer:
     """Runs the pip calls for one Python and logs each."""
 
-    def __init__(self, python: str, env: dict[str, str], log: InstallLog) -> None:
+    def __init__(
+        self,
+        python: str,
+        env: dict[str, str],
+        log: InstallLog,
+        say: Callable[[str], None] | None = None,
+    ) -> None:
         self.python = python
         self.env = {**env, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "DS_BUILD_OPS": "0"}
         self.log = log
+        self.say = say or (lambda line: print(f"setup: {line}", flush=True))
         self._constraints = Path(tempfile.mkstemp(prefix="rtk-constraints-", suffix=".txt")[1])
         self.refresh_constraints()
 
@@ -205,7 +221,10 @@ class Installer:
         return done.ok
 
     def from_wheelhouse(self, wheelhouse: Path) -> None:
-        """Install the wheelhouse's files that the machine lacks (``--no-deps``, offline)."""
+        """Install the wheelhouse's files that the machine lacks (``--no-deps``, offline).
+
+        Then Ray from its archive there, when it does not import (``ray_from_archive``).
+        """
         files = [p for p in wheelhouse.iterdir() if p.is_file()]
         plan = plan_wheelhouse(files, self.refresh_constraints())
         for name, why in plan.skipped.items():
@@ -222,6 +241,7 @@ class Installer:
                 self.log.installed.append(name)
             else:
                 self.log.failed[name] = self.log.steps[-1]["output_tail"][-300:]
+        self.ray_from_archive(wheelhouse)
 
     def _install_all(self, base: list[str], files: list[Path], what: str) -> None:
         names = [distribution_of(f.name) or f.name for f in files]
@@ -233,6 +253,93 @@ class Installer:
                 self.log.installed.append(name)
             else:
                 self.log.failed[name] = self.log.steps[-1]["output_tail"][-300:]
+
+    def ray_from_archive(self, wheelhouse: Path) -> None:
+        """Ray from the wheelhouse's archive, when the target Python cannot import it.
+
+        Ray that imports is left as it is. Otherwise the archive goes into the target's
+        site-packages and its scripts into the target's scripts directory (a venv's
+        ``bin/``), then the ``ray-deps/`` wheels it lacks go in with pip, offline;
+        ``ray --version`` must answer afterwards.
+        """
+        probe = procs.run(
+            [self.python, "-c", "import ray; print(ray.__version__)"], 120, env=self.env
+        )
+        if probe.ok:
+            self._note(f"ray {procs.last_line(probe.stdout)} imports: left as it is")
+            return
+        archives = sorted(wheelhouse.glob(f"ray-*{ray_archive.SUFFIX}"))  # the last one is used
+        if not archives:
+            self._note("ray does not import, and the wheelhouse has no Ray archive")
+            return
+        paths = procs.run([self.python, "-c", TARGET_PATHS], 60, env=self.env)
+        if not paths.ok:
+            self.log.failed["ray"] = paths.why(300)
+            return
+        target = json.loads(paths.stdout.strip().splitlines()[-1])
+        if "ray" in self.refresh_constraints():  # there, but broken: maybe a dependency
+            why = procs.last_line(probe.stderr)
+            self._note(f"ray is installed but does not import ({why}): not unpacked over it")
+        else:
+            began = time.monotonic()
+            try:
+                done = ray_archive.install(
+                    archives[-1], Path(target["platlib"]), Path(target["scripts"]), self.python
+                )
+            except ray_archive.RayArchiveError as e:
+                self.log.failed["ray"] = str(e)
+                self.say(f"ray from {archives[-1].name} failed: {e}")
+                return
+            what = f"ray {done.manifest.version}"
+            self.log.steps.append(
+                {
+                    "what": f"{what} from {archives[-1].name}",
+                    "rc": 0,
+                    "duration_s": round(time.monotonic() - began, 2),
+                    "output_tail": "; ".join(ray_archive.describe(done.manifest)),
+                }
+            )
+            self.log.installed.append(f"{what} (archive, without ray/jars/)")
+            scripts = ", ".join(p.name for p in done.scripts)
+            self.say(f"{what}: unpacked into {done.site_packages}; scripts {scripts}")
+        self._ray_deps(wheelhouse)
+        ray = str(Path(target["scripts"]) / "ray")
+        check = procs.run([ray, "--version"], 120, env=self.env)
+        if check.ok:
+            self._note(f"ray --version: {procs.last_line(check.stdout)}")
+        else:
+            self.log.failed["ray --version"] = check.why(300)
+            self.say(f"ray --version failed: {check.why(300)}")
+
+    def _ray_deps(self, wheelhouse: Path) -> None:
+        """The ``ray-deps/`` wheels not installed yet, resolved offline (else ``--no-deps``)."""
+        deps = wheelhouse / ray_archive.DEPS_DIR
+        have = self.refresh_constraints()
+        wheels = [
+            w
+            for w in sorted(deps.glob("*.whl"))
+            if (distribution_of(w.name) or w.name) not in have
+            and not is_protected(distribution_of(w.name) or w.name)
+        ]
+        if not wheels:
+            return
+        names = [distribution_of(w.name) or w.name for w in wheels]
+        base = ["--no-index", "--find-links", str(wheelhouse), "--find-links", str(deps)]
+        files = [str(w) for w in wheels]
+        if self.pip([*base, *files], "Ray's dependencies (offline)"):
+            self.log.installed += names
+            self.say(f"Ray's dependencies: {', '.join(names)}")
+        elif self.pip([*base, "--no-deps", *files], "Ray's dependencies (offline, --no-deps)"):
+            # What the machine has of theirs (protobuf, say) is older than they want.
+            self.log.installed += names
+            self._note(f"Ray's dependencies, with --no-deps (pip could not resolve them): {names}")
+        else:
+            self.log.failed["ray-deps"] = self.log.steps[-1]["output_tail"][-300:]
+            self.say(f"Ray's dependencies failed: {self.log.failed['ray-deps']}")
+
+    def _note(self, line: str) -> None:
+        self.log.notes.append(line)
+        self.say(line)
 
     def registry_answers(self) -> bool:
         """Whether the package registry answers (a tiny download, no retries)."""

@@ -189,7 +189,7 @@ def _prepare(r: Run, ctx: StageContext) -> StageContext:
     log = install.InstallLog(python=r.python)
     if o.install:
         r.say("setup: installing what is missing (the machine's torch is kept)")
-        installer = install.Installer(r.python, env, log)
+        installer = install.Installer(r.python, env, log, say=lambda line: r.say(f"setup: {line}"))
         try:
             if o.wheelhouse is not None:
                 installer.from_wheelhouse(o.wheelhouse)

@@ -640,7 +640,7 @@ def smoke(gcs_address: str, hosts_text: str) -> dict[str, Any]:
 
 # What rtk brings back from a run directory: never checkpoints, which can be huge.
 # A copy of toolkit/rundir/pack.py's PACK_PATTERNS (this script cannot import rtk on a
-# node); tests/test_rundir.py keeps the two equal.
+# node); tests/unit/rundir/test_rundir.py keeps the two equal.
 PACK_PATTERNS = (
     "telemetry/**/*",
     "markers/*.jsonl",
