@@ -116,4 +116,3 @@ def report_figures(run_dir: Path) -> dict[str, Any]:
         "report_files": sorted(p.name for p in files.directory.iterdir()),
         "html_bytes": files.html.stat().st_size if files.html.exists() else 0,
     }
-
