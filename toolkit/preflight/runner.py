@@ -29,9 +29,9 @@ from toolkit.preflight import checks, gpu_checks
 from toolkit.preflight.bandwidth.measure import PROGRESS_PREFIX, RESULT_PREFIX
 from toolkit.preflight.hardware import load_hardware
 from toolkit.preflight.history.grade import dcgm_timeout_s, expectation_for, history_checks
-from toolkit.preflight.jobs import PreflightJob, run_preflight_job
 from toolkit.preflight.load import job_result
 from toolkit.preflight.load.intra_checks import load_result_checks, model_limits
+from toolkit.preflight.measurement_jobs import PreflightJob, run_preflight_job
 from toolkit.preflight.peers import DEFAULT_SEED, PeerMode, PeerPlan, choose_mode, select_peers
 from toolkit.preflight.port_reach import ReachTally
 from toolkit.preflight.result import Check, PreflightReport

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import shlex
 
-from toolkit.preflight.jobs import PreflightJob, job_result
 from toolkit.preflight.load.job import Progress, intra_shape, node_results
 from toolkit.preflight.load.job_result import RESULT_PREFIX, IntraAllReduce, LoadResult
 from toolkit.preflight.load.node import DeviceLoad, NodeLoad
+from toolkit.preflight.measurement_jobs import PreflightJob, job_result
 
 
 def load_json() -> dict[str, object]:

@@ -9,7 +9,7 @@ from toolkit.preflight.checks import bandwidth_checks
 from toolkit.preflight.localise.culprit_checks import kind_checks, link_scope, localise_checks
 from toolkit.preflight.localise.find import Culprit, Flake, Localisation, Reading
 from toolkit.preflight.result import PreflightReport
-from toolkit.preflight.summary import failed_nodes, scope_nodes
+from toolkit.preflight.terminal_summary import failed_nodes, scope_nodes
 
 
 def reading(round_: int, group: tuple[str, ...], value: float | None, bad: bool) -> Reading:

@@ -23,7 +23,7 @@ from toolkit.preflight.peers import choose_mode, select_peers
 from toolkit.preflight.port_reach import ReachTally
 from toolkit.preflight.result import Check, PreflightReport
 from toolkit.preflight.runner import HEAD_PORTS, NODE_PORTS
-from toolkit.preflight.summary import MAX_LINES, failed_nodes, family, scope_nodes
+from toolkit.preflight.terminal_summary import MAX_LINES, failed_nodes, family, scope_nodes
 
 GiB = 1024**3
 MiB = 1024**2

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
 
-from toolkit.preflight.summary import scope_nodes
+from toolkit.preflight.terminal_summary import scope_nodes
 from toolkit.rundir.preflight import BadLink, Check, Exclusion
 
 __all__ = ["MIN_PEERS", "BadLink", "Exclusion", "bad_links", "exclusions"]
