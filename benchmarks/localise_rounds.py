@@ -3,7 +3,7 @@
 A simulated cluster: a group's test measures 100 (a little less for larger groups,
 as an all-reduce's busbw does), half that when the bad node is in it. For each N the
 bad node sits at random positions (one per seed); localisation
-(``toolkit.preflight.localise``) runs from nothing measured, so its first round is the
+(``toolkit.preflight.localise.find``) runs from nothing measured, so its first round is the
 whole cluster. Printed per N: mean and max rounds and probes (reference groups
 included, their share shown), rounds against log2(N), and the naive ways as ratios:
 every node tested once against a known-good one, serially (N rounds), and every pair
@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from toolkit.preflight.localise import (  # noqa: E402
+from toolkit.preflight.localise.find import (  # noqa: E402
     LocaliseOptions,
     Probe,
     ProbeResult,

@@ -11,9 +11,9 @@ import click
 from toolkit.cli.common import choose_inventory, inventory_options, print_json
 from toolkit.cluster import StateStore
 from toolkit.flows import Session
-from toolkit.preflight.bandwidth import parse_sizes
+from toolkit.preflight.bandwidth.measure import parse_sizes
 from toolkit.preflight.checks import Thresholds
-from toolkit.preflight.node_load import PRECISIONS
+from toolkit.preflight.load.node import PRECISIONS
 from toolkit.preflight.peers import (
     ALL_PAIRS_MAX_NODES,
     DEFAULT_SEED,

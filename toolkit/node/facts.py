@@ -46,7 +46,7 @@ KERNEL_LOG_TIMEOUT_S = 10.0
 DCGM_TIMEOUT_S = {1: 120.0, 2: 600.0}
 DCGM_OUTPUT_MAX_CHARS = 512 * 1024
 RAY_FILE_MAX_CHARS = 64 * 1024  # an env file or a PEM certificate; more is not rtk's
-# The same files ``toolkit.preflight.ib_ports.read_port_files`` reads (a test holds
+# The same files ``toolkit.preflight.history.ib_ports.read_port_files`` reads (a test holds
 # the two to the same answer); parsed on the host.
 IB_CLASS = "sys/class/infiniband"
 IB_PORT_FILES = ("state", "phys_state", "rate", "link_layer")
@@ -396,7 +396,7 @@ def ib_port_files(root: str = "/") -> dict[str, str]:
     """Every RDMA port's state, rate, link layer and error counters, as raw text.
 
     Keyed ``mlx5_0/1/state`` and ``mlx5_0/1/counters/symbol_error`` (the form
-    ``toolkit.preflight.ib_ports.parse_ports`` reads); empty without RDMA devices. A
+    ``toolkit.preflight.history.ib_ports.parse_ports`` reads); empty without RDMA devices. A
     file that cannot be read is left out; at most ``IB_PORTS_MAX`` ports.
     """
     base = os.path.join(root, IB_CLASS)

@@ -1,8 +1,8 @@
 """A node's error history as ``facts.py`` sends it, raw, as typed records (read on the host).
 
 The node sends text, bounded: the kernel log's XID lines, ``dcgmi diag``'s JSON and
-the RDMA ports' sysfs files. The parsers and graders live in ``toolkit.preflight``
-(``errlog``, ``dcgm``, ``ib_ports``, ``history``); these records only carry the text
+the RDMA ports' sysfs files. The parsers and graders live in ``toolkit.preflight.history``
+(``errlog``, ``dcgm``, ``ib_ports``, ``grade``); these records only carry the text
 across, checked for type like every other field of the answer.
 """
 

@@ -14,8 +14,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from toolkit.preflight.bandwidth import plateau
-from toolkit.preflight.localise_checks import localise_checks
+from toolkit.preflight.bandwidth.measure import plateau
+from toolkit.preflight.localise.culprit_checks import localise_checks
 from toolkit.preflight.result import Check, Status
 
 if TYPE_CHECKING:  # only for types: the bandwidth job (a Ray job driver) imports this module
@@ -234,7 +234,7 @@ def slow_pairs(
 
 
 def bandwidth_checks(result: Mapping[str, Any], t: Thresholds = Thresholds()) -> list[Check]:
-    """TCP per pair of the ring and the all-reduce sweep (``bandwidth_job``'s result)."""
+    """TCP per pair of the ring and the all-reduce sweep (``bandwidth.job``'s result)."""
     checks = []
     tcp = result.get("tcp") or []
     floor = tcp_floor_gbit_s(tcp, t)

@@ -4,7 +4,7 @@ The defaults are rtk's ``templates/hardware.yaml``, where every number cites a v
 datasheet or a published measurement. A user's file of the same shape is merged over
 them (``load_hardware``): an entry is merged field by field, so a file may change one
 value of a model or add models of its own. The result is a
-``toolkit.preflight.hardware_table.HardwareTable``; ``toolkit.preflight.gpu_limits``
+``toolkit.preflight.hardware_table.HardwareTable``; ``toolkit.preflight.load.gpu_limits``
 turns an entry of it into the thresholds the checks use.
 """
 

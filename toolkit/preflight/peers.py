@@ -16,7 +16,7 @@ What that finds:
 
 - a port closed or firewalled on a node, from everywhere: every one of its (at least 3)
   testers fails, so it is found with certainty, and graded as that node's fault (more
-  than ``exclude.MIN_PEERS`` testers agree);
+  than ``exclusions.MIN_PEERS`` testers agree);
 - a node cut from a fraction ``f`` of the others (another rack, a partial firewall):
   each of its ~``RANDOM_PEERS`` + 1 testers and each of its ~``RANDOM_PEERS`` random peers
   falls in the cut with probability ``f``, so some pair shows it with probability

@@ -7,10 +7,10 @@ Each node's answer (``dst:port-name`` -> reached or why not) is added to a
 - per node and port that every tester reached (a tester whose outgoing connections
   are blocked not counted against it): one passing check on that node
   (``reached from 9 of 9 peers``);
-- a node's port that none of its testers reached, with ``exclude.MIN_PEERS`` testers or
+- a node's port that none of its testers reached, with ``exclusions.MIN_PEERS`` testers or
   more: one failing check on that node (``Connection refused from 9 of 9 peers``): the
   fault is there (a closed port, its firewall), and it is a node a run can go on
-  without; likewise a node that reached none of its peers (``exclude.MIN_PEERS`` or
+  without; likewise a node that reached none of its peers (``exclusions.MIN_PEERS`` or
   more) on any port: its outgoing connections are blocked (``net.port.outgoing``);
 - the same port failed that way on every node: one check on the cluster (a firewall
   everywhere, or the inventory's port wrong), not a node each;
@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from toolkit.node.host_facts import PortReach
-from toolkit.preflight.exclude import MIN_PEERS
+from toolkit.preflight.exclusions import MIN_PEERS
 from toolkit.preflight.peers import PeerPlan
 from toolkit.rundir.preflight import Check, PortFailures, ReachRecord
 

@@ -23,7 +23,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from toolkit.preflight import bandwidth
+from toolkit.preflight.bandwidth import measure
 from toolkit.ray_resources import host_resource
 
 CALL_TIMEOUT_S = 300.0
@@ -100,7 +100,7 @@ class Rank:
             timeout=timedelta(seconds=RENDEZVOUS_TIMEOUT_S),
         )
         try:
-            return bandwidth.allreduce_sweep(dist, torch, device, sizes_bytes)
+            return measure.allreduce_sweep(dist, torch, device, sizes_bytes)
         finally:
             dist.destroy_process_group()
 

@@ -1,6 +1,6 @@
 """Preflight results: every check, per node, per pair or the cluster's, with one exit status.
 
-The terminal gets a summary that fits a screen at any node count (``summary``);
+The terminal gets a summary that fits a screen at any node count (``terminal_summary``);
 ``verbose`` gives a line per check, and the JSON record every check.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolkit.preflight.exclude import bad_links, exclusions
-from toolkit.preflight.summary import MAX_LINES, failed_nodes, summary_lines
+from toolkit.preflight.exclusions import bad_links, exclusions
+from toolkit.preflight.terminal_summary import MAX_LINES, failed_nodes, summary_lines
 from toolkit.rundir.preflight import Check, Exclusion, PreflightRecord, ReachRecord, Status
 
 __all__ = ["ORDER", "Check", "PreflightReport", "Status"]
@@ -66,7 +66,7 @@ class PreflightReport:
         return failed_nodes(self.checks)
 
     def exclusions(self) -> list[Exclusion]:
-        """The nodes to go on without and why (``toolkit.preflight.exclude``)."""
+        """The nodes to go on without and why (``toolkit.preflight.exclusions``)."""
         return exclusions(self.checks, self.head or None)
 
     def to_record(self) -> PreflightRecord:
@@ -101,7 +101,7 @@ class PreflightReport:
         return self.to_record().to_json()
 
     def render(self, only_problems: bool = False, verbose: bool = False) -> str:
-        """The report for the terminal, within ``summary.MAX_LINES`` lines at any size.
+        """The report for the terminal, within ``terminal_summary.MAX_LINES`` lines at any size.
 
         Checks by family with their counts, then what failed or warned, alike problems
         on one line, then the next step when something failed. ``only_problems`` leaves

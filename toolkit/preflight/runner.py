@@ -25,12 +25,13 @@ from toolkit.errors import ClusterError, RunDirError
 from toolkit.node import FACTS
 from toolkit.node.host_facts import NodeFacts
 from toolkit.node.reach_request import PeerPorts, ReachRequest, script_with
-from toolkit.preflight import checks, gpu_checks, load_result
-from toolkit.preflight.bandwidth import PROGRESS_PREFIX, RESULT_PREFIX
+from toolkit.preflight import checks, gpu_checks
+from toolkit.preflight.bandwidth.measure import PROGRESS_PREFIX, RESULT_PREFIX
 from toolkit.preflight.hardware import load_hardware
-from toolkit.preflight.history import dcgm_timeout_s, expectation_for, history_checks
-from toolkit.preflight.intra_checks import load_result_checks, model_limits
-from toolkit.preflight.jobs import PreflightJob, run_preflight_job
+from toolkit.preflight.history.grade import dcgm_timeout_s, expectation_for, history_checks
+from toolkit.preflight.load import job_result
+from toolkit.preflight.load.intra_checks import load_result_checks, model_limits
+from toolkit.preflight.measurement_jobs import PreflightJob, run_preflight_job
 from toolkit.preflight.peers import DEFAULT_SEED, PeerMode, PeerPlan, choose_mode, select_peers
 from toolkit.preflight.port_reach import ReachTally
 from toolkit.preflight.result import Check, PreflightReport
@@ -125,7 +126,7 @@ class LoadOptions:
 def run_bandwidth(
     plan: ClusterPlan, options: BandwidthOptions, thresholds: checks.Thresholds
 ) -> dict[str, Any]:
-    """Run the bandwidth job on the cluster; its measurements (``bandwidth_job.main``).
+    """Run the bandwidth job on the cluster; its measurements (``bandwidth.job.main``).
 
     Raises:
         ClusterError: The job failed or printed no result.
@@ -139,7 +140,7 @@ def run_bandwidth(
         "thresholds": asdict(thresholds),
     }
     job = PreflightJob(
-        "bandwidth", "toolkit.preflight.bandwidth_job", job_options, PROGRESS_PREFIX, RESULT_PREFIX
+        "bandwidth", "toolkit.preflight.bandwidth.job", job_options, PROGRESS_PREFIX, RESULT_PREFIX
     )
     return run_preflight_job(plan, options.store, job, options.echo)
 
@@ -294,14 +295,14 @@ def _load_checks(plan: ClusterPlan, up: set[str], options: LoadOptions) -> list[
     }
     job = PreflightJob(
         "load",
-        "toolkit.preflight.load_job",
+        "toolkit.preflight.load.job",
         job_options,
-        load_result.PROGRESS_PREFIX,
-        load_result.RESULT_PREFIX,
+        job_result.PROGRESS_PREFIX,
+        job_result.RESULT_PREFIX,
     )
     try:
         answer = run_preflight_job(plan, options.store, job, options.echo)
-        result = load_result.LoadResult.from_json(answer)
+        result = job_result.LoadResult.from_json(answer)
     except (ClusterError, RunDirError) as e:
         first = str(e).splitlines()[0][:200]
         return [Check("load.run", "cluster", "fail", first, "the job runs", "see above")]

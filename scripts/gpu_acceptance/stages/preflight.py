@@ -144,7 +144,7 @@ def evaluate(facts: dict[str, Any], expected: int) -> list[dict[str, Any]]:
 
 # The per-node load test preflight's --load runs on every node, here on its own (no Ray).
 NODE_LOAD = (
-    "import json; from toolkit.preflight.node_load import run_node_load; "
+    "import json; from toolkit.preflight.load.node import run_node_load; "
     "print(json.dumps(run_node_load('bf16', 3.0).to_json()))"
 )
 

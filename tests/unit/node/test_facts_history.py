@@ -18,7 +18,7 @@ from fake_programs import args_of, fake_program
 
 from toolkit.node import facts
 from toolkit.node.facts import dcgm_diag, ib_port_files, kernel_xids
-from toolkit.preflight.ib_ports import COUNTER_MAX, read_port_files
+from toolkit.preflight.history.ib_ports import COUNTER_MAX, read_port_files
 
 KERNEL_LOGS = REPO / "tests" / "data" / "kernel_log"
 DCGM = REPO / "tests" / "data" / "dcgm"

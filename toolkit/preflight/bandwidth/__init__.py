@@ -1,0 +1,1 @@
+"""Bandwidth preflight: TCP per pair and all-reduce, measured as a Ray job, and localised."""
