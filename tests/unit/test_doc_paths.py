@@ -1,7 +1,7 @@
 """Every repository path the docs and the code's comments name exists.
 
-Where paths are looked for: README.md, docs/*.md, sbatch/README.md and
-benchmarks/README.md (all their text, code blocks included); the comments and
+Where paths are looked for: README.md, docs/*.md, docs/gpu-runs/*.md, tests/data/*/README.md,
+sbatch/README.md and benchmarks/README.md (all their text, code blocks included); the comments and
 docstrings of the Python files under toolkit/, scripts/, tests/ and benchmarks/; the
 comments of the shell scripts under scripts/ and .ci/, and of pyproject.toml.
 
@@ -60,6 +60,8 @@ LINK_RE = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 DOCS = sorted(
     [REPO / "README.md", REPO / "sbatch" / "README.md", REPO / "benchmarks" / "README.md"]
     + list((REPO / "docs").glob("*.md"))
+    + list((REPO / "docs" / "gpu-runs").glob("*.md"))
+    + list((REPO / "tests" / "data").glob("*/README.md"))
 )
 CODE_DIRS = ("toolkit", "scripts", "tests", "benchmarks")
 
