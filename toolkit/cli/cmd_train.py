@@ -43,7 +43,15 @@ from toolkit.flows.ray_address import (
 )
 from toolkit.flows.timings import TrainClock
 from toolkit.inventory import Inventory
-from toolkit.train.config import PRECISIONS, PRESETS, STRATEGIES, TrainConfig
+from toolkit.train.config import (
+    AUTO_COMPILE_MIN_STEPS,
+    COMPILE_BACKENDS,
+    COMPILE_MODES,
+    PRECISIONS,
+    PRESETS,
+    STRATEGIES,
+    TrainConfig,
+)
 
 TRAIN_HELP = """Train the built-in GPT on the cluster INVENTORY describes, as a Ray job.
 
@@ -181,6 +189,24 @@ Options may be spelled with underscores too, as train_gpt.py's are in Ray guides
     "--gradient-checkpointing",
     is_flag=True,
     help="Recompute activations in the backward pass: less memory, more compute.",
+)
+@click.option(
+    "--compile",
+    type=click.Choice(COMPILE_MODES),
+    default="auto",
+    show_default=True,
+    help="torch.compile the model: on, off, or auto: on when training on GPUs for at "
+    f"least {AUTO_COMPILE_MIN_STEPS} steps. The steps that compile are timed apart "
+    "(compile_s in metrics.jsonl) and left out of the run's tokens/s and MFU.",
+)
+@click.option(
+    "--compile-backend",
+    type=click.Choice(COMPILE_BACKENDS),
+    default="inductor",
+    show_default=True,
+    hidden=True,
+    help="torch.compile's backend: inductor generates kernels; aot_eager and eager only "
+    "trace, to tell a tracing problem from a code-generation one.",
 )
 @click.option(
     "--bucket-cap-mb",

@@ -39,6 +39,7 @@ from toolkit.rundir.traces import ReadStats, compact, live_files, read_table
 from toolkit.telemetry.clock import ClockOffset, combine, estimate_offset
 from toolkit.telemetry.options import TelemetryOptions
 from toolkit.telemetry.sampler import DEFAULT_RATE_HZ, Sampler
+from toolkit.telemetry.sensors.base import DEFAULT_ENERGY_RATE_HZ
 from toolkit.telemetry.sensors.factory import make_sensors
 
 logger = logging.getLogger(__name__)
@@ -102,11 +103,14 @@ class NodeSampler:
         rate_hz: float,
         power_rate_hz: float | None,
         prometheus_port: int = 0,
+        energy_rate_hz: float | None = DEFAULT_ENERGY_RATE_HZ,
     ) -> None:
         """Open the node's sensors; nothing is sampled before ``start``."""
         self.path = live_trace_path(key, node)
         self.sensors = make_sensors(sensors)
-        self.sampler = Sampler(self.sensors, self.path, rate_hz, power_rate_hz)
+        self.sampler = Sampler(
+            self.sensors, self.path, rate_hz, power_rate_hz, energy_rate_hz=energy_rate_hz
+        )
         self.prometheus_port = prometheus_port
         self.server: Any = None
 
@@ -232,9 +236,15 @@ class TelemetrySession:
         power_rate_hz: float | None = None,
         clock_rounds: int = 15,
         prometheus_port: int = 0,
+        energy_rate_hz: float | None = DEFAULT_ENERGY_RATE_HZ,
     ) -> None:
-        """Prepare a session; ``start`` begins sampling."""
+        """Prepare a session; ``start`` begins sampling.
+
+        ``energy_rate_hz``: energy counter readings per second (None: with every full
+        reading), as ``Sampler`` takes it.
+        """
         self.prometheus_port = prometheus_port
+        self.energy_rate_hz = energy_rate_hz
         self.run_dir = Path(run_dir)
         self.sensors = sensors
         self.rate_hz = rate_hz
@@ -255,6 +265,7 @@ class TelemetrySession:
             options.rate_hz,
             options.power_rate_hz or None,
             prometheus_port=options.prometheus_port,
+            energy_rate_hz=options.energy_rate_hz or None,
         )
 
     def __enter__(self) -> TelemetrySession:
@@ -289,6 +300,7 @@ class TelemetrySession:
                 self.rate_hz,
                 self.power_rate_hz,
                 self.prometheus_port,
+                self.energy_rate_hz,
             )
         infos = {n.name: n.actor.info.remote() for n in self.nodes}
 
