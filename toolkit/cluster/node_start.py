@@ -17,7 +17,7 @@ from toolkit.cluster.plan import RAY_READY_TEXT, ClusterPlan, NodePlan, fill_env
 from toolkit.cluster.render import env_file
 from toolkit.cluster.report import Reporter
 from toolkit.cluster.status import ClusterStatus, cluster_status
-from toolkit.cluster.tls import ClusterTls
+from toolkit.credentials.tls import ClusterTls
 from toolkit.errors import ClusterError, WaitTimeoutError
 from toolkit.netenv import env_for_node
 from toolkit.node import call_agent

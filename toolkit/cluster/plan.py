@@ -15,9 +15,9 @@ import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from toolkit.cluster.container import ContainerPlan, container_plan
+from toolkit.cluster.containers.docker import ContainerPlan, container_plan
+from toolkit.cluster.containers.slurm_step import StepContainerPlan, step_container_plan
 from toolkit.cluster.exclude import inventory_without
-from toolkit.cluster.step_container import StepContainerPlan, step_container_plan
 from toolkit.inventory import Inventory, Node
 from toolkit.node import AGENT
 from toolkit.ray_resources import host_resource

@@ -15,8 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolkit.cluster import shipped_code
-from toolkit.cluster.container import check_startable
+from toolkit.cluster.containers.docker import check_startable
 from toolkit.cluster.down import stop_nodes
 from toolkit.cluster.grouping import group_nodes, render_failure_groups
 from toolkit.cluster.node_start import (
@@ -31,11 +30,12 @@ from toolkit.cluster.node_start import (
 )
 from toolkit.cluster.plan import ClusterPlan, NodePlan
 from toolkit.cluster.report import Reporter
-from toolkit.cluster.rotate import rotate_credentials
-from toolkit.cluster.state import StateStore
 from toolkit.cluster.status import ClusterStatus, cluster_status
 from toolkit.cluster.timings import SpanClock, UpTimings
+from toolkit.credentials.rotate import rotate_credentials
 from toolkit.errors import ClusterError, WaitTimeoutError
+from toolkit.jobs import shipped_code
+from toolkit.state.store import StateStore
 from toolkit.transport.base import Transport
 from toolkit.transport.group import Waves
 
@@ -95,7 +95,7 @@ def up(
     for.
 
     With ``rotate``, the token, CA and certificates are made anew first
-    (``cluster.rotate``); a node where this cluster's Ray still runs then fails, since
+    (``credentials.rotate``); a node where this cluster's Ray still runs then fails, since
     it holds the old ones.
 
     Every node is probed and gets its files, ``fanout.parallel`` at a time; the head

@@ -2,7 +2,7 @@
 
 Stamped on this machine's clock from what it sees: its own steps (preflight, the
 report) and the job's log as it streams in (the driver's first line, the first step
-trained). Log lines arrive within one poll of the log tail (``cluster.logtail``), so
+trained). Log lines arrive within one poll of the log tail (``jobs.logtail``), so
 the job's phases are known to about that.
 """
 

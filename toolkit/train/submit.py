@@ -7,10 +7,10 @@ import shlex
 import time
 from typing import Any
 
-from toolkit.cluster.jobs import JOB_STOP_WAIT_S
 from toolkit.cluster.plan import ClusterPlan
-from toolkit.cluster.shipped_code import code_env
-from toolkit.cluster.state import StateStore
+from toolkit.jobs.client import JOB_STOP_WAIT_S
+from toolkit.jobs.shipped_code import code_env
+from toolkit.state.store import StateStore
 from toolkit.train.config import TrainConfig
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from conftest import rtk
 
-from toolkit.cluster import StateStore
+from toolkit.state.store import StateStore
 
 # Nodes on addresses nothing answers: a probe would fail (exit 4); --export must not try.
 INVENTORY = """\

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from toolkit.cluster import build_plan, render_up
 from toolkit.cluster.exclude import (
     ExcludeError,
     asked_exclusions,
@@ -20,6 +19,8 @@ from toolkit.cluster.exclude import (
     inventory_without,
     read_exclude_file,
 )
+from toolkit.cluster.plan import build_plan
+from toolkit.cluster.render import render_up
 from toolkit.inventory import Inventory, load_inventory
 from toolkit.preflight.result import PreflightReport
 from toolkit.rundir.preflight import Check, Exclusion

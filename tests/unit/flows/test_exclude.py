@@ -20,10 +20,9 @@ from conftest import rtk
 from scripted_transport import Call, Reply, ScriptedTransport, answer
 
 from toolkit.cli.cmd_cluster import render_status
-from toolkit.cluster import ClusterStatus, StateStore
 from toolkit.cluster.exclude import ExcludeError
 from toolkit.cluster.report import Reporter
-from toolkit.cluster.status import NodeStatus
+from toolkit.cluster.status import ClusterStatus, NodeStatus
 from toolkit.cluster.up import RAY_READY_TEXT
 from toolkit.flows import PreflightPolicy, Session, TrainWorkload
 from toolkit.flows.bringup import bring_up, preflight
@@ -31,6 +30,7 @@ from toolkit.inventory import Inventory, load_inventory
 from toolkit.node.facts import host_facts
 from toolkit.ray_resources import host_resource
 from toolkit.rundir.preflight import Exclusion, PreflightRecord
+from toolkit.state.store import StateStore
 from toolkit.train.config import TrainConfig
 
 ADDRESSES = {"n1": "10.0.0.1", "n2": "10.0.0.2", "n3": "10.0.0.3"}

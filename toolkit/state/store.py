@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from toolkit.cluster.tls import ClusterTls
+from toolkit.credentials.tls import ClusterTls
 from toolkit.errors import StateError
 
 

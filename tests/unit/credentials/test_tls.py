@@ -11,8 +11,7 @@ import pytest
 from cryptography import x509
 from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
 
-from toolkit.cluster.state import StateStore
-from toolkit.cluster.tls import (
+from toolkit.credentials.tls import (
     CA_VALIDITY,
     LEAF_VALIDITY,
     RENEW_BEFORE,
@@ -24,6 +23,7 @@ from toolkit.cluster.tls import (
     subject_names,
     verify_leaf,
 )
+from toolkit.state.store import StateStore
 
 NOW = datetime.datetime(2026, 11, 26, 8, 0, tzinfo=datetime.UTC)
 NAMES = ["10.77.3.2", "node2", "Node2.example", "10.77.3.2", None, ""]

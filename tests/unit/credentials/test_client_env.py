@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from conftest import require
 
-from toolkit.cluster import StateStore, build_plan
-from toolkit.cluster.client_env import (
+from toolkit.cluster.plan import TLS_VARIABLES, build_plan
+from toolkit.credentials.client_env import (
     SHELLS,
     ClientEnv,
     TlsFiles,
@@ -26,10 +26,10 @@ from toolkit.cluster.client_env import (
     ray_client_env,
     render_exports,
 )
-from toolkit.cluster.plan import TLS_VARIABLES
-from toolkit.cluster.tls import utc_now, verify_leaf
+from toolkit.credentials.tls import utc_now, verify_leaf
 from toolkit.errors import StateError
 from toolkit.inventory import load_inventory
+from toolkit.state.store import StateStore
 
 HOSTILE = (
     ("PLAIN", "10.0.0.1:6379"),

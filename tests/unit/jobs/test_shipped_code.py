@@ -16,7 +16,11 @@ from typing import Any
 import yaml
 from conftest import REPO
 
-from toolkit.cluster.shipped_code import (
+from toolkit.flows.outcome import PreflightPolicy
+from toolkit.flows.session import Session
+from toolkit.flows.workload import TrainWorkload
+from toolkit.inventory import load_inventory
+from toolkit.jobs.shipped_code import (
     STATE_KEY,
     code_env,
     known_same,
@@ -24,12 +28,8 @@ from toolkit.cluster.shipped_code import (
     package_dir,
     shared_digest,
 )
-from toolkit.cluster.state import StateStore
-from toolkit.flows.outcome import PreflightPolicy
-from toolkit.flows.session import Session
-from toolkit.flows.workload import TrainWorkload
-from toolkit.inventory import load_inventory
 from toolkit.node.agent import source_digest
+from toolkit.state.store import StateStore
 from toolkit.train.config import TrainConfig
 from toolkit.transport.simulated import (
     Faults,

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from toolkit.cluster.plan import ClusterPlan
 from toolkit.cluster.report import Reporter
-from toolkit.cluster.state import StateStore
 from toolkit.cluster.status import cluster_status
 from toolkit.errors import ClusterError
+from toolkit.state.store import StateStore
 from toolkit.transport.base import Transport
 
 
