@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from toolkit.cluster.grouping import group_nodes, render_failure_groups
+from toolkit.cluster.node_groups import group_nodes, render_failure_groups
 from toolkit.cluster.ray_logs import LogsCollection
 from toolkit.jobs.client import JobInfo, JobListing, JobOutcome
 

@@ -1,7 +1,7 @@
 """The bring-up plan: a pure function from inventory to per-node commands and files.
 
 Nothing here touches a node. ``rtk up --dry-run`` prints this plan, and the executor
-(``toolkit.cluster.up``) runs exactly these commands, so what a user reads is what
+(``toolkit.cluster.start``) runs exactly these commands, so what a user reads is what
 happens. Values a node reports at run time (its address on the route to the head,
 that route's interface) appear as ``Detect`` placeholders until the probe fills them;
 the NCCL variables of the network profile (``toolkit.netenv``) depend on the node's

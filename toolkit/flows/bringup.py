@@ -6,8 +6,8 @@ import dataclasses
 from collections.abc import Callable
 
 from toolkit.cluster.plan import ClusterPlan
-from toolkit.cluster.report import Reporter
-from toolkit.cluster.up import up
+from toolkit.cluster.progress_reporter import Reporter
+from toolkit.cluster.start import up
 from toolkit.flows.outcome import (
     BringUpOutcome,
     PreflightFailedError,
@@ -33,7 +33,7 @@ def bring_up(
     """Start Ray on every node, then run the fast checks unless ``policy`` skips them.
 
     ``rotate``: new credentials first (``credentials.rotate``; refused on a running cluster).
-    ``head_ready``: called once the head has its files (``cluster.up``).
+    ``head_ready``: called once the head has its files (``cluster.start``).
 
     Raises:
         PreflightFailedError: A check failed and ``policy`` enforces them (the cluster

@@ -24,9 +24,9 @@ from toolkit.cluster.containers.docker import check_startable
 from toolkit.cluster.down import DownResult, down
 from toolkit.cluster.exclude import ExcludeError, excluded_from_state
 from toolkit.cluster.plan import build_plan
-from toolkit.cluster.render import render_down, render_down_summary, render_up, render_up_summary
-from toolkit.cluster.report import QuietReporter, Reporter
-from toolkit.cluster.status import ClusterStatus, cluster_status
+from toolkit.cluster.plan_text import render_down, render_down_summary, render_up, render_up_summary
+from toolkit.cluster.progress_reporter import QuietReporter, Reporter
+from toolkit.cluster.ray_status import ClusterStatus, cluster_status
 from toolkit.errors import JobError, RtkError
 from toolkit.flows import bringup
 from toolkit.flows.outcome import (
@@ -37,7 +37,7 @@ from toolkit.flows.outcome import (
     ReportOutcome,
     WorkloadOutcome,
 )
-from toolkit.flows.plan import RunPlan
+from toolkit.flows.run_plan import RunPlan
 from toolkit.flows.workload import (
     Driver,
     ExecRequest,
@@ -311,7 +311,7 @@ class Session:
         """Start Ray everywhere, then the fast checks as ``preflight`` says.
 
         ``rotate``: a new token, CA and certificates first (refused while it runs).
-        ``head_ready``: called once the head has its files (``cluster.up``).
+        ``head_ready``: called once the head has its files (``cluster.start``).
 
         Raises:
             PreflightFailedError: A check failed under ``ENFORCE`` (the cluster stays up).

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from toolkit.cluster.timings import PhaseSpan, render_phases
+from toolkit.cluster.up_timings import PhaseSpan, render_phases
 
 DRIVER_PREFIX = "rtk train: "
 # The trainer's step line (``toolkit.train.loop``), as rank 0 prints it: the first one

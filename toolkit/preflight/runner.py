@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from toolkit.cluster.plan import ClusterPlan, NodePlan
-from toolkit.cluster.status import cluster_status
+from toolkit.cluster.ray_status import cluster_status
 from toolkit.credentials.tls import utc_now
 from toolkit.errors import ClusterError, RunDirError
 from toolkit.node import FACTS

@@ -20,7 +20,7 @@ from toolkit.cluster.exclude import (
     read_exclude_file,
 )
 from toolkit.cluster.plan import build_plan
-from toolkit.cluster.render import render_up
+from toolkit.cluster.plan_text import render_up
 from toolkit.inventory import Inventory, load_inventory
 from toolkit.preflight.result import PreflightReport
 from toolkit.rundir.preflight import Check, Exclusion

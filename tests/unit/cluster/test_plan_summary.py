@@ -17,7 +17,7 @@ from conftest import rtk
 
 from toolkit.cluster.plan import build_plan
 from toolkit.cluster.plan_summary import ADDRESS, NAME, SSH_PORT, RenderedNode, Token, group_nodes
-from toolkit.cluster.render import (
+from toolkit.cluster.plan_text import (
     MAX_EXCLUDED_LINES,
     render_down_summary,
     render_up,

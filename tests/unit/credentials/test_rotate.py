@@ -8,8 +8,8 @@ import pytest
 
 from toolkit.cluster.down import stop_nodes
 from toolkit.cluster.plan import ClusterPlan, build_plan
-from toolkit.cluster.report import QuietReporter
-from toolkit.cluster.up import up
+from toolkit.cluster.progress_reporter import QuietReporter
+from toolkit.cluster.start import up
 from toolkit.errors import ClusterError
 from toolkit.inventory import load_inventory
 from toolkit.state.store import StateStore

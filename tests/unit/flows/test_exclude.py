@@ -21,9 +21,9 @@ from scripted_transport import Call, Reply, ScriptedTransport, answer
 
 from toolkit.cli.cmd_cluster import render_status
 from toolkit.cluster.exclude import ExcludeError
-from toolkit.cluster.report import Reporter
-from toolkit.cluster.status import ClusterStatus, NodeStatus
-from toolkit.cluster.up import RAY_READY_TEXT
+from toolkit.cluster.progress_reporter import Reporter
+from toolkit.cluster.ray_status import ClusterStatus, NodeStatus
+from toolkit.cluster.start import RAY_READY_TEXT
 from toolkit.flows import PreflightPolicy, Session, TrainWorkload
 from toolkit.flows.bringup import bring_up, preflight
 from toolkit.inventory import Inventory, load_inventory

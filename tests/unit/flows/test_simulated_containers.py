@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from toolkit.cluster.report import QuietReporter
+from toolkit.cluster.progress_reporter import QuietReporter
 from toolkit.flows import PreflightPolicy, Session
 from toolkit.inventory import Inventory, Node, load_inventory
 from toolkit.state.store import StateStore

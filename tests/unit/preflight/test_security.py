@@ -6,8 +6,8 @@ import datetime
 from pathlib import Path
 
 from toolkit.cluster.plan import ClusterPlan, build_plan, fill_env
-from toolkit.cluster.report import QuietReporter
-from toolkit.cluster.up import up
+from toolkit.cluster.progress_reporter import QuietReporter
+from toolkit.cluster.start import up
 from toolkit.credentials.tls import LEAF_VALIDITY, ClusterTls, new_ca, new_leaf, subject_names
 from toolkit.inventory import load_inventory
 from toolkit.preflight.runner import run_preflight

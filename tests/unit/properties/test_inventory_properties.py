@@ -28,7 +28,7 @@ from toolkit.cluster.plan import (
     build_plan,
     fill_env,
 )
-from toolkit.cluster.render import env_file, render_down, render_up, render_up_summary
+from toolkit.cluster.plan_text import env_file, render_down, render_up, render_up_summary
 from toolkit.errors import InventoryError
 from toolkit.inventory.loader import parse_inventory
 from toolkit.inventory.models import InventorySpec

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from toolkit.cluster.plan import ClusterPlan, build_plan
-from toolkit.cluster.status import cluster_status
+from toolkit.cluster.ray_status import cluster_status
 from toolkit.errors import TransportError
 from toolkit.inventory import load_inventory
 from toolkit.node import FACTS

@@ -23,7 +23,7 @@ import posixpath
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from toolkit.cluster.containers.common import NodeContainer
+from toolkit.cluster.containers.node_container import NodeContainer
 from toolkit.cluster.containers.slurm_step import RUNTIMES_IN_STEPS
 from toolkit.cluster.plan_summary import NAME, Token, cut_hostlist
 from toolkit.errors import ClusterError

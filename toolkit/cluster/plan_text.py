@@ -1,4 +1,4 @@
-"""Plain-text renderings of a plan: what ``--dry-run`` prints."""
+"""The plan as text: what ``--dry-run`` prints, and each node's env file."""
 
 from __future__ import annotations
 

@@ -19,8 +19,8 @@ from conftest import REPO
 from scripted_transport import Call, Reply, ScriptedTransport, answer
 
 from toolkit.cluster.plan import ClusterPlan, build_plan
-from toolkit.cluster.report import QuietReporter
-from toolkit.cluster.up import RAY_READY_TEXT, UpResult, up
+from toolkit.cluster.progress_reporter import QuietReporter
+from toolkit.cluster.start import RAY_READY_TEXT, UpResult, up
 from toolkit.errors import ClusterError, WaitTimeoutError
 from toolkit.inventory import Inventory, load_inventory
 from toolkit.node.agent import network_facts

@@ -1,8 +1,9 @@
-"""Bring a cluster up: probe every node, write its files, start the head, then workers.
+"""Start Ray across a cluster's nodes: probe each, write its files, the head, then workers.
 
-Runs the commands of the plan (``toolkit.cluster.plan``) and nothing else. Nodes where
-this cluster's Ray already runs are left as they are, so ``rtk up`` twice starts
-nothing new. On failure below ``min_nodes``, whatever this call started is stopped.
+``rtk up``'s executor (one node's steps are ``node_start``): it runs the commands of
+the plan (``toolkit.cluster.plan``) and nothing else. Nodes where this cluster's Ray
+already runs are left as they are, so ``rtk up`` twice starts nothing new. On failure
+below ``min_nodes``, whatever this call started is stopped.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from toolkit.cluster.containers.docker import check_startable
 from toolkit.cluster.down import stop_nodes
-from toolkit.cluster.grouping import group_nodes, render_failure_groups
+from toolkit.cluster.node_groups import group_nodes, render_failure_groups
 from toolkit.cluster.node_start import (
     POLL_INTERVAL_S,
     RAY_READY_TEXT,
@@ -29,9 +30,9 @@ from toolkit.cluster.node_start import (
     start_node,
 )
 from toolkit.cluster.plan import ClusterPlan, NodePlan
-from toolkit.cluster.report import Reporter
-from toolkit.cluster.status import ClusterStatus, cluster_status
-from toolkit.cluster.timings import SpanClock, UpTimings
+from toolkit.cluster.progress_reporter import Reporter
+from toolkit.cluster.ray_status import ClusterStatus, cluster_status
+from toolkit.cluster.up_timings import SpanClock, UpTimings
 from toolkit.credentials.rotate import rotate_credentials
 from toolkit.errors import ClusterError, WaitTimeoutError
 from toolkit.jobs import shipped_code

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from toolkit.cluster.report import QuietReporter
+from toolkit.cluster.progress_reporter import QuietReporter
 from toolkit.flows import PreflightPolicy, Session
 from toolkit.inventory import Inventory, Node, load_inventory
 from toolkit.state.store import StateStore

@@ -26,8 +26,8 @@ from scripted_transport import Call, Reply, ScriptedTransport, answer
 from toolkit.cluster.command import run_everywhere
 from toolkit.cluster.down import down
 from toolkit.cluster.plan import ClusterPlan, build_plan
-from toolkit.cluster.report import QuietReporter
-from toolkit.cluster.up import UpResult, up
+from toolkit.cluster.progress_reporter import QuietReporter
+from toolkit.cluster.start import UpResult, up
 from toolkit.errors import ClusterError
 from toolkit.inventory import load_inventory
 from toolkit.node.agent import network_facts
