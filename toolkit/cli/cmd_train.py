@@ -504,9 +504,10 @@ def _resources(text: str | None) -> dict[str, float]:
 def _last_run(store: StateStore, resume: bool) -> str | None:
     if not resume:
         return None
-    runs = (store.load() or {}).get("runs") or []
-    if not runs:
+    state = store.load()
+    last = state.last_run if state is not None else None
+    if last is None:
         raise RtkError(
             "--resume: no earlier run of this cluster is recorded here; name it with --run-id"
         )
-    return str(runs[-1]["run_id"])
+    return last.run_id

@@ -8,6 +8,7 @@ below ``min_nodes``, whatever this call started is stopped.
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 import time
@@ -36,6 +37,7 @@ from toolkit.cluster.up_timings import SpanClock, UpTimings
 from toolkit.credentials.rotate import rotate_credentials
 from toolkit.errors import ClusterError, WaitTimeoutError
 from toolkit.jobs import shipped_code
+from toolkit.state.cluster_state import ClusterState
 from toolkit.state.store import StateStore
 from toolkit.transport.base import Transport
 from toolkit.transport.group import Waves
@@ -162,23 +164,22 @@ def up(
         result.duration_s,
         waves,
     )
-    kept = {k: v for k, v in (store.load() or {}).items() if k != shipped_code.STATE_KEY}
     store.save(
-        kept
-        | shipped_code.shared_digest(
-            o.rtk_digest for o in outcomes.values() if o.action != "failed"
-        )
-        | {
-            "cluster": inv.name,
-            "source": inv.source,
-            "head": head.node.name,
-            "dashboard_url": plan.dashboard_url,
-            "temp_dir": plan.paths.temp_dir,
-            "nodes": [n.node.name for n in plan.nodes],
+        dataclasses.replace(
+            store.load() or ClusterState(),
+            cluster=inv.name,
+            source=inv.source,
+            head=head.node.name,
+            dashboard_url=plan.dashboard_url,
+            temp_dir=plan.paths.temp_dir,
+            nodes=tuple(n.node.name for n in plan.nodes),
             # Read back by the commands after (status, train, preflight) until rtk down.
-            "excluded": [e.to_json() for e in plan.excluded],
-            "up_at": time.time(),
-        }
+            excluded=tuple(plan.excluded),
+            up_at_wall_s=time.time(),
+            nodes_rtk_digest=shipped_code.shared_digest(
+                o.rtk_digest for o in outcomes.values() if o.action != "failed"
+            ),
+        )
     )
     return result
 

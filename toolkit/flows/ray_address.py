@@ -190,7 +190,7 @@ def known_clusters(root: Path | None = None) -> tuple[list[ClusterPlan], list[st
             continue
         if record is None:
             continue
-        source = str(record.get("source") or "")
+        source = record.source or ""
         if not source:
             unreadable.append(f"{directory.name}: no inventory recorded")
             continue
