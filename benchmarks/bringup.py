@@ -35,7 +35,7 @@ from pathlib import Path
 import yaml
 from common import bare_ray_start
 
-from toolkit.cluster import build_plan
+from toolkit.cluster.plan import build_plan
 from toolkit.inventory import load_inventory
 from toolkit.node import agent_source
 from toolkit.sandbox import Sandbox, create

@@ -47,6 +47,9 @@ LAYERS: dict[str, int] = {
     "node": 2,
     # 3: what rtk does with a cluster
     "cluster": 3,
+    "jobs": 3,  # Ray jobs: submit, follow, the local driver, the runtime env
+    "credentials": 3,  # the cluster's token and TLS files, and what points Ray at them
+    "state": 3,  # what rtk keeps on this machine per cluster (state.json, credentials)
     "slurm": 3,
     "gpu": 3,
     "preflight": 3,

@@ -1,7 +1,7 @@
 """The bring-up plan: a pure function from inventory to per-node commands and files.
 
 Nothing here touches a node. ``rtk up --dry-run`` prints this plan, and the executor
-(``toolkit.cluster.up``) runs exactly these commands, so what a user reads is what
+(``toolkit.cluster.start``) runs exactly these commands, so what a user reads is what
 happens. Values a node reports at run time (its address on the route to the head,
 that route's interface) appear as ``Detect`` placeholders until the probe fills them;
 the NCCL variables of the network profile (``toolkit.netenv``) depend on the node's
@@ -15,9 +15,9 @@ import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from toolkit.cluster.container import ContainerPlan, container_plan
+from toolkit.cluster.containers.docker import ContainerPlan, container_plan
+from toolkit.cluster.containers.slurm_step import StepContainerPlan, step_container_plan
 from toolkit.cluster.exclude import inventory_without
-from toolkit.cluster.step_container import StepContainerPlan, step_container_plan
 from toolkit.inventory import Inventory, Node
 from toolkit.node import AGENT
 from toolkit.ray_resources import host_resource

@@ -18,9 +18,8 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from toolkit.cluster.plan import ClusterPlan, NodePlan
-from toolkit.cluster.state import StateStore
-from toolkit.cluster.status import cluster_status
-from toolkit.cluster.tls import utc_now
+from toolkit.cluster.ray_status import cluster_status
+from toolkit.credentials.tls import utc_now
 from toolkit.errors import ClusterError, RunDirError
 from toolkit.node import FACTS
 from toolkit.node.host_facts import NodeFacts
@@ -38,6 +37,7 @@ from toolkit.preflight.result import Check, PreflightReport
 from toolkit.preflight.security import NodeSecurity, node_security, security_checks
 from toolkit.rundir import RunDir
 from toolkit.shell import join
+from toolkit.state.store import StateStore
 from toolkit.transport.base import Transport
 from toolkit.transport.group import run_each
 

@@ -46,7 +46,7 @@ from toolkit.transport.pool import ConnectionPool
 
 READY_TEXT = "Ray runtime started."
 _AGENT_WORD = re.compile(r"^(probe|stop|status|smoke|pack)$")
-# rtk's container commands (``cluster.container``): start, removal, exec.
+# rtk's container commands (``cluster.containers.docker``): start, removal, exec.
 _CONTAINER_RUN = re.compile(r"^(docker|podman) run -d --name (\S+) ")
 _CONTAINER_REMOVE = re.compile(r"^command -v (docker|podman) >/dev/null \|\| exit 0; ids=")
 

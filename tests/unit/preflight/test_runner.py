@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from scripted_transport import ScriptedTransport, answer
 
-from toolkit.cluster import build_plan
+from toolkit.cluster.plan import build_plan
 from toolkit.inventory import load_inventory
 from toolkit.node import FACTS
 from toolkit.node.facts import host_facts

@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from toolkit.cluster import build_plan
-from toolkit.cluster.plan import ClusterPlan
-from toolkit.cluster.status import cluster_status
+from toolkit.cluster.plan import ClusterPlan, build_plan
+from toolkit.cluster.ray_status import cluster_status
 from toolkit.errors import TransportError
 from toolkit.inventory import load_inventory
 from toolkit.node import FACTS

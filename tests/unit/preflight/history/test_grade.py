@@ -23,7 +23,7 @@ from conftest import REPO
 from fake_programs import args_of, fake_program
 from scripted_transport import ScriptedTransport, answer
 
-from toolkit.cluster import build_plan
+from toolkit.cluster.plan import build_plan
 from toolkit.inventory import load_inventory
 from toolkit.node import FACTS, facts
 from toolkit.node.facts import host_facts, ib_port_files

@@ -27,11 +27,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import IO, Any
 
-from toolkit.cluster.client_env import node_session_script
-from toolkit.cluster.jobs import JOB_STOP_WAIT_S, JobOutcome
 from toolkit.cluster.plan import ClusterPlan
+from toolkit.credentials.client_env import node_session_script
 from toolkit.driver_gate import GATE_STDIN, GATE_VARIABLE, GO_LINE
 from toolkit.errors import JobError
+from toolkit.jobs.client import JOB_STOP_WAIT_S, JobOutcome
 
 # The runtime environment's keys a local driver honours; any other (pip, conda,
 # container...) needs Ray's runtime env agent, that is, the Jobs API.

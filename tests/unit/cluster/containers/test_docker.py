@@ -20,14 +20,13 @@ import pytest
 import yaml
 from conftest import REPO, rtk
 
-from toolkit.cluster import build_plan
-from toolkit.cluster.container import (
+from toolkit.cluster.containers.docker import (
     ContainerPlan,
     check_path_mounted,
     check_startable,
     container_name,
 )
-from toolkit.cluster.plan import RAY_READY_TEXT, ClusterPlan
+from toolkit.cluster.plan import RAY_READY_TEXT, ClusterPlan, build_plan
 from toolkit.errors import ClusterError
 from toolkit.inventory import Container, load_inventory
 

@@ -1,11 +1,11 @@
-"""Plain-text renderings of a plan: what ``--dry-run`` prints."""
+"""The plan as text: what ``--dry-run`` prints, and each node's env file."""
 
 from __future__ import annotations
 
 import posixpath
 from collections.abc import Mapping, Sequence
 
-from toolkit.cluster.container import CLUSTER_LABEL, NODE_LABEL, name_tokens
+from toolkit.cluster.containers.docker import CLUSTER_LABEL, NODE_LABEL, name_tokens
 from toolkit.cluster.plan import NETWORK_AFTER, STOP_GRACE_S, ClusterPlan, Detect, NodePlan
 from toolkit.cluster.plan_summary import (
     ADDRESS,

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.cluster import StateStore, build_plan
 from toolkit.cluster.down import stop_nodes
-from toolkit.cluster.plan import ClusterPlan
-from toolkit.cluster.report import QuietReporter
-from toolkit.cluster.up import up
+from toolkit.cluster.plan import ClusterPlan, build_plan
+from toolkit.cluster.progress_reporter import QuietReporter
+from toolkit.cluster.start import up
 from toolkit.errors import ClusterError
 from toolkit.inventory import load_inventory
+from toolkit.state.store import StateStore
 from toolkit.transport.simulated import LatencyModel, SimulatedCluster, SimulatedTransport
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.cluster.runtime_env import (
+from toolkit.jobs.runtime_env import (
     PROTECTED_ENV,
     RuntimeEnvError,
     merge_runtime_env,

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from conftest import require
 
-from toolkit.cluster import StateStore, build_plan
-from toolkit.cluster.client_env import (
+from toolkit.cluster.plan import TLS_VARIABLES, build_plan
+from toolkit.credentials.client_env import (
     SHELLS,
     ClientEnv,
     TlsFiles,
@@ -26,10 +26,11 @@ from toolkit.cluster.client_env import (
     ray_client_env,
     render_exports,
 )
-from toolkit.cluster.plan import TLS_VARIABLES
-from toolkit.cluster.tls import utc_now, verify_leaf
+from toolkit.credentials.tls import utc_now, verify_leaf
 from toolkit.errors import StateError
 from toolkit.inventory import load_inventory
+from toolkit.state.cluster_state import ClusterState
+from toolkit.state.store import StateStore
 
 HOSTILE = (
     ("PLAIN", "10.0.0.1:6379"),
@@ -159,7 +160,7 @@ def test_this_machine_gets_its_client_certificate_under_tls(tmp_path: Path) -> N
     plan = build_plan(load_inventory(write_inventory(tmp_path, "  tls: true")))
     store = StateStore("c1", tmp_path / "state")
     store.token()
-    store.save({"cluster": "c1"})
+    store.save(ClusterState(cluster="c1"))
     with pytest.raises(StateError, match="uses TLS but this machine has no client certificate"):
         local_client_env(plan, store, None)
     store.tls.client()
@@ -195,7 +196,7 @@ def test_no_state_here_says_to_run_rtk_up_first(tmp_path: Path) -> None:
 def test_state_without_a_token_is_refused_too(tmp_path: Path) -> None:
     plan = build_plan(load_inventory(write_inventory(tmp_path)))
     store = StateStore("c1", tmp_path / "state")
-    store.save({"cluster": "c1"})
+    store.save(ClusterState(cluster="c1"))
     with pytest.raises(StateError, match="has no token for it"):
         local_client_env(plan, store, None)
 
@@ -209,7 +210,7 @@ def test_this_machine_gets_the_0600_token_file_and_the_inventory(
     monkeypatch.setenv("RTK_STATE_DIR", "state")
     store = StateStore("c1")
     token = store.token()
-    store.save({"cluster": "c1"})
+    store.save(ClusterState(cluster="c1"))
     values = local_client_env(plan, store, "inv.yaml").as_dict()
     token_path = Path(values["RAY_AUTH_TOKEN_PATH"])
     assert token_path.is_absolute() and token_path.read_text() == token
@@ -225,7 +226,7 @@ def test_ray_reads_the_cluster_and_the_token_from_the_exported_text(tmp_path: Pa
     plan = build_plan(load_inventory(write_inventory(tmp_path)))
     store = StateStore("c1", tmp_path / "state")
     token = store.token()
-    store.save({"cluster": "c1"})
+    store.save(ClusterState(cluster="c1"))
     (tmp_path / "home" / ".ray").mkdir(parents=True)
     (tmp_path / "home" / ".ray" / "auth_token").write_text("from-home")
     text = render_exports(local_client_env(plan, store, None), "bash")

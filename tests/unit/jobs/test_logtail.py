@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from toolkit.cluster import logtail
-from toolkit.cluster.logtail import LogFollower
+from toolkit.jobs import logtail
+from toolkit.jobs.logtail import LogFollower
 
 
 class ScriptedClient:

@@ -1,12 +1,14 @@
-"""Bring a cluster up: probe every node, write its files, start the head, then workers.
+"""Start Ray across a cluster's nodes: probe each, write its files, the head, then workers.
 
-Runs the commands of the plan (``toolkit.cluster.plan``) and nothing else. Nodes where
-this cluster's Ray already runs are left as they are, so ``rtk up`` twice starts
-nothing new. On failure below ``min_nodes``, whatever this call started is stopped.
+``rtk up``'s executor (one node's steps are ``node_start``): it runs the commands of
+the plan (``toolkit.cluster.plan``) and nothing else. Nodes where this cluster's Ray
+already runs are left as they are, so ``rtk up`` twice starts nothing new. On failure
+below ``min_nodes``, whatever this call started is stopped.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 import time
@@ -15,10 +17,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolkit.cluster import shipped_code
-from toolkit.cluster.container import check_startable
+from toolkit.cluster.containers.docker import check_startable
 from toolkit.cluster.down import stop_nodes
-from toolkit.cluster.grouping import group_nodes, render_failure_groups
+from toolkit.cluster.node_groups import group_nodes, render_failure_groups
 from toolkit.cluster.node_start import (
     POLL_INTERVAL_S,
     RAY_READY_TEXT,
@@ -30,12 +31,14 @@ from toolkit.cluster.node_start import (
     start_node,
 )
 from toolkit.cluster.plan import ClusterPlan, NodePlan
-from toolkit.cluster.report import Reporter
-from toolkit.cluster.rotate import rotate_credentials
-from toolkit.cluster.state import StateStore
-from toolkit.cluster.status import ClusterStatus, cluster_status
-from toolkit.cluster.timings import SpanClock, UpTimings
+from toolkit.cluster.progress_reporter import Reporter
+from toolkit.cluster.ray_status import ClusterStatus, cluster_status
+from toolkit.cluster.up_timings import SpanClock, UpTimings
+from toolkit.credentials.rotate import rotate_credentials
 from toolkit.errors import ClusterError, WaitTimeoutError
+from toolkit.jobs import shipped_code
+from toolkit.state.cluster_state import ClusterState
+from toolkit.state.store import StateStore
 from toolkit.transport.base import Transport
 from toolkit.transport.group import Waves
 
@@ -95,7 +98,7 @@ def up(
     for.
 
     With ``rotate``, the token, CA and certificates are made anew first
-    (``cluster.rotate``); a node where this cluster's Ray still runs then fails, since
+    (``credentials.rotate``); a node where this cluster's Ray still runs then fails, since
     it holds the old ones.
 
     Every node is probed and gets its files, ``fanout.parallel`` at a time; the head
@@ -161,23 +164,22 @@ def up(
         result.duration_s,
         waves,
     )
-    kept = {k: v for k, v in (store.load() or {}).items() if k != shipped_code.STATE_KEY}
     store.save(
-        kept
-        | shipped_code.shared_digest(
-            o.rtk_digest for o in outcomes.values() if o.action != "failed"
-        )
-        | {
-            "cluster": inv.name,
-            "source": inv.source,
-            "head": head.node.name,
-            "dashboard_url": plan.dashboard_url,
-            "temp_dir": plan.paths.temp_dir,
-            "nodes": [n.node.name for n in plan.nodes],
+        dataclasses.replace(
+            store.load() or ClusterState(),
+            cluster=inv.name,
+            source=inv.source,
+            head=head.node.name,
+            dashboard_url=plan.dashboard_url,
+            temp_dir=plan.paths.temp_dir,
+            nodes=tuple(n.node.name for n in plan.nodes),
             # Read back by the commands after (status, train, preflight) until rtk down.
-            "excluded": [e.to_json() for e in plan.excluded],
-            "up_at": time.time(),
-        }
+            excluded=tuple(plan.excluded),
+            up_at_wall_s=time.time(),
+            nodes_rtk_digest=shipped_code.shared_digest(
+                o.rtk_digest for o in outcomes.values() if o.action != "failed"
+            ),
+        )
     )
     return result
 

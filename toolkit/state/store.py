@@ -1,5 +1,6 @@
-"""What rtk keeps on the machine it runs on: each cluster's token, CA and last bring-up.
+"""What rtk keeps on the machine it runs on: each cluster's token, CA and ``state.json``.
 
+``StateStore`` is the one reader and writer of ``state.json`` (``ClusterState``).
 Everything lives in ``$RTK_STATE_DIR`` (default ``$XDG_STATE_HOME/rtk`` or
 ``~/.local/state/rtk``), one directory per cluster, mode 0700; ``rtk down`` removes it.
 """
@@ -11,10 +12,10 @@ import os
 import secrets
 import shutil
 from pathlib import Path
-from typing import Any
 
-from toolkit.cluster.tls import ClusterTls
+from toolkit.credentials.tls import ClusterTls
 from toolkit.errors import StateError
+from toolkit.state.cluster_state import FILE_NAME, ClusterState
 
 
 def state_root() -> Path:
@@ -44,8 +45,8 @@ class StateStore:
 
     @property
     def state_file(self) -> Path:
-        """The record of the last bring-up."""
-        return self.dir / "state.json"
+        """The cluster's record (``ClusterState``)."""
+        return self.dir / FILE_NAME
 
     def token(self) -> str:
         """The cluster's token, created on first use (64 hex characters, 0600).
@@ -74,25 +75,33 @@ class StateStore:
         except OSError as e:
             raise StateError(f"cannot read {self.token_file}: {e}") from e
 
-    def save(self, record: dict[str, Any]) -> None:
-        """Write the bring-up record."""
+    def save(self, state: ClusterState) -> None:
+        """Write the cluster's record, replacing the file at once."""
         try:
             self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             temp = self.state_file.with_suffix(".tmp")
-            temp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+            temp.write_text(
+                json.dumps(state.to_json(), indent=2, sort_keys=True) + "\n", encoding="utf-8"
+            )
             temp.replace(self.state_file)
         except OSError as e:
             raise StateError(f"cannot write {self.state_file}: {e}") from e
 
-    def load(self) -> dict[str, Any] | None:
-        """The bring-up record, or None when there is none."""
+    def load(self) -> ClusterState | None:
+        """The cluster's record, or None when there is none (or it is not a JSON object).
+
+        Raises:
+            StateError: The file is unreadable, not JSON, or a field has the wrong type.
+        """
         try:
             data = json.loads(self.state_file.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return None
         except (OSError, json.JSONDecodeError) as e:
             raise StateError(f"cannot read {self.state_file}: {e}") from e
-        return data if isinstance(data, dict) else None
+        if not isinstance(data, dict):
+            return None
+        return ClusterState.from_json(data, str(self.state_file))
 
     def forget_credentials(self) -> None:
         """Remove the token, the CA and every certificate: the next ``rtk up`` makes new ones.

@@ -18,10 +18,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from toolkit.cluster.logtail import LogFollower
 from toolkit.cluster.plan import ClusterPlan
-from toolkit.cluster.state import StateStore
 from toolkit.errors import ClusterError, JobError, StateError
+from toolkit.jobs.logtail import LogFollower
+from toolkit.state.store import StateStore
 
 POLL_S = 1.0
 # How long a stopped job's entrypoint has between SIGTERM and SIGKILL (set per job as

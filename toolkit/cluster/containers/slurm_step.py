@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from toolkit.cluster.node_container import Mount, NodeContainer
+from toolkit.cluster.containers.node_container import Mount, NodeContainer
 from toolkit.inventory import Container, Inventory, Node
 from toolkit.shell import join, with_env_file
 

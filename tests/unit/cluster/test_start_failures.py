@@ -18,14 +18,14 @@ import yaml
 from conftest import REPO
 from scripted_transport import Call, Reply, ScriptedTransport, answer
 
-from toolkit.cluster import StateStore, build_plan, up
-from toolkit.cluster.plan import ClusterPlan
-from toolkit.cluster.report import QuietReporter
-from toolkit.cluster.up import RAY_READY_TEXT, UpResult
+from toolkit.cluster.plan import ClusterPlan, build_plan
+from toolkit.cluster.progress_reporter import QuietReporter
+from toolkit.cluster.start import RAY_READY_TEXT, UpResult, up
 from toolkit.errors import ClusterError, WaitTimeoutError
 from toolkit.inventory import Inventory, load_inventory
 from toolkit.node.agent import network_facts
 from toolkit.ray_resources import host_resource
+from toolkit.state.store import StateStore
 
 ETHERNET = str(REPO / "tests" / "data" / "sysfs" / "ethernet")
 ADDRESSES = {"n1": "10.0.0.1", "n2": "10.0.0.2", "n3": "10.0.0.3"}

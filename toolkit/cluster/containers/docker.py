@@ -23,9 +23,9 @@ import posixpath
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from toolkit.cluster.node_container import NodeContainer
+from toolkit.cluster.containers.node_container import NodeContainer
+from toolkit.cluster.containers.slurm_step import RUNTIMES_IN_STEPS
 from toolkit.cluster.plan_summary import NAME, Token, cut_hostlist
-from toolkit.cluster.step_container import RUNTIMES_IN_STEPS
 from toolkit.errors import ClusterError
 from toolkit.inventory import Inventory, Node
 from toolkit.shell import join, quote

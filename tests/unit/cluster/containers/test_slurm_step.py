@@ -18,9 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.cluster import build_plan
-from toolkit.cluster.container import check_startable
-from toolkit.cluster.plan import RAY_READY_TEXT
+from toolkit.cluster.containers.docker import check_startable
+from toolkit.cluster.plan import RAY_READY_TEXT, build_plan
 from toolkit.errors import ClusterError
 from toolkit.inventory import Inventory, load_inventory
 from toolkit.slurm.allocation import Allocation, job_ports, slurm_inventory

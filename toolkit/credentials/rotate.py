@@ -9,10 +9,10 @@ makes and sends the new ones as on a first bring-up.
 from __future__ import annotations
 
 from toolkit.cluster.plan import ClusterPlan
-from toolkit.cluster.report import Reporter
-from toolkit.cluster.state import StateStore
-from toolkit.cluster.status import cluster_status
+from toolkit.cluster.progress_reporter import Reporter
+from toolkit.cluster.ray_status import cluster_status
 from toolkit.errors import ClusterError
+from toolkit.state.store import StateStore
 from toolkit.transport.base import Transport
 
 

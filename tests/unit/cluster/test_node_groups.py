@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from toolkit.cluster.grouping import (
+from toolkit.cluster.node_groups import (
     NodeGroup,
     group_nodes,
     normalise_cause,

@@ -16,17 +16,17 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.cluster import build_plan
-from toolkit.cluster.local_driver import (
+from toolkit.cluster.plan import build_plan
+from toolkit.errors import JobError
+from toolkit.flows import Driver, PreflightPolicy, Session, TrainWorkload
+from toolkit.inventory import Inventory, parse_inventory
+from toolkit.jobs.local_driver import (
     GATE_EXIT_WAIT_S,
     LocalDriver,
     is_local_address,
     local_driver_problem,
     run_local_driver,
 )
-from toolkit.errors import JobError
-from toolkit.flows import Driver, PreflightPolicy, Session, TrainWorkload
-from toolkit.inventory import Inventory, parse_inventory
 from toolkit.train.config import TrainConfig
 
 
@@ -194,8 +194,8 @@ def test_the_driver_ends_when_rtk_is_killed(tmp_path: Path, ray_dir: str) -> Non
     program = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from toolkit.cluster import build_plan\n"
-        "from toolkit.cluster.local_driver import run_local_driver\n"
+        "from toolkit.cluster.plan import build_plan\n"
+        "from toolkit.jobs.local_driver import run_local_driver\n"
         "from toolkit.inventory import parse_inventory\n"
         "inv = parse_inventory(sys.argv[1], 'inventory.yaml', Path('.'))\n"
         "run_local_driver(build_plan(inv), sys.argv[2], {}, 'job', print)\n"

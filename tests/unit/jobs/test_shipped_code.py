@@ -16,20 +16,20 @@ from typing import Any
 import yaml
 from conftest import REPO
 
-from toolkit.cluster.shipped_code import (
-    STATE_KEY,
+from toolkit.flows.outcome import PreflightPolicy
+from toolkit.flows.session import Session
+from toolkit.flows.workload import TrainWorkload
+from toolkit.inventory import load_inventory
+from toolkit.jobs.shipped_code import (
     code_env,
     known_same,
     local_digest,
     package_dir,
     shared_digest,
 )
-from toolkit.cluster.state import StateStore
-from toolkit.flows.outcome import PreflightPolicy
-from toolkit.flows.session import Session
-from toolkit.flows.workload import TrainWorkload
-from toolkit.inventory import load_inventory
 from toolkit.node.agent import source_digest
+from toolkit.state.cluster_state import ClusterState
+from toolkit.state.store import StateStore
 from toolkit.train.config import TrainConfig
 from toolkit.transport.simulated import (
     Faults,
@@ -102,12 +102,13 @@ def test_the_probe_finds_an_installed_rtk_but_not_one_in_its_current_folder(
 
 def test_the_state_keeps_the_digest_only_when_every_node_had_this_one() -> None:
     here = local_digest()
-    assert shared_digest([here, here]) == {STATE_KEY: here}
-    assert shared_digest([here, None]) == {}
-    assert shared_digest([here, "0" * 64]) == {}
-    assert shared_digest([]) == {}
-    assert known_same({STATE_KEY: here})
-    assert not known_same({STATE_KEY: "0" * 64}) and not known_same({}) and not known_same(None)
+    assert shared_digest([here, here]) == here
+    assert shared_digest([here, None]) is None
+    assert shared_digest([here, "0" * 64]) is None
+    assert shared_digest([]) is None
+    assert known_same(ClusterState(nodes_rtk_digest=here))
+    assert not known_same(ClusterState(nodes_rtk_digest="0" * 64))
+    assert not known_same(ClusterState()) and not known_same(None)
 
 
 def inventory_file(tmp_path: Path, min_nodes: int | None = None) -> Path:
@@ -126,7 +127,7 @@ def inventory_file(tmp_path: Path, min_nodes: int | None = None) -> Path:
 
 def bring_up_and_ask(
     tmp_path: Path, faults: Faults, min_nodes: int | None = None
-) -> tuple[dict[str, Any], bool]:
+) -> tuple[ClusterState, bool]:
     """Bring a simulated cluster up; its state after, and whether a job would ship rtk."""
     cluster = SimulatedCluster(LatencyModel(scale=0.0), faults)
     inv = load_inventory(inventory_file(tmp_path, min_nodes))
@@ -140,27 +141,30 @@ def bring_up_and_ask(
     # A later command (rtk train) is another process: it reads the state.
     with Session(inv, store=store) as later:
         ships = "py_modules" in later.job_request(WORKLOAD).runtime_env
-    return store.load() or {}, ships
+    return store.load() or ClusterState(), ships
 
 
 def test_rtk_up_lets_jobs_skip_shipping_when_every_node_has_this_rtk(tmp_path: Path) -> None:
     state, ships = bring_up_and_ask(tmp_path / "same", Faults())
-    assert state[STATE_KEY] == local_digest() and not ships
+    assert state.nodes_rtk_digest == local_digest() and not ships
     state, ships = bring_up_and_ask(tmp_path / "one-without", Faults(other_rtk=frozenset({"n3"})))
-    assert STATE_KEY not in state and ships
+    assert state.nodes_rtk_digest is None and ships
+    assert "nodes_rtk_digest" not in json.loads(
+        StateStore("code", tmp_path / "one-without" / "state").state_file.read_text()
+    )
 
 
 def test_a_node_left_out_does_not_count(tmp_path: Path) -> None:
     # n4 fails to start (min_nodes allows it): the jobs run where the others are.
     faults = Faults(start_fails=frozenset({"n4"}), other_rtk=frozenset({"n4"}))
     state, ships = bring_up_and_ask(tmp_path, faults, min_nodes=3)
-    assert state[STATE_KEY] == local_digest() and not ships
+    assert state.nodes_rtk_digest == local_digest() and not ships
 
 
 def test_another_rtk_here_since_rtk_up_ships_its_own(tmp_path: Path) -> None:
     inv = load_inventory(inventory_file(tmp_path))
     store = StateStore(inv.name, root=tmp_path / "state")
-    store.save({"cluster": "code", STATE_KEY: "0" * 64})
+    store.save(ClusterState(cluster="code", nodes_rtk_digest="0" * 64))
     with Session(inv, store=store) as session:
         request = session.job_request(WORKLOAD)
     assert request.runtime_env["py_modules"] == [package_dir()]

@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolkit.cluster.plan import TLS_VARIABLES, ClusterPlan, tls_env
-from toolkit.cluster.state import StateStore
 from toolkit.errors import StateError
 from toolkit.shell import join, quote
+from toolkit.state.store import StateStore
 
 # The shells ``render_exports`` writes for; anything else gets bash's text.
 SHELLS = ("bash", "zsh", "fish")

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from ray.job_submission import JobDetails, JobStatus, JobType
 
-from toolkit.cluster.jobs import (
+from toolkit.errors import ClusterError, JobError
+from toolkit.jobs.client import (
     JobInfo,
     job_info,
     job_log,
@@ -20,7 +21,6 @@ from toolkit.cluster.jobs import (
     stop_job,
     submit_job,
 )
-from toolkit.errors import ClusterError, JobError
 
 
 class JobsApi:

@@ -19,10 +19,10 @@ import pytest
 import ray
 import yaml
 
-from toolkit.cluster import build_plan
-from toolkit.cluster.jobs import CLIENT_ENV, job_client
-from toolkit.cluster.state import StateStore
+from toolkit.cluster.plan import build_plan
 from toolkit.inventory import load_inventory
+from toolkit.jobs.client import CLIENT_ENV, job_client
+from toolkit.state.store import StateStore
 
 
 class Dashboard:

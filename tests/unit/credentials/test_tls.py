@@ -11,8 +11,7 @@ import pytest
 from cryptography import x509
 from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
 
-from toolkit.cluster.state import StateStore
-from toolkit.cluster.tls import (
+from toolkit.credentials.tls import (
     CA_VALIDITY,
     LEAF_VALIDITY,
     RENEW_BEFORE,
@@ -24,6 +23,8 @@ from toolkit.cluster.tls import (
     subject_names,
     verify_leaf,
 )
+from toolkit.state.cluster_state import ClusterState
+from toolkit.state.store import StateStore
 
 NOW = datetime.datetime(2026, 11, 26, 8, 0, tzinfo=datetime.UTC)
 NAMES = ["10.77.3.2", "node2", "Node2.example", "10.77.3.2", None, ""]
@@ -164,10 +165,10 @@ def test_forget_credentials_removes_token_and_tls_only(tmp_path: Path) -> None:
     state = StateStore("c1", tmp_path)
     token = state.token()
     state.tls.node("node2", NAMES, NOW)
-    state.save({"cluster": "c1"})
+    state.save(ClusterState(cluster="c1"))
     state.forget_credentials()
     assert not state.token_file.exists()
     assert not state.tls.directory.exists()
-    assert state.load() == {"cluster": "c1"}
+    assert state.load() == ClusterState(cluster="c1")
     assert state.token() != token
     state.forget_credentials()  # nothing left to remove: no error

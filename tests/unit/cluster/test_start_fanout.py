@@ -20,10 +20,10 @@ from typing import Any
 
 import yaml
 
-from toolkit.cluster import StateStore
-from toolkit.cluster.report import QuietReporter
+from toolkit.cluster.progress_reporter import QuietReporter
 from toolkit.flows import PreflightPolicy, Session
 from toolkit.inventory import Inventory, Node, load_inventory
+from toolkit.state.store import StateStore
 from toolkit.transport.base import CommandResult
 from toolkit.transport.simulated import (
     LatencyModel,

@@ -23,15 +23,16 @@ import yaml
 from conftest import REPO
 from scripted_transport import Call, Reply, ScriptedTransport, answer
 
-from toolkit.cluster import StateStore, build_plan, down, up
 from toolkit.cluster.command import run_everywhere
-from toolkit.cluster.plan import ClusterPlan
-from toolkit.cluster.report import QuietReporter
-from toolkit.cluster.up import UpResult
+from toolkit.cluster.down import down
+from toolkit.cluster.plan import ClusterPlan, build_plan
+from toolkit.cluster.progress_reporter import QuietReporter
+from toolkit.cluster.start import UpResult, up
 from toolkit.errors import ClusterError
 from toolkit.inventory import load_inventory
 from toolkit.node.agent import network_facts
 from toolkit.ray_resources import host_resource
+from toolkit.state.store import StateStore
 
 ETHERNET = str(REPO / "tests" / "data" / "sysfs" / "ethernet")
 ADDRESSES = {"n1": "10.0.0.1", "n2": "10.0.0.2", "n3": "10.0.0.3"}
