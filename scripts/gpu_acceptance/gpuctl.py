@@ -1,4 +1,4 @@
-"""rtk's node script for power limits and clocks (``toolkit/gpu/control.py``), run as rtk does.
+"""rtk's node script for power limits and clocks (``toolkit/node/gpu_control.py``), run as rtk does.
 
 rtk feeds the script to ``python -`` on each node; here the node is this machine, so
 the same line runs locally and its one-line JSON answer is read back.

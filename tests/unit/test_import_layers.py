@@ -5,7 +5,7 @@ one above (``LAYERS``). Where code runs decides what it may import (``RUNS_ON``)
 
 - ``host``: the ``rtk`` process on the user's machine (everything not listed below);
 - ``node script``: a stdlib file whose text is fed to ``python -`` on a node
-  (``toolkit.node.script.NodeScript``): no rtk import, only the standard library (and
+  (``toolkit.nodeinfo.script.NodeScript``): no rtk import, only the standard library (and
   Ray inside a function, from the node's own Python);
 - ``job driver``: a ``python -m`` entrypoint that runs on the head inside a Ray job;
 - ``ray worker``: code Ray runs in actors, tasks or Ray Train workers.
@@ -44,7 +44,8 @@ LAYERS: dict[str, int] = {
     # 2: reaching nodes, and what runs on them
     "transport": 2,
     "netenv": 2,
-    "node": 2,
+    "node": 2,  # the scripts that run on nodes (stdlib only; see RUNS_ON)
+    "nodeinfo": 2,  # rtk's side of them: calling them, reading their answers
     # 3: what rtk does with a cluster
     "cluster": 3,
     "slurm": 3,
@@ -67,7 +68,7 @@ RUNS_ON: dict[str, str] = {
     "toolkit.__main__": HOST,
     "toolkit.node.agent": NODE_SCRIPT,
     "toolkit.node.facts": NODE_SCRIPT,
-    "toolkit.gpu.control": NODE_SCRIPT,
+    "toolkit.node.gpu_control": NODE_SCRIPT,
     "toolkit.node.logpack": NODE_SCRIPT,
     "toolkit.train.job": JOB_DRIVER,
     "toolkit.telemetry.record": JOB_DRIVER,

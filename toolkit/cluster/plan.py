@@ -19,7 +19,7 @@ from toolkit.cluster.container import ContainerPlan, container_plan
 from toolkit.cluster.exclude import inventory_without
 from toolkit.cluster.step_container import StepContainerPlan, step_container_plan
 from toolkit.inventory import Inventory, Node
-from toolkit.node import AGENT
+from toolkit.nodeinfo import AGENT
 from toolkit.ray_resources import host_resource
 from toolkit.rundir.preflight import Exclusion
 from toolkit.shell import join, with_env_file
@@ -370,7 +370,7 @@ def fill_env(
     Args:
         plan: The node's plan.
         facts: The probe's values by ``Detect.fact`` name (``node_ip``, ``interface``):
-            ``toolkit.node.probe.ProbeFacts.detected()``.
+            ``toolkit.nodeinfo.probe.ProbeFacts.detected()``.
         network: The network profile's variables for this node (``NetEnv.variables``);
             they go after ``NETWORK_AFTER``, except those the plan already sets (the
             inventory's own values, which win).

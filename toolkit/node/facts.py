@@ -5,7 +5,7 @@ Fed to ``python -`` over the transport like ``agent.py``: ``python - RUN_DIR DCG
 none) and ENV_FILE the env file ``rtk up`` left for Ray: it is sent back, with the TLS
 certificate and CA it names (never the key), for preflight's ``ray.auth``/``ray.tls``. The Ray
 ports this node must reach come inside the script's text: the host replaces the line
-``PEERS_JSON = ""`` with its request (``toolkit.node.reach_request``), which this script
+``PEERS_JSON = ""`` with its request (``toolkit.nodeinfo.reach_request``), which this script
 reads with ``targets``; they are tried ``REACH_CONCURRENCY`` at a time, each connection
 given ``CONNECT_TIMEOUT_S``. Prints one JSON object. GPU facts come from ``pynvml`` (nvidia-ml-py)
 when the node's Python has it; without it, or without a GPU, ``gpus.available`` is false.
@@ -489,7 +489,7 @@ def main(argv: list[str]) -> int:
 
 
 # The Ray ports to reach: the host replaces this line with its request, a JSON text
-# (``toolkit.node.reach_request``); empty when the script is run by hand.
+# (``toolkit.nodeinfo.reach_request``); empty when the script is run by hand.
 PEERS_JSON = ""
 
 if __name__ == "__main__":

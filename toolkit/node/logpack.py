@@ -1,6 +1,6 @@
 """Pack a node's Ray and rtk logs for a bug report: ``python - TEMP_DIR OUT MAX_BYTES SINCE_S``.
 
-Run on a node with this file on stdin (``toolkit.node.script.NodeScript``), so it
+Run on a node with this file on stdin (``toolkit.nodeinfo.script.NodeScript``), so it
 must work with only the standard library. It writes a tar.gz at OUT, file by file
 (nothing whole in memory), and prints one JSON line: what it took and left out.
 

@@ -131,7 +131,7 @@ def node_facts(ctx: StageContext) -> dict[str, Any]:
 
 def evaluate(facts: dict[str, Any], expected: int) -> list[dict[str, Any]]:
     """Preflight's GPU checks of these facts (needs pydantic, like all of preflight)."""
-    from toolkit.node.gpu_facts import GpuFacts
+    from toolkit.nodeinfo.gpu_facts import GpuFacts
     from toolkit.preflight.gpu_checks import gpu_checks
 
     node = socket.gethostname()

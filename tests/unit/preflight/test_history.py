@@ -25,11 +25,12 @@ from scripted_transport import ScriptedTransport, answer
 
 from toolkit.cluster import build_plan
 from toolkit.inventory import load_inventory
-from toolkit.node import FACTS, facts
+from toolkit.node import facts
 from toolkit.node.facts import host_facts, ib_port_files
-from toolkit.node.gpu_facts import GpuDeviceFacts, GpuFacts
-from toolkit.node.history_facts import DcgmFacts, KernelLogFacts
-from toolkit.node.host_facts import NodeFacts
+from toolkit.nodeinfo import FACTS
+from toolkit.nodeinfo.gpu_facts import GpuDeviceFacts, GpuFacts
+from toolkit.nodeinfo.history_facts import DcgmFacts, KernelLogFacts
+from toolkit.nodeinfo.host_facts import NodeFacts
 from toolkit.preflight import history
 from toolkit.preflight.history import (
     HistoryExpectation,

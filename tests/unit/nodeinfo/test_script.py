@@ -15,7 +15,7 @@ from scripted_transport import Reply, ScriptedTransport, answer
 from toolkit.errors import ClusterError, GpuControlError
 from toolkit.gpu.settings import CONTROL
 from toolkit.inventory import Node, default_inventory
-from toolkit.node import AGENT, FACTS
+from toolkit.nodeinfo import AGENT, FACTS
 from toolkit.transport import LocalTransport
 
 

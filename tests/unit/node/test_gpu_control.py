@@ -27,8 +27,6 @@ from fake_nvml import FakeGpu, FakeNvml, from_state_file
 
 from toolkit.cluster.plan import ClusterPaths, ClusterPlan, build_plan
 from toolkit.errors import GpuControlError
-from toolkit.gpu import control
-from toolkit.gpu.control import ControlError, apply, read_settings, restore
 from toolkit.gpu.settings import (
     call_control,
     control_command,
@@ -38,6 +36,8 @@ from toolkit.gpu.settings import (
     restore_file,
 )
 from toolkit.inventory import default_inventory
+from toolkit.node import gpu_control as control
+from toolkit.node.gpu_control import ControlError, apply, read_settings, restore
 from toolkit.transport import LocalTransport
 
 FAKE_FILE = REPO / "tests" / "fake_nvml.py"

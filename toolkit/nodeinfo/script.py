@@ -1,7 +1,7 @@
 """One way to run rtk's node scripts: ``python - ARGS`` with the script's text on stdin.
 
 A node script is a stdlib-only file of this package (or another, like
-``toolkit/gpu/control.py``) that is never imported by rtk: its text is fed to the
+``toolkit/node/gpu_control.py``) that is never imported by rtk: its text is fed to the
 node's own Python, which needs no rtk installed. It prints one JSON object as its
 last line. ``NodeScript`` builds the command line, sends the text, reads the answer
 and turns every kind of failure into one error that names the node.

@@ -13,7 +13,7 @@ from typing import Any
 
 from toolkit.fields import Fields
 from toolkit.netenv.facts import NetworkFacts
-from toolkit.node.fields import answer_fields
+from toolkit.nodeinfo.fields import answer_fields
 
 WHAT = "probe answer"
 
