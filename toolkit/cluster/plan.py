@@ -21,6 +21,7 @@ from toolkit.cluster.step_container import StepContainerPlan, step_container_pla
 from toolkit.inventory import Inventory, Node
 from toolkit.nodeinfo import AGENT
 from toolkit.ray_resources import host_resource
+from toolkit.rundir.pack import PACK_PATTERNS
 from toolkit.rundir.preflight import Exclusion
 from toolkit.shell import join, with_env_file
 from toolkit.transport import transport_class
@@ -166,8 +167,11 @@ class ClusterPlan:
         return self._ray_agent_command("status", "-", self.head_address)
 
     def pack_command(self, run_dir: str, out_path: str) -> str:
-        """Command run on the head that packs a run directory's results into ``out_path``."""
-        return AGENT.command(self.head.node, "pack", run_dir, out_path)
+        """Command run on the head that packs a run directory's results into ``out_path``.
+
+        The agent takes what the run directory's pack list names (``PACK_PATTERNS``).
+        """
+        return AGENT.command(self.head.node, "pack", run_dir, out_path, ",".join(PACK_PATTERNS))
 
     def smoke_command(self) -> str:
         """Command run on the head that runs one Ray task on every node (agent on stdin)."""

@@ -36,7 +36,7 @@ from typing import Any
 import toolkit
 from toolkit.errors import TransportError
 from toolkit.inventory import Node
-from toolkit.node.agent import source_digest
+from toolkit.node.common import source_digest
 from toolkit.nodeinfo.reach_request import ReachRequest, request_in
 from toolkit.nodeinfo.script import AGENT, FACTS
 from toolkit.ray_resources import host_resource

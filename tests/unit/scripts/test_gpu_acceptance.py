@@ -400,7 +400,7 @@ def test_junit_report_counts_and_messages() -> None:
 
 def test_gpu_test_files_are_those_with_a_gpu_marked_test() -> None:
     files = gpu_test_files(REPO)
-    assert "tests/unit/gpu/test_control.py" in files
+    assert "tests/unit/node/test_gpu_control.py" in files
     assert "tests/unit/telemetry/test_sensors.py" in files
     assert "tests/unit/scripts/test_gpu_acceptance.py" not in files  # a mention is no mark
     for name in files:
