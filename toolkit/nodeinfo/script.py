@@ -74,8 +74,8 @@ def assemble(script: str, common: str) -> str:
     if twice:
         raise ValueError(f"the script defines {', '.join(twice)}, which {module} defines")
     drop = {n for node in taken for n in range(node.lineno, (node.end_lineno or node.lineno) + 1)}
-    lines = script.splitlines(keepends=True)
-    kept = "".join(line for number, line in enumerate(lines, 1) if number not in drop)
+    lines = script.split("\n")  # as ast numbers them (splitlines also splits at \f...)
+    kept = "\n".join(line for number, line in enumerate(lines, 1) if number not in drop)
     return f"{common.rstrip()}\n\n\n# -- the script {'-' * 74}\n\n{kept}"
 
 
