@@ -37,7 +37,7 @@ from common import bare_ray_start
 
 from toolkit.cluster.plan import build_plan
 from toolkit.inventory import load_inventory
-from toolkit.node import agent_source
+from toolkit.nodeinfo import agent_source
 from toolkit.sandbox import Sandbox, create
 
 BARE_DIR = "/tmp/rtk-bare"

@@ -13,7 +13,7 @@ Test controls are named ``fake_*``: the GPUs, the fake clock (``fake_now_s``,
 The setters (power limit, locked clocks) change the fake GPU. For a node script run in
 another process, ``fake_save``/``from_state_file`` keep the GPUs in a JSON file that
 every setter rewrites (``RTK_FAKE_NVML=.../fake_nvml.py:from_state_file`` with
-``FAKE_NVML_STATE`` naming the file; see ``toolkit/gpu/control.py``).
+``FAKE_NVML_STATE`` naming the file; see ``toolkit/node/gpu_control.py``).
 """
 
 # The names are pynvml's own (camelCase), so that the fake matches the real API.

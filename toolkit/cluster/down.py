@@ -16,7 +16,7 @@ from typing import Any
 from toolkit.cluster.plan import STOP_GRACE_S, ClusterPlan, NodePlan
 from toolkit.cluster.progress_reporter import Reporter
 from toolkit.errors import ClusterError
-from toolkit.node import call_agent
+from toolkit.nodeinfo import call_agent
 from toolkit.state.store import StateStore
 from toolkit.transport.base import Transport
 from toolkit.transport.group import DEFAULT_PARALLEL, GroupResult, run_each

@@ -20,8 +20,8 @@ from toolkit.cluster.ray_status import ClusterStatus, cluster_status
 from toolkit.credentials.tls import ClusterTls
 from toolkit.errors import ClusterError, WaitTimeoutError
 from toolkit.netenv import env_for_node
-from toolkit.node import call_agent
-from toolkit.node.probe import ContainerFacts, ProbeFacts
+from toolkit.nodeinfo import call_agent
+from toolkit.nodeinfo.probe import ContainerFacts, ProbeFacts
 from toolkit.preflight.container_checks import container_checks, failure_text
 from toolkit.transport.base import Transport
 

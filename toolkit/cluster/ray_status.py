@@ -8,7 +8,7 @@ from typing import Any
 from toolkit.cluster.plan import ClusterPlan
 from toolkit.errors import ClusterError, TransportError
 from toolkit.inventory import Node
-from toolkit.node import call_agent
+from toolkit.nodeinfo import call_agent
 from toolkit.ray_resources import host_resource
 from toolkit.rundir.preflight import Exclusion
 from toolkit.transport.base import Transport

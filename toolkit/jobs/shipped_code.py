@@ -2,7 +2,7 @@
 
 A job ships this machine's ``toolkit/`` as ``py_modules`` unless every node's Python
 already imports the very same source. ``rtk up``'s probe digests the rtk each node
-imports (``toolkit.node.agent.source_digest``), and ``up`` keeps in the cluster's
+imports (``toolkit.node.common.source_digest``), and ``up`` keeps in the cluster's
 state (``ClusterState.nodes_rtk_digest``) the digest every node shared, if they did;
 each job after it compares that with the source it runs itself. Shipping costs each
 node a download and an unpack before the job's first process, and every Ray Train
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import toolkit
-from toolkit.node.agent import source_digest
+from toolkit.node.common import source_digest
 from toolkit.state.cluster_state import ClusterState
 
 

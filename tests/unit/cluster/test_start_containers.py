@@ -31,6 +31,7 @@ from toolkit.cluster.start import UpResult, up
 from toolkit.errors import ClusterError
 from toolkit.inventory import load_inventory
 from toolkit.node.agent import network_facts
+from toolkit.nodeinfo import agent_source
 from toolkit.ray_resources import host_resource
 from toolkit.state.store import StateStore
 
@@ -38,7 +39,7 @@ ETHERNET = str(REPO / "tests" / "data" / "sysfs" / "ethernet")
 ADDRESSES = {"n1": "10.0.0.1", "n2": "10.0.0.2", "n3": "10.0.0.3"}
 GPUS = {"n1": 1.0, "n2": 1.0}
 LABELS = {name: {"rtk.cluster": "boxed", "rtk.node": name} for name in ADDRESSES}
-# The agent is a stdlib script: loaded from its file, without the rest of rtk.
+# The agent is a stdlib script: loaded from the text rtk sends, without the rest of rtk.
 FACTS = (
     "import importlib.util, json, sys\n"
     "spec = importlib.util.spec_from_file_location('agent', sys.argv[1])\n"
@@ -46,7 +47,6 @@ FACTS = (
     "spec.loader.exec_module(agent)\n"
     "print(json.dumps(agent.container_facts(sys.argv[2])))\n"
 )
-AGENT = REPO / "toolkit" / "node" / "agent.py"
 
 
 class Nodes:
@@ -55,6 +55,9 @@ class Nodes:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.bin = root / "bin"
+        self.agent = root / "agent.py"
+        root.mkdir(parents=True, exist_ok=True)
+        self.agent.write_text(agent_source(), encoding="utf-8")
         for name in ADDRESSES:
             fake_runtime.install(self.bin, self.state(name))
 
@@ -83,7 +86,7 @@ class Nodes:
 
     def container_facts(self, node: str, request: str) -> dict[str, Any]:
         done = subprocess.run(
-            [sys.executable, "-c", FACTS, str(AGENT), request],
+            [sys.executable, "-c", FACTS, str(self.agent), request],
             capture_output=True,
             text=True,
             env=self.env(node),

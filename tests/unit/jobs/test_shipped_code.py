@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from conftest import REPO
 
 from toolkit.flows.outcome import PreflightPolicy
 from toolkit.flows.session import Session
@@ -27,7 +26,8 @@ from toolkit.jobs.shipped_code import (
     package_dir,
     shared_digest,
 )
-from toolkit.node.agent import source_digest
+from toolkit.node.common import source_digest
+from toolkit.nodeinfo import agent_source
 from toolkit.state.cluster_state import ClusterState
 from toolkit.state.store import StateStore
 from toolkit.train.config import TrainConfig
@@ -77,16 +77,17 @@ def test_the_probe_finds_an_installed_rtk_but_not_one_in_its_current_folder(
     workdir = tmp_path / "work"
     copy_of_rtk(workdir)
     (workdir / "toolkit" / "errors.py").write_text("# another rtk\n")
-    # The agent's text, as the node runs it (``python -``), up to its command dispatch.
+    # The agent's text as sent (``python -``), up to its command dispatch.
     probe = "import json, sys; sys.path.append(sys.argv[1]); " + (
         "exec(open(sys.argv[2]).read().split('\\nif __name__')[0]); print(json.dumps(rtk_source()))"
     )
-    agent_file = str(Path(REPO) / "toolkit" / "node" / "agent.py")
+    agent_file = tmp_path / "agent.py"
+    agent_file.write_text(agent_source(), encoding="utf-8")
 
     def ask(extra_path: str) -> Any:
         done = subprocess.run(
             # -S: no site-packages, where this venv has rtk installed itself.
-            [sys.executable, "-I", "-S", "-c", probe, extra_path, agent_file],
+            [sys.executable, "-I", "-S", "-c", probe, extra_path, str(agent_file)],
             cwd=workdir,
             capture_output=True,
             text=True,

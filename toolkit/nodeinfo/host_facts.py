@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit.fields import Fields
-from toolkit.node.fields import answer_fields
-from toolkit.node.gpu_facts import GpuFacts
-from toolkit.node.history_facts import DcgmFacts, KernelLogFacts
+from toolkit.nodeinfo.fields import answer_fields
+from toolkit.nodeinfo.gpu_facts import GpuFacts
+from toolkit.nodeinfo.history_facts import DcgmFacts, KernelLogFacts
 
 WHAT = "preflight facts"
 

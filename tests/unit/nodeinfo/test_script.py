@@ -7,15 +7,19 @@ scripted.
 
 from __future__ import annotations
 
+import ast
+import re
 import shlex
 
 import pytest
 from scripted_transport import Reply, ScriptedTransport, answer
 
+from toolkit.cluster.ray_logs import LOGPACK
 from toolkit.errors import ClusterError, GpuControlError
 from toolkit.gpu.settings import CONTROL
 from toolkit.inventory import Node, default_inventory
-from toolkit.node import AGENT, FACTS
+from toolkit.nodeinfo import AGENT, FACTS, NodeScript
+from toolkit.nodeinfo.script import assemble, script_source
 from toolkit.transport import LocalTransport
 
 
@@ -34,10 +38,64 @@ def test_the_command_line_quotes_every_argument(node: Node) -> None:
     )
 
 
-def test_the_sources_are_the_files_sent(node: Node) -> None:
-    assert AGENT.source().startswith('"""rtk\'s node agent')
-    assert "def host_facts" in FACTS.source()
-    assert CONTROL.source() != AGENT.source()
+COMMON = """from __future__ import annotations
+
+import json
+
+LIMIT = 3
+
+
+def run_main(call):
+    return 0
+"""
+
+
+def test_assemble_puts_common_first_and_drops_the_scripts_import_of_it() -> None:
+    script = (
+        '"""A script."""\n\nfrom __future__ import annotations\n\nimport json\n'
+        "from toolkit.node.common import (\n    LIMIT,\n    run_main,\n)\n\n"
+        "def main(argv):\n    return run_main(lambda: {'limit': LIMIT})\n"
+    )
+    sent = assemble(script, COMMON)
+    assert sent.startswith(COMMON.rstrip() + "\n")
+    assert sent.endswith(
+        '"""A script."""\n\n\nimport json\n\n'
+        "def main(argv):\n    return run_main(lambda: {'limit': LIMIT})\n"
+    )
+    assert "toolkit" not in sent and sent.count("from __future__") == 1
+    compile(sent, "sent", "exec")
+
+
+@pytest.mark.parametrize(
+    ("line", "error"),
+    [
+        ("from toolkit.node.common import LIMIT as CAP", "defines no LIMIT (or it is renamed)"),
+        ("from toolkit.node.common import run_mian", "defines no run_mian"),
+        ("import toolkit.node.common", "line 2: take toolkit.node.common's names with"),
+        ("from toolkit.node import common", "line 2: take"),
+        ("from .common import LIMIT", "line 2: take"),
+        ("def f():\n    from toolkit.node.common import LIMIT", "line 3: take"),
+        ("from toolkit.node.common import LIMIT\nLIMIT = 4", "defines LIMIT, which"),
+        ("def run_main(call):\n    return 1", "defines run_main, which"),
+    ],
+)
+def test_assemble_refuses_what_would_not_run_or_would_shadow_common(line: str, error: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(error)):
+        assemble(f"import json\n{line}\n", COMMON)
+
+
+@pytest.mark.parametrize("script", [AGENT, FACTS, CONTROL, LOGPACK])
+def test_each_script_is_sent_with_common_in_front_and_no_rtk_import(script: NodeScript) -> None:
+    sent = script.source()
+    common = script_source("toolkit.node", "common.py")
+    own = script_source(script.package, script.file)
+    assert "from toolkit.node.common import" in own
+    assert sent.startswith(common.rstrip() + "\n")
+    tree = ast.parse(sent)
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not {name for name in imported if name.startswith("toolkit")}
+    assert sent.count("from __future__ import annotations") == 1
 
 
 def test_a_real_script_answers_through_the_local_transport(node: Node) -> None:

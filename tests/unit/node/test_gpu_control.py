@@ -9,11 +9,9 @@ as a restore after a crash, sees what an earlier one set).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
-import signal
 import stat
 import subprocess
 import sys
@@ -25,20 +23,11 @@ import pytest
 from conftest import REPO
 from fake_nvml import FakeGpu, FakeNvml, from_state_file
 
-from toolkit.cluster.plan import ClusterPaths, ClusterPlan, build_plan
-from toolkit.errors import GpuControlError
-from toolkit.gpu import control
-from toolkit.gpu.control import ControlError, apply, read_settings, restore
 from toolkit.gpu.settings import (
-    call_control,
-    control_command,
     control_source,
-    gpu_settings,
-    restore_all,
-    restore_file,
 )
-from toolkit.inventory import default_inventory
-from toolkit.transport import LocalTransport
+from toolkit.node import gpu_control as control
+from toolkit.node.gpu_control import ControlError, apply, read_settings, restore
 
 FAKE_FILE = REPO / "tests" / "fake_nvml.py"
 
@@ -377,8 +366,8 @@ def test_main_reports_a_refusal(capsys: pytest.CaptureFixture[str], record: str)
     fake = FakeNvml(gpus(1), root=False)
     argv = ["apply", "--node", "n1", "--restore-file", record, "--power-limit-w", "500"]
     code, answer = run_main(capsys, argv, fake)
-    assert code == 1
-    assert answer["ok"] is False
+    assert code == 3
+    assert "ok" not in answer
     assert answer["error"].startswith("setting the power limit needs root on n1")
     assert answer["result"]["restored"]["restore_file_removed"] is True
 
@@ -393,7 +382,7 @@ def test_main_reports_a_refusal(capsys: pytest.CaptureFixture[str], record: str)
 )
 def test_main_bad_usage(capsys: pytest.CaptureFixture[str], argv: list[str], error: str) -> None:
     code, answer = run_main(capsys, argv, FakeNvml())
-    assert code == 2 and answer["ok"] is False and error in answer["error"]
+    assert code == 2 and "ok" not in answer and error in answer["error"]
 
 
 def run_script(argv: list[str], env: dict[str, str]) -> tuple[int, dict[str, Any]]:
@@ -442,7 +431,7 @@ def test_the_fake_is_refused_outside_pytest(tmp_path: Path, record: str) -> None
         check=False,
     )
     answer = json.loads(done.stdout)
-    assert done.returncode == 1
+    assert done.returncode == 3
     assert answer["error"] == "RTK_FAKE_NVML is set but is only honoured under pytest"
 
 
@@ -454,136 +443,8 @@ def test_control_uses_only_real_pynvml_names() -> None:
     assert re.findall(r"^(?:from|import) (\w+)", source, re.M) == [
         "__future__",
         *["argparse", "contextlib", "importlib", "importlib", "json", "os", "socket"],
-        *["stat", "sys", "tempfile", "time", "collections", "typing"],
-    ]  # the standard library only: the file runs on nodes without rtk
-
-
-def test_the_command_line_quotes_every_value(tmp_path: Path) -> None:
-    plan = one_node_plan(tmp_path)
-    node = dataclasses.replace(plan.head.node, name="n1'; touch pwned")
-    head = dataclasses.replace(plan.head, node=node)
-    command = control_command(head, "apply", "/t/rtk/gpu-restore.json", 512.5, (1200, 1500))
-    assert command == (
-        f"{node.python} - apply --node 'n1'\"'\"'; touch pwned' --restore-file"
-        " /t/rtk/gpu-restore.json --power-limit-w 512.5 --gpu-clocks-mhz 1200,1500"
-    )
-    assert restore_file(plan) == f"{tmp_path}/rtk-temp/rtk/gpu-restore.json"
-
-
-# -- gpu_settings on the local transport --------------------------------------------------
-
-
-def one_node_plan(tmp_path: Path, gpu_count: int = 4) -> ClusterPlan:
-    inventory = default_inventory()
-    node = dataclasses.replace(inventory.nodes[0], gpus=gpu_count)
-    plan = build_plan(dataclasses.replace(inventory, nodes=(node,)))
-    return dataclasses.replace(plan, paths=ClusterPaths(str(tmp_path / "rtk-temp")))
-
-
-@pytest.fixture
-def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "state.json"
-    FakeNvml(gpus(4, power_limit_mw=650_000)).fake_save(path)
-    for key, value in fake_env(path).items():
-        monkeypatch.setenv(key, value)
-    return path
-
-
-def settings_of(state: Path) -> list[Any]:
-    return from_state_file(state).fake_settings()
-
-
-@pytest.mark.parametrize("raised", [RuntimeError("the run broke"), KeyboardInterrupt()])
-def test_gpu_settings_restore_when_the_block_raises(
-    tmp_path: Path, state: Path, raised: BaseException
-) -> None:
-    plan = one_node_plan(tmp_path)
-    before = settings_of(state)
-    with (
-        pytest.raises(type(raised)),
-        gpu_settings(plan, LocalTransport(), 500, (1200, 1500)) as applied,
-    ):
-        assert settings_of(state) == [(500_000, (1200, 1500), None)] * 4
-        assert applied["localhost"]["gpus"][gpu(0).uuid]["previous_power_limit_w"] == 650.0
-        assert Path(restore_file(plan)).exists()
-        raise raised
-    assert settings_of(state) == before
-    assert not Path(restore_file(plan)).exists()
-
-
-def test_gpu_settings_restore_after_a_normal_block(tmp_path: Path, state: Path) -> None:
-    plan = one_node_plan(tmp_path)
-    with gpu_settings(plan, LocalTransport(), mem_clocks_mhz=(1593, 1593)):
-        assert settings_of(state) == [(650_000, None, (1593, 1593))] * 4
-    assert settings_of(state) == [(650_000, None, None)] * 4
-
-
-def test_gpu_settings_refused_names_the_node_and_changes_nothing(
-    tmp_path: Path, state: Path
-) -> None:
-    fake = from_state_file(state)
-    fake.fake_root = False
-    fake.fake_save()
-    plan = one_node_plan(tmp_path)
-    entered = False
-    with pytest.raises(GpuControlError) as caught, gpu_settings(plan, LocalTransport(), 500):
-        entered = True
-    assert not entered
-    assert str(caught.value) == (
-        "GPU settings failed on 1 of 1 node(s):\n"
-        "  localhost: setting the power limit needs root on localhost (nvidia-smi -pl needs it"
-        " too); run rtk as root or drop power_limit_w from the sweep\n"
-        "every node's GPU settings are as they were before"
-    )
-    assert settings_of(state) == [(650_000, None, None)] * 4
-    assert not Path(restore_file(plan)).exists()
-
-
-class CtrlCWhileRestoring(LocalTransport):
-    def run(self, node: Any, command: str, **kwargs: Any) -> Any:
-        if " restore " in command:
-            os.kill(os.getpid(), signal.SIGINT)  # the user presses Ctrl-C during the restore
-        return super().run(node, command, **kwargs)
-
-
-def test_ctrl_c_during_the_restore_waits_for_it(tmp_path: Path, state: Path) -> None:
-    plan = one_node_plan(tmp_path)
-    handler = signal.getsignal(signal.SIGINT)
-    with pytest.raises(KeyboardInterrupt), gpu_settings(plan, CtrlCWhileRestoring(), 500):
-        pass
-    assert settings_of(state) == [(650_000, None, None)] * 4  # restored all the same
-    assert signal.getsignal(signal.SIGINT) is handler
-
-
-class NoNodes(LocalTransport):
-    def run(self, *args: Any, **kwargs: Any) -> Any:
-        raise AssertionError("no node should be touched")
-
-
-def test_gpu_settings_with_nothing_asked_touches_no_node(tmp_path: Path) -> None:
-    with gpu_settings(one_node_plan(tmp_path, gpu_count=0), NoNodes()) as applied:
-        assert applied == {}
-
-
-def test_a_power_limit_on_a_cluster_without_gpus_is_an_error(tmp_path: Path) -> None:
-    plan = one_node_plan(tmp_path, gpu_count=0)
-    with (
-        pytest.raises(GpuControlError, match=r"power_limit_w=500 was asked, but no node"),
-        gpu_settings(plan, NoNodes(), 500),
-    ):
-        pass
-
-
-def test_restore_all_after_a_crash(tmp_path: Path, state: Path) -> None:
-    plan = one_node_plan(tmp_path)
-    # What gpu_settings does on entry; then the rtk process dies: nothing is put back.
-    command = control_command(plan.head, "apply", restore_file(plan), 400, (1000, 1000))
-    call_control(LocalTransport(), plan.head, command)
-    assert settings_of(state) == [(400_000, (1000, 1000), None)] * 4
-    answers = restore_all(plan, LocalTransport())
-    assert answers["localhost"]["errors"] == {}
-    assert settings_of(state) == [(650_000, None, None)] * 4
-    assert restore_all(plan, LocalTransport())["localhost"]["nothing_to_do"] is True
+        *["stat", "sys", "tempfile", "time", "collections", "typing", "toolkit"],
+    ]  # the standard library, and toolkit.node.common, sent with it: no rtk on the nodes
 
 
 # -- on a real GPU ------------------------------------------------------------------------

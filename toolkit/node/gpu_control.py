@@ -9,8 +9,8 @@ this file to ``python -`` over its transport, like ``toolkit/node/facts.py``::
     python - restore --restore-file PATH [--node NAME]
 
 Each prints one JSON line, ``{"ok": true, "command": ..., "node": ..., "result": {...}}``,
-and exits 0; or ``{"ok": false, "command": ..., "node": ..., "error": "...", "result":
-{...}}`` and exits 1 (2 for arguments it cannot parse).
+and exits 0; or ``{"error": "...", "result": {...}}`` and exits 3 (``{"error": "usage:
+..."}`` and 2 for arguments it cannot parse), like every node script (``common.run_main``).
 
 ``apply`` checks every request against every GPU before it changes anything, then
 writes what it is about to change and the values to put back (the restore file: JSON,
@@ -43,6 +43,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
+from toolkit.node.common import ScriptError, UsageError, as_text, run_main
+
 RESTORE_VERSION = 1
 FAKE_NVML_ENV = "RTK_FAKE_NVML"
 POWER_LIMIT = "power_limit"
@@ -58,16 +60,12 @@ _WHAT = {
 }
 
 
-class ControlError(Exception):
+class ControlError(ScriptError):
     """A change was refused or failed, or a restore did not put everything back.
 
     Attributes:
         result: What was done before the failure (restored GPUs, errors per GPU).
     """
-
-    def __init__(self, message: str, result: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.result = result or {}
 
 
 # -- NVML ---------------------------------------------------------------------------
@@ -110,10 +108,6 @@ def _session(nvml: Any, node: str) -> Iterator[None]:
             nvml.nvmlShutdown()
 
 
-def _text(value: str | bytes) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else value
-
-
 def _code(error: BaseException) -> Any:
     return getattr(error, "value", None)
 
@@ -123,7 +117,7 @@ def _gpus(nvml: Any) -> list[tuple[int, str, Any]]:
     found = []
     for index in range(int(nvml.nvmlDeviceGetCount())):
         handle = nvml.nvmlDeviceGetHandleByIndex(index)
-        found.append((index, _text(nvml.nvmlDeviceGetUUID(handle)), handle))
+        found.append((index, as_text(nvml.nvmlDeviceGetUUID(handle)), handle))
     return found
 
 
@@ -189,7 +183,7 @@ def _gpu_settings(nvml: Any, index: int, handle: Any) -> dict[str, Any]:
     name = _optional(nvml, nvml.nvmlDeviceGetName, handle)
     return {
         "index": index,
-        "name": None if name is None else _text(name),
+        "name": None if name is None else as_text(name),
         "power_limit_w": _watts(_optional(nvml, nvml.nvmlDeviceGetPowerManagementLimit, handle)),
         "default_power_limit_w": _watts(
             _optional(nvml, nvml.nvmlDeviceGetPowerManagementDefaultLimit, handle)
@@ -527,13 +521,9 @@ def _remove(path: str) -> None:
 # -- the node script ------------------------------------------------------------------
 
 
-class _UsageError(Exception):
-    pass
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        raise _UsageError(message)
+        raise UsageError(message)
 
 
 def _pair(text: str) -> tuple[int, int]:
@@ -556,43 +546,33 @@ def _parser() -> _Parser:
 
 
 def main(argv: list[str], nvml: Any = None) -> int:
-    """Run one command; print one JSON line; 0 when it worked, 1 when not, 2 on bad usage.
+    """Run one command; print one JSON line; 0 when it worked, 3 when not, 2 on bad usage.
 
     ``nvml`` is the module to use (tests pass a fake); None loads it (``load_nvml``)
     when the command needs it.
     """
-    answer: dict[str, Any] = {"ok": False, "command": argv[0] if argv else None}
-    try:
-        args = _parser().parse_args(argv)
-        node = args.node or socket.gethostname()
-        answer["node"] = node
-        if args.command != "read" and not args.restore_file:
-            raise _UsageError(f"{args.command} needs --restore-file")
-        if args.command == "restore":
-            answer["result"] = restore(nvml, args.restore_file, node=node)
-        elif args.command == "apply":
-            answer["result"] = apply(
-                nvml or load_nvml(),
-                args.power_limit_w,
-                args.gpu_clocks_mhz,
-                args.mem_clocks_mhz,
-                args.restore_file,
-                node=node,
-            )
-        else:
-            answer["result"] = read_settings(nvml or load_nvml(), args.restore_file, node=node)
-        answer["ok"] = True
-    except _UsageError as e:
-        answer["error"] = f"usage: {e}"
-        print(json.dumps(answer))
-        return 2
-    except ControlError as e:
-        answer["error"] = str(e)
-        answer["result"] = e.result
-    except Exception as e:  # noqa: BLE001 - the answer must be one JSON line, always
-        answer["error"] = f"{type(e).__name__}: {e}"
-    print(json.dumps(answer))
-    return 0 if answer["ok"] else 1
+    return run_main(lambda: _answer(argv, nvml))
+
+
+def _answer(argv: list[str], nvml: Any) -> dict[str, Any]:
+    args = _parser().parse_args(argv)
+    node = args.node or socket.gethostname()
+    if args.command != "read" and not args.restore_file:
+        raise UsageError(f"{args.command} needs --restore-file")
+    if args.command == "restore":
+        result = restore(nvml, args.restore_file, node=node)
+    elif args.command == "apply":
+        result = apply(
+            nvml or load_nvml(),
+            args.power_limit_w,
+            args.gpu_clocks_mhz,
+            args.mem_clocks_mhz,
+            args.restore_file,
+            node=node,
+        )
+    else:
+        result = read_settings(nvml or load_nvml(), args.restore_file, node=node)
+    return {"ok": True, "command": args.command, "node": node, "result": result}
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from typing import Any
 
 from toolkit.fields import Fields
 from toolkit.netenv.facts import NetworkFacts
-from toolkit.node.fields import answer_fields
+from toolkit.nodeinfo.fields import answer_fields
 
 WHAT = "probe answer"
 
@@ -124,7 +124,7 @@ class ProbeFacts:
         hostname: The node's host name, when reported.
         python_version: The node's Python version, when reported.
         rtk_digest: The digest of the rtk source the node's Python imports
-            (``agent.source_digest``; None: none installed, or not reported).
+            (``toolkit.node.common.source_digest``; None: none installed, or not reported).
         rtk_path: Where that source is.
         container: The container runtime's facts, when the node has a container.
     """

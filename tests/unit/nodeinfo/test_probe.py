@@ -15,7 +15,7 @@ from conftest import REPO
 
 from toolkit.errors import ClusterError
 from toolkit.node import agent
-from toolkit.node.probe import ProbeFacts, RouteFacts
+from toolkit.nodeinfo.probe import ProbeFacts, RouteFacts
 
 ROCE = str(REPO / "tests" / "data" / "sysfs" / "roce")
 

@@ -19,8 +19,8 @@ from fake_nvml import FakeGpu, FakeNvml
 
 from toolkit.errors import ClusterError
 from toolkit.node.facts import gpu_facts, host_facts, reach
-from toolkit.node.gpu_facts import GpuFacts, RemappedRows
-from toolkit.node.host_facts import NodeFacts, PortReach
+from toolkit.nodeinfo.gpu_facts import GpuFacts, RemappedRows
+from toolkit.nodeinfo.host_facts import NodeFacts, PortReach
 
 UUID = "GPU-00000000-5d1c-c2cb-6a5e-1a2b3c4d5e6f"
 
