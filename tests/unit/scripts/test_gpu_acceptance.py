@@ -861,7 +861,7 @@ def test_rtk_status_json_gives_the_gpus_ray_registered() -> None:
 
 
 def test_preflight_json_gives_each_check_and_the_gemm_rate() -> None:
-    from toolkit.preflight.load_checks import load_checks
+    from toolkit.preflight.load.device_checks import load_checks
 
     from toolkit.preflight.load.node import DeviceLoad, NodeLoad
     from toolkit.rundir.preflight import Check, PreflightRecord
