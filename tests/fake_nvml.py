@@ -15,7 +15,7 @@ and what one energy-counter call costs (``fake_energy_call_s``: about 4 ms on an
 The setters (power limit, locked clocks) change the fake GPU. For a node script run in
 another process, ``fake_save``/``from_state_file`` keep the GPUs in a JSON file that
 every setter rewrites (``RTK_FAKE_NVML=.../fake_nvml.py:from_state_file`` with
-``FAKE_NVML_STATE`` naming the file; see ``toolkit/gpu/control.py``).
+``FAKE_NVML_STATE`` naming the file; see ``toolkit/node/gpu_control.py``).
 """
 
 # The names are pynvml's own (camelCase), so that the fake matches the real API.

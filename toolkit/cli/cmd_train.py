@@ -24,9 +24,7 @@ from toolkit.cli.help import TrainCommand
 from toolkit.cli.jobs_output import outcome_lines
 from toolkit.cli.progress import progress_reporter
 from toolkit.cli.reporting import report_run
-from toolkit.cluster import StateStore
-from toolkit.cluster.container import check_path_mounted
-from toolkit.cluster.jobs import JobOutcome
+from toolkit.cluster.containers.docker import check_path_mounted
 from toolkit.errors import PreflightError, RtkError
 from toolkit.flows import (
     Driver,
@@ -43,6 +41,8 @@ from toolkit.flows.ray_address import (
 )
 from toolkit.flows.timings import TrainClock
 from toolkit.inventory import Inventory
+from toolkit.jobs.client import JobOutcome
+from toolkit.state.store import StateStore
 from toolkit.train.config import (
     AUTO_COMPILE_MIN_STEPS,
     COMPILE_BACKENDS,
@@ -530,9 +530,10 @@ def _resources(text: str | None) -> dict[str, float]:
 def _last_run(store: StateStore, resume: bool) -> str | None:
     if not resume:
         return None
-    runs = (store.load() or {}).get("runs") or []
-    if not runs:
+    state = store.load()
+    last = state.last_run if state is not None else None
+    if last is None:
         raise RtkError(
             "--resume: no earlier run of this cluster is recorded here; name it with --run-id"
         )
-    return str(runs[-1]["run_id"])
+    return last.run_id

@@ -11,7 +11,7 @@ from typing import Any, TextIO, TypeVar
 
 import click
 
-from toolkit.cluster.report import Phase
+from toolkit.cluster.progress_reporter import Phase
 from toolkit.inventory import Inventory, default_inventory, load_inventory
 from toolkit.telemetry.options import TelemetryOptions, sensors_problem
 from toolkit.telemetry.sensors.base import DEFAULT_ENERGY_RATE_HZ
