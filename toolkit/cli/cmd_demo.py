@@ -4,15 +4,27 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 import click
 
 from toolkit.cli.cmd_cluster import render_status
 from toolkit.cli.common import absolute_output_dir, dry_run_option, verbose_option
 from toolkit.cli.progress import progress_reporter
-from toolkit.cli.reporting import report_run
+from toolkit.cli.reporting import render_collect, render_report
+from toolkit.cluster.progress_reporter import Reporter
+from toolkit.cluster.ray_status import ClusterStatus
 from toolkit.errors import RtkError
-from toolkit.flows import PreflightFailedError, PreflightPolicy, Session, TrainWorkload
+from toolkit.flows import (
+    CollectOutcome,
+    PreflightFailedError,
+    PreflightOutcome,
+    PreflightPolicy,
+    ReportOutcome,
+    Session,
+    TrainWorkload,
+)
+from toolkit.flows.run import RunEvents, execute
 from toolkit.inventory import default_inventory
 from toolkit.train.config import TrainConfig
 
@@ -57,39 +69,72 @@ def demo_cmd(
         # GPUs) takes tens of seconds.
         compile="off",
     ).check()
-    html = None
     workload = TrainWorkload(config, run_id)
+    events = DemoEvents(reporter, max_steps)
     with reporter, Session(default_inventory(), reporter, log=click.echo) as session:
         reporter.expect(len(session.plan.nodes))
+        plan = session.run_plan(
+            workload,
+            PreflightPolicy.ENFORCE,
+            bring_up=True,
+            status=True,
+            smoke=True,
+            fetch=False,
+            tear_down=not keep,
+        )
         if dry_run:
             click.echo(session.up_plan(), nl=False)
-            click.echo(session.run_plan(workload, PreflightPolicy.ENFORCE).render(), nl=False)
-            click.echo("then: " + ("the cluster stays up (--keep)" if keep else "rtk down"))
+            click.echo(plan.render(), nl=False)
+            if keep:
+                click.echo("then: the cluster stays up (--keep)")
             return
         try:
-            session.bring_up(PreflightPolicy.SKIP)
-            click.echo(render_status(session.status()))
-            try:
-                checked = session.preflight(output_dir, PreflightPolicy.ENFORCE, save=False)
-            except PreflightFailedError as e:
-                if e.preflight.report is not None:
-                    click.echo(e.preflight.report.render(), nl=False)
-                raise RtkError("preflight failed: see the FAIL lines above") from e
-            if checked.report is not None:
-                click.echo(checked.report.render(), nl=False)
-            for name, where in session.smoke().items():
-                click.echo(f"  task for {name} ran on host {where['hostname']}")
-            reporter.info(f"training the tiny GPT for {max_steps} steps, with telemetry")
-            outcome = session.run_workload(workload)
-            html = report_run(session, config.run_dir, fetch=False)
-        finally:
-            if not keep:
-                session.tear_down()
+            done = execute(session, plan, workload, events)
+        except PreflightFailedError as e:
+            if e.preflight.report is not None:
+                click.echo(e.preflight.report.render(), nl=False)
+            raise RtkError("preflight failed: see the FAIL lines above") from e
     click.echo(
-        f"demo {'finished' if outcome.ok else 'FAILED'} in {time.monotonic() - began:.1f} s"
+        f"demo {'finished' if done.ok else 'FAILED'} in {time.monotonic() - began:.1f} s"
         + ("; cluster left running (rtk down --local)" if keep else "")
     )
-    if html is not None:
-        click.echo(f"open the report: {html}")
-    if not outcome.ok:
+    if events.html is not None:
+        click.echo(f"open the report: {events.html}")
+    if not done.ok:
         sys.exit(1)
+
+
+class DemoEvents(RunEvents):
+    """What ``rtk demo`` prints between its steps."""
+
+    def __init__(self, reporter: Reporter, max_steps: int) -> None:
+        """Print through ``reporter``; the job trains ``max_steps`` steps."""
+        self.reporter = reporter
+        self.max_steps = max_steps
+        self.html: Path | None = None
+
+    def status(self, status: ClusterStatus) -> None:
+        """The nodes Ray sees, as a small table."""
+        click.echo(render_status(status))
+
+    def preflight(self, outcome: PreflightOutcome) -> None:
+        """Every check."""
+        if outcome.report is not None:
+            click.echo(outcome.report.render(), nl=False)
+
+    def smoke(self, ran: dict[str, dict[str, str]]) -> None:
+        """Where each node's task ran."""
+        for name, where in ran.items():
+            click.echo(f"  task for {name} ran on host {where['hostname']}")
+
+    def job_starts(self) -> None:
+        """What trains now."""
+        self.reporter.info(f"training the tiny GPT for {self.max_steps} steps, with telemetry")
+
+    def collected(self, outcome: CollectOutcome) -> None:
+        """Where the results are, or why not."""
+        render_collect(outcome, fetched=False)
+
+    def reported(self, outcome: ReportOutcome) -> None:
+        """The report's summary."""
+        self.html = render_report(outcome)

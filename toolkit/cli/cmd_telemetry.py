@@ -18,8 +18,16 @@ from toolkit.cli.common import (
     telemetry_options,
 )
 from toolkit.cli.jobs_output import outcome_lines
-from toolkit.cli.reporting import report_run
-from toolkit.flows import CommandWorkload, PreflightPolicy, Session
+from toolkit.cli.reporting import render_collect, render_report
+from toolkit.flows import (
+    CollectOutcome,
+    CommandWorkload,
+    PreflightPolicy,
+    ReportOutcome,
+    Session,
+    WorkloadOutcome,
+)
+from toolkit.flows.run import RunEvents, execute
 
 TELEMETRY_HELP = "Power and GPU telemetry for any workload."
 
@@ -73,12 +81,27 @@ def record_cmd(
     run_dir = f"{output_dir.rstrip('/')}/{run_id}"
     workload = CommandWorkload(command, working_dir, run_dir=run_dir, telemetry=telemetry)
     with Session(inv, log=click.echo) as session:
+        plan = session.run_plan(workload, PreflightPolicy.SKIP)
         if dry_run:
-            click.echo(session.run_plan(workload, PreflightPolicy.SKIP).render(), nl=False)
+            click.echo(plan.render(), nl=False)
             return
-        outcome = session.run_workload(workload)
-        for line in outcome_lines(outcome.job, run_dir):
-            click.echo(f"rtk: {line}", err=True)
-        report_run(session, run_dir)
-    if not outcome.ok:
+        done = execute(session, plan, workload, RecordEvents())
+    if not done.ok:
         sys.exit(1)
+
+
+class RecordEvents(RunEvents):
+    """What ``rtk telemetry record`` prints between its steps."""
+
+    def job(self, outcome: WorkloadOutcome) -> None:
+        """How the command's job ended."""
+        for line in outcome_lines(outcome.job, outcome.request.run_dir):
+            click.echo(f"rtk: {line}", err=True)
+
+    def collected(self, outcome: CollectOutcome) -> None:
+        """Where the telemetry came from."""
+        render_collect(outcome)
+
+    def reported(self, outcome: ReportOutcome) -> None:
+        """The report's summary and where report.html is."""
+        render_report(outcome)

@@ -23,15 +23,20 @@ from toolkit.cli.common import (
 from toolkit.cli.help import TrainCommand
 from toolkit.cli.jobs_output import outcome_lines
 from toolkit.cli.progress import progress_reporter
-from toolkit.cli.reporting import report_run
+from toolkit.cli.reporting import render_collect, render_report
 from toolkit.cluster.containers.docker import check_path_mounted
 from toolkit.errors import PreflightError, RtkError
 from toolkit.flows import (
+    BringUpOutcome,
+    CollectOutcome,
     Driver,
     PreflightFailedError,
+    PreflightOutcome,
     PreflightPolicy,
+    ReportOutcome,
     Session,
     TrainWorkload,
+    WorkloadOutcome,
 )
 from toolkit.flows.ray_address import (
     RayAddress,
@@ -39,6 +44,7 @@ from toolkit.flows.ray_address import (
     find_cluster,
     parse_ray_address,
 )
+from toolkit.flows.run import RunEvents, execute
 from toolkit.flows.timings import TrainClock
 from toolkit.inventory import Inventory
 from toolkit.jobs.client import JobOutcome
@@ -418,49 +424,18 @@ def _train_in(
     containers = [n.container for n in session.plan.nodes if n.container is not None]
     check_path_mounted(containers, config.run_dir, "the run directory")
     workload = TrainWorkload(config, run_id)
+    # Without telemetry too, the run's records (metrics.jsonl, markers) come here; a
+    # job stopped by Ctrl-C (or an sbatch script's teardown) still has them brought.
+    plan = session.run_plan(
+        workload, policy, config.telemetry, driver, bring_up=bring_up, collect_after_interrupt=True
+    )
     if dry_run:
         if bring_up:
             click.echo(session.up_plan(), nl=False)
-        plan = session.run_plan(workload, policy, config.telemetry, driver, ahead=bring_up)
         click.echo(plan.render(), nl=False)
         return
-    ahead = session.driver_ahead(workload, driver) if bring_up else None
     try:
-        if bring_up:
-            with clock.phase("up"):
-                brought = session.bring_up(
-                    PreflightPolicy.SKIP, head_ready=ahead.start if ahead else None
-                )
-            render_up_result(inv, session.plan, brought, as_json=False)
-        if policy is not PreflightPolicy.SKIP:
-            with clock.phase("preflight"):
-                _preflight(session, config.run_dir)
-    except BaseException:
-        if ahead is not None:
-            ahead.cancel()
-        raise
-    try:
-        with clock.phase("job"):
-            outcome = session.run_workload(workload, driver, ahead)
-    except KeyboardInterrupt:
-        # The job was stopped (Ctrl-C, or SIGINT from an sbatch script's teardown)
-        # and its results gathered on the head: bring them here (with telemetry,
-        # report what was recorded), then exit 130.
-        with clock.phase("report"):
-            report_run(session, config.run_dir, report=config.telemetry)
-        raise
-    _print_outcome(outcome.job, config.run_dir)
-    # Without telemetry too: the run's records (metrics.jsonl, markers) come here.
-    with clock.phase("report"):
-        report_run(session, config.run_dir, report=config.telemetry)
-    if not outcome.ok:
-        sys.exit(1)
-
-
-def _preflight(session: Session, run_dir: str) -> None:
-    """The fast checks, saved in the run directory; raises when one failed."""
-    try:
-        checked = session.preflight(run_dir, PreflightPolicy.ENFORCE)
+        done = execute(session, plan, workload, TrainEvents(session), clock)
     except PreflightFailedError as e:
         if e.preflight.report is not None:
             click.echo(e.preflight.report.render(only_problems=True), nl=False, err=True)
@@ -468,15 +443,44 @@ def _preflight(session: Session, run_dir: str) -> None:
             f"not training: preflight failed (saved in {e.preflight.saved_to}); "
             "fix it, or --no-preflight to train anyway"
         ) from e
-    report = checked.report
-    assert report is not None  # ENFORCE runs the checks
-    if report.status != "pass":
-        click.echo(report.render(only_problems=True), nl=False, err=True)
-    click.echo(
-        f"rtk: preflight {report.status} in {report.duration_s:.1f} s "
-        f"({len(report.checks)} checks, {checked.saved_to})",
-        err=True,
-    )
+    if not done.ok:
+        sys.exit(1)
+
+
+class TrainEvents(RunEvents):
+    """What ``rtk train`` prints between its steps."""
+
+    def __init__(self, session: Session) -> None:
+        """Render for ``session``'s cluster."""
+        self.session = session
+
+    def up(self, outcome: BringUpOutcome) -> None:
+        """The nodes that came up, as ``rtk up`` says it."""
+        render_up_result(self.session.inventory, self.session.plan, outcome, as_json=False)
+
+    def preflight(self, outcome: PreflightOutcome) -> None:
+        """One line for the checks (and the problems, if any passed with warnings)."""
+        report = outcome.report
+        assert report is not None  # ENFORCE runs the checks
+        if report.status != "pass":
+            click.echo(report.render(only_problems=True), nl=False, err=True)
+        click.echo(
+            f"rtk: preflight {report.status} in {report.duration_s:.1f} s "
+            f"({len(report.checks)} checks, {outcome.saved_to})",
+            err=True,
+        )
+
+    def job(self, outcome: WorkloadOutcome) -> None:
+        """How the job ended."""
+        _print_outcome(outcome.job, outcome.request.run_dir)
+
+    def collected(self, outcome: CollectOutcome) -> None:
+        """Where the results came from."""
+        render_collect(outcome)
+
+    def reported(self, outcome: ReportOutcome) -> None:
+        """The report's summary and where report.html is."""
+        render_report(outcome)
 
 
 def _print_outcome(outcome: JobOutcome, run_dir: str | None) -> None:

@@ -1,4 +1,4 @@
-"""After a run: bring its results here if they are elsewhere, build and print the report."""
+"""After a run: say where its results came from, and print the report (the run's events)."""
 
 from __future__ import annotations
 
@@ -6,23 +6,7 @@ from pathlib import Path
 
 import click
 
-from toolkit.flows import CollectOutcome, ReportOutcome, Session
-
-
-def report_run(
-    session: Session, run_dir: str, fetch: bool = True, report: bool = True
-) -> Path | None:
-    """Collect and report ``run_dir`` through ``session`` and print both; where report.html is.
-
-    Problems are printed, never raised: the run itself is over and its outcome
-    decides rtk's exit status. Without ``fetch`` only results this machine sees count;
-    without ``report`` (a run without telemetry) they are only brought here.
-    """
-    collected = session.collect(run_dir, fetch)
-    render_collect(collected, fetch)
-    if collected.path is None or not report:
-        return None
-    return render_report(session.report(collected))
+from toolkit.flows import CollectOutcome, ReportOutcome
 
 
 def render_collect(collected: CollectOutcome, fetched: bool = True) -> None:

@@ -66,6 +66,22 @@ TransportFactory = Callable[[Inventory], Transport]
 _FACTORY: ContextVar[TransportFactory | None] = ContextVar("rtk_transport_factory", default=None)
 
 
+# What runs a Ray job to its end when not the cluster's Jobs API or local driver: set by
+# ``jobs_from`` for a stretch of code, so a simulated cluster's runs can hold a job too.
+JobRunner = Callable[[JobRequest], JobOutcome]
+_JOBS: ContextVar[JobRunner | None] = ContextVar("rtk_job_runner", default=None)
+
+
+@contextmanager
+def jobs_from(runner: JobRunner) -> Iterator[None]:
+    """Jobs that sessions run inside the block (in this thread) go to ``runner``."""
+    token = _JOBS.set(runner)
+    try:
+        yield
+    finally:
+        _JOBS.reset(token)
+
+
 @contextmanager
 def transports_from(factory: TransportFactory) -> Iterator[None]:
     """Sessions opened inside the block (in this thread) use ``factory`` for transports."""
@@ -261,12 +277,16 @@ class Session:
         preflight: PreflightPolicy,
         report: bool = True,
         driver: Driver = Driver.JOB,
-        ahead: bool = False,
+        *,
+        bring_up: bool = False,
+        **steps: bool,
     ) -> RunPlan:
-        """What a run of ``workload`` would do: preflight, the job, collect and report.
+        """What a run of ``workload`` will do, step by step; ``flows.run.execute`` runs it.
 
-        ``ahead``: the cluster is brought up first, with the driver started meanwhile
-        when ``driver_ahead`` would start one.
+        ``bring_up``: the cluster is brought up first, with the job's driver started
+        meanwhile when ``driver_ahead`` would start one. ``steps``: the other
+        ``RunPlan`` switches (``status``, ``smoke``, ``save_preflight``, ``fetch``,
+        ``collect_after_interrupt``, ``tear_down``).
         """
         request = self.job_request(workload, driver)
         return RunPlan(
@@ -277,10 +297,14 @@ class Session:
             request,
             report,
             self.plan.excluded,
-            driver_ahead=ahead and _gated(workload, request),
+            driver_ahead=bring_up and _gated(workload, request),
+            bring_up=bring_up,
+            **steps,
         )
 
-    def driver_ahead(self, workload: Workload, driver: Driver) -> DriverAhead | None:
+    def driver_ahead(
+        self, workload: Workload, driver: Driver, request: JobRequest | None = None
+    ) -> DriverAhead | None:
         """A driver for ``workload`` to start while the cluster comes up, or None.
 
         Only the trainer's entrypoint waits at the gate (``toolkit.driver_gate``), and
@@ -292,7 +316,7 @@ class Session:
             JobError: ``driver`` is ``LOCAL`` but this machine is not the head, or the
                 job's runtime environment needs the Jobs API.
         """
-        request = self.job_request(workload, driver)
+        request = request or self.job_request(workload, driver)
         if not _gated(workload, request):
             return None
         local = LocalDriver(
@@ -352,12 +376,17 @@ class Session:
         )
 
     def run_workload(
-        self, workload: Workload, driver: Driver = Driver.JOB, ahead: DriverAhead | None = None
+        self,
+        workload: Workload,
+        driver: Driver = Driver.JOB,
+        ahead: DriverAhead | None = None,
+        request: JobRequest | None = None,
     ) -> WorkloadOutcome:
         """Run ``workload`` as a Ray job to its end, its log streamed to ``log``.
 
         ``driver`` says where the job's driver runs (``Driver``). ``ahead``: the driver
         ``driver_ahead`` made for it, started during the bring-up: it is let through.
+        ``request``: the job as planned (``RunPlan.job``); None: made now.
 
         Raises:
             RtkError: Its telemetry options are invalid (before anything starts), the
@@ -368,7 +397,10 @@ class Session:
             workload.config.check()
         elif workload.telemetry is not None:
             workload.telemetry.check()
-        request = ahead.request if ahead is not None else self.job_request(workload, driver)
+        if ahead is not None:
+            request = ahead.request
+        elif request is None:
+            request = self.job_request(workload, driver)
         if isinstance(workload, TrainWorkload):
             remember_run(self.store, workload.run_id, workload.config.run_dir)
         if ahead is not None:
@@ -386,6 +418,9 @@ class Session:
             RtkError: The Jobs API cannot be reached, or the driver cannot run here.
             KeyboardInterrupt: Interrupted; the job was stopped first.
         """
+        runner = _JOBS.get()
+        if runner is not None:
+            return runner(request)
         if request.driver is Driver.LOCAL:
             return run_local_driver(
                 self.plan, request.entrypoint, request.runtime_env, request.submission_id, self.log

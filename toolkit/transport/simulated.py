@@ -225,6 +225,15 @@ class SimulatedCluster:
                 self.head = name
         return _result(node, "ray start", 0, f"{READY_TEXT}\n", "")
 
+    def smoke_answer(self, hosts: Sequence[str]) -> tuple[int, dict[str, Any]]:
+        """The agent's ``smoke`` on the head: one task ran on every node Ray lists alive."""
+        alive = set(self.registered())
+        with self.lock:
+            if not any(e.alive and e.is_head for e in self.ray.values()):
+                return 1, {"error": "ConnectionError: no Ray cluster at the head's address"}
+        ran = {h: {"node": h, "hostname": h} for h in hosts if h in alive}
+        return 0, {"ran": ran}
+
     def stop_ray(self, node: Node) -> dict[str, Any]:
         """The agent's ``stop``: this cluster's processes there end; Ray marks it dead."""
         self.model.sleep(self.model.stop_s)
@@ -482,6 +491,10 @@ class SimulatedTransport(Transport):
             if word == "status":
                 cluster.model.sleep(cluster.model.status_s)
                 code, data = cluster.status_answer()
+                return _json(node, command, data, code)
+            if word == "smoke":
+                hosts = args[1].split(",") if len(args) > 1 else []
+                code, data = cluster.smoke_answer(hosts)
                 return _json(node, command, data, code)
             return _json(node, command, {"error": f"agent {word} is not simulated"}, 1)
         request = None if stdin is None else request_in(FACTS.source(), stdin)

@@ -21,7 +21,7 @@ from conftest import rtk
 from telemetry_fixtures import NodeSpec, RunSpec, build_run
 
 from toolkit.cli import cli
-from toolkit.cli.reporting import report_run
+from toolkit.cli.reporting import render_collect, render_report
 from toolkit.errors import PreflightError, RtkError
 from toolkit.flows import (
     CommandWorkload,
@@ -138,7 +138,7 @@ def test_train_dry_run_prints_preflight_job_and_report(state: Path, tmp_path: Pa
     assert lines[0] == "cluster 'local': 1 node(s), head localhost"
     assert lines[1].startswith("1. preflight (enforce): ")
     assert f"saved as {out}/r1/preflight.json" in lines[1]
-    assert re.match(r"2\. train job rtk-train-r1-\d+ via http://127\.0\.0\.1:8365$", lines[2])
+    assert re.match(r"2\. job: train job rtk-train-r1-\d+ via http://127\.0\.0\.1:8365$", lines[2])
     entrypoint = shlex.split(lines[3].split("entrypoint: ", 1)[1])
     assert entrypoint[1:3] == ["-m", "toolkit.train.job"]
     config = TrainConfig.from_json(json.loads(entrypoint[3]))
@@ -234,8 +234,24 @@ def test_demo_dry_run_shows_bring_up_run_and_teardown(state: Path, tmp_path: Pat
     done = _rtk("demo", "--dry-run", "--output-dir", str(tmp_path / "runs"))
     assert done.exit_code == 0, done.output
     assert "cluster 'local'" in done.output
-    assert "1. preflight (enforce)" in done.output and "train job rtk-train-demo-" in done.output
-    assert done.output.endswith("then: rtk down\n")
+    assert "3. preflight (enforce)" in done.output and "job: train job rtk-train-demo-" in done.output
+    assert done.output.endswith("down: stop Ray on every node, also when a step failed\n")
+    steps = [
+        line.split(" ", 1)[1].split(":")[0]
+        for line in done.output.splitlines()
+        if line[:2] in {f"{n}." for n in range(1, 10)}
+    ]
+    assert steps == [
+        "up",
+        "status",
+        "preflight (enforce)",
+        "smoke",
+        "job",
+        "collect",
+        "report",
+        "down",
+    ]
+    assert "saved as " in done.output and "/preflight.json" in done.output
     assert not state.exists() and not (tmp_path / "runs").exists()
 
 
@@ -370,6 +386,17 @@ def test_a_sweep_with_a_bad_telemetry_option_stops_before_anything_starts(
 
 
 # ---- collect and report, on a recorded run directory --------------------------------------
+
+
+def report_run(
+    session: Session, run_dir: str, fetch: bool = True, report: bool = True
+) -> Path | None:
+    """The collect and report steps of a run, rendered as the CLI's events render them."""
+    collected = session.collect(run_dir, fetch)
+    render_collect(collected, fetch)
+    if not report:
+        return None
+    return render_report(session.report(collected))
 
 
 def test_a_run_seen_here_is_collected_in_place_and_reported(
