@@ -59,6 +59,9 @@ from toolkit.train.config import (
     TrainConfig,
 )
 
+# The trainer's defaults are TrainConfig's own: declared once, shown by --help.
+DEFAULTS = TrainConfig(run_dir="")
+
 TRAIN_HELP = """Train the built-in GPT on the cluster INVENTORY describes, as a Ray job.
 
 \b
@@ -100,7 +103,7 @@ Options may be spelled with underscores too, as train_gpt.py's are in Ray guides
 @click.option(
     "--model-size",
     type=click.Choice(list(PRESETS)),
-    default="tiny",
+    default=DEFAULTS.model_size,
     show_default=True,
     help="GPT preset: tiny (2 x 64, for tests), 125M, 350M, 1.3B or 8B parameters; "
     "built from its shape, nothing is downloaded.",
@@ -116,7 +119,7 @@ Options may be spelled with underscores too, as train_gpt.py's are in Ray guides
 @click.option(
     "--batch-size",
     type=int,
-    default=8,
+    default=DEFAULTS.batch_size,
     show_default=True,
     help="Sequences per worker per micro-step; the global batch is this x "
     "--gradient-accumulation-steps x the workers.",
@@ -124,42 +127,42 @@ Options may be spelled with underscores too, as train_gpt.py's are in Ray guides
 @click.option(
     "--gradient-accumulation-steps",
     type=int,
-    default=1,
+    default=DEFAULTS.gradient_accumulation_steps,
     show_default=True,
     help="Micro-steps whose gradients are summed before each optimizer step.",
 )
 @click.option(
     "--precision",
     type=click.Choice(PRECISIONS),
-    default="fp32",
+    default=DEFAULTS.precision,
     show_default=True,
     help="Compute precision: fp32, or bf16/fp16 autocast (fp16 with loss scaling on GPUs).",
 )
 @click.option(
     "--learning-rate",
     type=float,
-    default=3e-3,
+    default=DEFAULTS.learning_rate,
     show_default=True,
     help="AdamW's learning rate, reached after the warmup and then constant.",
 )
 @click.option(
     "--warmup-steps",
     type=int,
-    default=0,
+    default=DEFAULTS.warmup_steps,
     show_default=True,
     help="Optimizer steps of linear warmup from 0 to --learning-rate; 0: none.",
 )
 @click.option(
     "--max-steps",
     type=int,
-    default=100,
+    default=DEFAULTS.max_steps,
     show_default=True,
     help="Optimizer steps to train; with --resume, the step the whole run ends at.",
 )
 @click.option(
     "--num-workers",
     type=int,
-    default=0,
+    default=DEFAULTS.num_workers,
     show_default=True,
     help="Training processes (ranks); 0: one per GPU in the cluster, or one per node on "
     "CPU clusters.",
@@ -173,7 +176,7 @@ Options may be spelled with underscores too, as train_gpt.py's are in Ray guides
 @click.option(
     "--strategy",
     type=click.Choice(STRATEGIES),
-    default="ddp",
+    default=DEFAULTS.strategy,
     show_default=True,
     help="ddp (replicas, overlapped gradient all-reduce), fsdp2 (sharded with fully_shard) "
     "or deepspeed (ZeRO, see --zero-stage).",
@@ -181,7 +184,7 @@ Options may be spelled with underscores too, as train_gpt.py's are in Ray guides
 @click.option(
     "--zero-stage",
     type=int,
-    default=2,
+    default=DEFAULTS.zero_stage,
     show_default=True,
     help="DeepSpeed ZeRO stage: 0 none, 1 shards optimizer state, 2 also gradients, "
     "3 also weights.",
@@ -199,7 +202,7 @@ Options may be spelled with underscores too, as train_gpt.py's are in Ray guides
 @click.option(
     "--compile",
     type=click.Choice(COMPILE_MODES),
-    default="auto",
+    default=DEFAULTS.compile,
     show_default=True,
     help="torch.compile the model: on, off, or auto: on when training on GPUs for at "
     f"least {AUTO_COMPILE_MIN_STEPS} steps. The steps that compile are timed apart "
@@ -208,7 +211,7 @@ Options may be spelled with underscores too, as train_gpt.py's are in Ray guides
 @click.option(
     "--compile-backend",
     type=click.Choice(COMPILE_BACKENDS),
-    default="inductor",
+    default=DEFAULTS.compile_backend,
     show_default=True,
     hidden=True,
     help="torch.compile's backend: inductor generates kernels; aot_eager and eager only "
@@ -217,21 +220,21 @@ Options may be spelled with underscores too, as train_gpt.py's are in Ray guides
 @click.option(
     "--bucket-cap-mb",
     type=float,
-    default=25.0,
+    default=DEFAULTS.bucket_cap_mb,
     show_default=True,
     help="DDP: gradient bucket size in MB; larger buckets, fewer all-reduce calls.",
 )
 @click.option(
     "--save-steps",
     type=int,
-    default=0,
+    default=DEFAULTS.save_steps,
     show_default=True,
     help="Checkpoint every N optimizer steps (and at the last); 0: never.",
 )
 @click.option(
     "--keep-checkpoints",
     type=int,
-    default=3,
+    default=DEFAULTS.keep_checkpoints,
     show_default=True,
     help="Checkpoints kept in the run directory; older ones are deleted.",
 )
@@ -251,14 +254,14 @@ Options may be spelled with underscores too, as train_gpt.py's are in Ray guides
 @click.option(
     "--barrier-every",
     type=int,
-    default=0,
+    default=DEFAULTS.barrier_every,
     show_default=True,
     help="Every rank meets at a barrier every N optimizer steps, marked in the run "
     "directory so power traces line up across nodes; 0: no barriers.",
 )
 @click.option(
     "--straggle",
-    default="",
+    default=DEFAULTS.straggle,
     hidden=True,
     metavar="RANK:SECONDS",
     help="Testing aid: rank RANK sleeps SECONDS before every barrier, so the report's "
@@ -267,7 +270,7 @@ Options may be spelled with underscores too, as train_gpt.py's are in Ray guides
 @click.option(
     "--max-failures",
     type=int,
-    default=0,
+    default=DEFAULTS.max_failures,
     show_default=True,
     help="Restarts from the last checkpoint after a worker is lost; 0: the first loss "
     "ends the run.",
@@ -275,7 +278,7 @@ Options may be spelled with underscores too, as train_gpt.py's are in Ray guides
 @click.option(
     "--restart-wait-s",
     type=float,
-    default=600.0,
+    default=DEFAULTS.restart_wait_s,
     show_default=True,
     help="After a failure, the seconds a restart waits for the workers' resources "
     "(a lost node coming back) before it counts as failed too.",
@@ -284,34 +287,34 @@ Options may be spelled with underscores too, as train_gpt.py's are in Ray guides
 @click.option(
     "--seed",
     type=int,
-    default=0,
+    default=DEFAULTS.seed,
     show_default=True,
     help="Seed of the weights' initialisation and the data order.",
 )
 @click.option(
     "--data",
-    default=None,
+    default=DEFAULTS.data,
     help="A text file on the nodes, read as bytes (tokens 0-255); default: a learnable "
     "synthetic task, nothing to download.",
 )
 @click.option(
     "--log-every",
     type=int,
-    default=1,
+    default=DEFAULTS.log_every,
     show_default=True,
     help="Print a step's loss, tokens/s and step time every N steps (metrics.jsonl keeps "
     "every step).",
 )
 @click.option(
     "--telemetry/--no-telemetry",
-    default=True,
+    default=DEFAULTS.telemetry,
     show_default=True,
     help="Sample power, GPUs and hosts on every node during the run, then report.",
 )
 @click.option(
     "--baseline-s",
     type=float,
-    default=0.0,
+    default=DEFAULTS.baseline_s,
     show_default=True,
     help="Before training, record the cluster's idle power for this many seconds "
     "(idle.json); 0: none.",
@@ -319,7 +322,7 @@ Options may be spelled with underscores too, as train_gpt.py's are in Ray guides
 @click.option(
     "--cooldown-max-s",
     type=float,
-    default=0.0,
+    default=DEFAULTS.cooldown_max_s,
     show_default=True,
     help="After training, sample until power is back near the baseline and the "
     "temperature stops moving, at most this many seconds (idle.json); 0: none.",
