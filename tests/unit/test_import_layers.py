@@ -327,17 +327,18 @@ def test_lazy_relative_and_type_only_upward_imports_count() -> None:
         "toolkit.netenv": "",
         "toolkit.netenv.detect": (
             "from typing import TYPE_CHECKING\n"
-            "if TYPE_CHECKING:\n    from toolkit.cli import common\n"
+            "if TYPE_CHECKING:\n    from toolkit.cli.options import decorators\n"
             "def f():\n    from ..cluster import plan\n"
         ),
         "toolkit.cluster": "",
         "toolkit.cluster.plan": "",
         "toolkit.cli": "",
-        "toolkit.cli.common": "",
+        "toolkit.cli.options": "",
+        "toolkit.cli.options.decorators": "",
     }
     upward, _ = check(modules, {})
     assert [p.split(" (")[0] for p in upward] == [
-        "toolkit.netenv.detect:3 imports toolkit.cli.common",
+        "toolkit.netenv.detect:3 imports toolkit.cli.options.decorators",
         "toolkit.netenv.detect:5 imports toolkit.cluster.plan",
     ]
 
@@ -388,13 +389,13 @@ def test_ray_code_that_reaches_click_indirectly_is_named() -> None:
         "toolkit": "",
         "toolkit.train": "",
         "toolkit.train.job": "import ray\nfrom toolkit.train import helpers\n",
-        "toolkit.train.helpers": "def f():\n    from toolkit.cli.common import x\n",
+        "toolkit.train.helpers": "def f():\n    from toolkit.cli.options.decorators import x\n",
         "toolkit.cli": "import click\n",
-        "toolkit.cli.common": "",
+        "toolkit.cli.options.decorators": "",
     }
     _, placement = check(modules, {"toolkit.train.job": JOB_DRIVER})
     assert placement == [
-        "toolkit.train.job (job driver) reaches host-only click, toolkit.cli, toolkit.cli.common"
+        "toolkit.train.job (job driver) reaches host-only click, toolkit.cli, toolkit.cli.options.decorators"
     ]
 
 

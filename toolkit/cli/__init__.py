@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from toolkit import __version__
-from toolkit.cli.lazy import LazyGroup
+from toolkit.cli.options.lazy_group import LazyGroup
 from toolkit.errors import RtkError
 
 # The key of ``main(obj=...)`` whose value, a function inventory -> Transport, every

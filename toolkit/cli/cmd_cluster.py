@@ -6,14 +6,14 @@ import sys
 
 import click
 
-from toolkit.cli.common import (
+from toolkit.cli.options.decorators import (
     choose_inventory,
     exclude_options,
     inventory_options,
     print_json,
     verbose_option,
 )
-from toolkit.cli.progress import SMALL_CLUSTER, progress_reporter
+from toolkit.cli.output.progress import SMALL_CLUSTER, progress_reporter
 from toolkit.cluster.exclude import asked_exclusions
 from toolkit.cluster.node_groups import group_nodes, render_failure_groups
 from toolkit.cluster.plan import ClusterPlan

@@ -9,9 +9,9 @@ from pathlib import Path
 import click
 
 from toolkit.cli.cmd_cluster import render_status
-from toolkit.cli.common import absolute_output_dir, dry_run_option, verbose_option
-from toolkit.cli.progress import progress_reporter
-from toolkit.cli.reporting import render_collect, render_report
+from toolkit.cli.options.decorators import absolute_output_dir, dry_run_option, verbose_option
+from toolkit.cli.output.progress import progress_reporter
+from toolkit.cli.output.run_report import render_collect, render_report
 from toolkit.cluster.progress_reporter import Reporter
 from toolkit.cluster.ray_status import ClusterStatus
 from toolkit.errors import RtkError

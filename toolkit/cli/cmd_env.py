@@ -6,7 +6,7 @@ import os
 
 import click
 
-from toolkit.cli.common import choose_inventory, inventory_options, print_json
+from toolkit.cli.options.decorators import choose_inventory, inventory_options, print_json
 from toolkit.cluster.plan import build_plan
 from toolkit.credentials.client_env import SHELLS, detect_shell, local_client_env, render_exports
 from toolkit.errors import ClusterError

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from toolkit.cli.common import (
+from toolkit.cli.options.decorators import (
     dry_run_option,
     inventory_and_command,
     local_option,
@@ -14,7 +14,7 @@ from toolkit.cli.common import (
     slurm_option,
     verbose_option,
 )
-from toolkit.cli.exec_output import render_runs_text
+from toolkit.cli.output.node_runs import render_runs_text
 from toolkit.cluster.command import NodeRun, runs_to_json
 from toolkit.flows import Session
 

@@ -7,7 +7,7 @@ import json
 
 import click
 
-from toolkit.cli.common import print_json
+from toolkit.cli.options.decorators import print_json
 from toolkit.inventory import InventorySpec, load_inventory
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from toolkit.cli.common import (
+from toolkit.cli.options.decorators import (
     choose_inventory,
     dry_run_option,
     inventory_and_command,
@@ -21,7 +21,7 @@ from toolkit.cli.common import (
     print_json,
     slurm_option,
 )
-from toolkit.cli.jobs_output import (
+from toolkit.cli.output.jobs import (
     collection_lines,
     ended_lines,
     listing_footer,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from toolkit.cli.common import choose_inventory, inventory_options, print_json
+from toolkit.cli.options.decorators import choose_inventory, inventory_options, print_json
 from toolkit.flows import Session
 from toolkit.preflight.bandwidth.measure import parse_sizes
 from toolkit.preflight.checks import Thresholds

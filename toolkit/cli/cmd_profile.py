@@ -6,8 +6,8 @@ import sys
 
 import click
 
-from toolkit.cli.common import dry_run_option, verbose_option
-from toolkit.cli.progress import progress_reporter
+from toolkit.cli.options.decorators import dry_run_option, verbose_option
+from toolkit.cli.output.progress import progress_reporter
 from toolkit.flows import Session
 from toolkit.flows.sweep import plan_sweep, run_sweep
 from toolkit.inventory import load_inventory

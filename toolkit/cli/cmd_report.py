@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from toolkit.cli.common import print_json
+from toolkit.cli.options.decorators import print_json
 from toolkit.rundir import RunDir
 
 if TYPE_CHECKING:

@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import click
 
-from toolkit.cli.common import print_json, verbose_option
-from toolkit.cli.progress import ProgressReporter, progress_reporter
+from toolkit.cli.options.decorators import print_json, verbose_option
+from toolkit.cli.output.progress import ProgressReporter, progress_reporter
 from toolkit.sandbox import SlurmStatus, create, destroy, sandbox_status
 from toolkit.sandbox.errors import SandboxError
 from toolkit.sandbox.layout import MAX_NODES, Layout

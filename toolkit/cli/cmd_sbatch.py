@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import click
 
-from toolkit.cli.common import exclude_options
+from toolkit.cli.options.decorators import exclude_options
 from toolkit.cluster.containers.slurm_step import batch_script_note
 from toolkit.cluster.exclude import asked_exclusions
 from toolkit.inventory import load_inventory

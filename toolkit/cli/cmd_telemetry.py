@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from toolkit.cli.common import (
+from toolkit.cli.options.decorators import (
     dry_run_option,
     inventory_and_command,
     local_option,
@@ -17,8 +17,8 @@ from toolkit.cli.common import (
     telemetry_from,
     telemetry_options,
 )
-from toolkit.cli.jobs_output import outcome_lines
-from toolkit.cli.reporting import render_collect, render_report
+from toolkit.cli.output.jobs import outcome_lines
+from toolkit.cli.output.run_report import render_collect, render_report
 from toolkit.flows import (
     CollectOutcome,
     CommandWorkload,

@@ -13,17 +13,17 @@ from typing import Any
 import click
 
 from toolkit.cli.cmd_cluster import render_up_result
-from toolkit.cli.common import (
+from toolkit.cli.options.decorators import (
     choose_inventory,
     dry_run_option,
     inventory_options,
     output_options,
     telemetry_options,
 )
-from toolkit.cli.help import TrainCommand
-from toolkit.cli.jobs_output import outcome_lines
-from toolkit.cli.progress import progress_reporter
-from toolkit.cli.reporting import render_collect, render_report
+from toolkit.cli.options.sections import TrainCommand
+from toolkit.cli.output.jobs import outcome_lines
+from toolkit.cli.output.progress import progress_reporter
+from toolkit.cli.output.run_report import render_collect, render_report
 from toolkit.cluster.containers.docker import check_path_mounted
 from toolkit.errors import PreflightError, RtkError
 from toolkit.flows import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 from toolkit.cli.cmd_sandbox import sandbox_progress
-from toolkit.cli.progress import ProgressReporter
+from toolkit.cli.output.progress import ProgressReporter
 
 
 def steps(nodes: int, verbose: bool = False) -> list[str]:

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from toolkit.cli import cli
 from toolkit.cli.cmd_train import train_cmd
-from toolkit.cli.help import OTHER, SectionedCommand, TrainCommand
+from toolkit.cli.options.sections import OTHER, SectionedCommand, TrainCommand
 
 SECTIONS = [
     "Model",

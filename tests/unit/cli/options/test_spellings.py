@@ -11,7 +11,7 @@ from click.testing import CliRunner, Result
 
 from toolkit.cli import cli
 from toolkit.cli.cmd_train import train_cmd
-from toolkit.cli.spellings import UnderscoreSpellings, as_typed, dashed
+from toolkit.cli.options.spellings import UnderscoreSpellings, as_typed, dashed
 from toolkit.flows.ray_address import AddressKind
 
 # The train_gpt.py command lines of the multi-node Ray guide rtk grew from, as written

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TextIO
 
-from toolkit.cli.common import ConsoleReporter
+from toolkit.cli.options.decorators import ConsoleReporter
 from toolkit.cluster.node_groups import group_nodes, render_failure_groups
 from toolkit.cluster.progress_reporter import PHASES, Phase
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.cli.jobs_output import (
+from toolkit.cli.output.jobs import (
     clock_text,
     collection_lines,
     cut,

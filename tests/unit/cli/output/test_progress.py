@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from toolkit.cli.progress import SMALL_CLUSTER, ProgressReporter
+from toolkit.cli.output.progress import SMALL_CLUSTER, ProgressReporter
 
 NAMES = [f"n{i:04d}" for i in range(1, 1025)]
 START_FAILS = {"n0008", "n0108", "n0517"}

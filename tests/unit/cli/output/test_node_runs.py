@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from toolkit.cli.exec_output import group_outputs, render_runs_text
+from toolkit.cli.output.node_runs import group_outputs, render_runs_text
 from toolkit.cluster.command import NodeRun
 
 GPUS = "GPU 0: NVIDIA H100 80GB HBM3\nGPU 1: NVIDIA H100 80GB HBM3\n"

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import click
 
-from toolkit.cli.spellings import UnderscoreSpellings
+from toolkit.cli.options.spellings import UnderscoreSpellings
 
 OTHER = "Other"
 

@@ -1,0 +1,1 @@
+"""How the commands are declared: shared options, help sections, lazy loading, spellings."""
