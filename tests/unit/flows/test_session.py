@@ -21,7 +21,7 @@ from conftest import rtk
 from telemetry_fixtures import NodeSpec, RunSpec, build_run
 
 from toolkit.cli import cli
-from toolkit.cli.reporting import render_collect, render_report
+from toolkit.cli.output.run_report import render_collect, render_report
 from toolkit.errors import PreflightError, RtkError
 from toolkit.flows import (
     CommandWorkload,
@@ -234,7 +234,9 @@ def test_demo_dry_run_shows_bring_up_run_and_teardown(state: Path, tmp_path: Pat
     done = _rtk("demo", "--dry-run", "--output-dir", str(tmp_path / "runs"))
     assert done.exit_code == 0, done.output
     assert "cluster 'local'" in done.output
-    assert "3. preflight (enforce)" in done.output and "job: train job rtk-train-demo-" in done.output
+    assert (
+        "3. preflight (enforce)" in done.output and "job: train job rtk-train-demo-" in done.output
+    )
     assert done.output.endswith("down: stop Ray on every node, also when a step failed\n")
     steps = [
         line.split(" ", 1)[1].split(":")[0]
