@@ -1,6 +1,6 @@
 """The Ray job behind ``rtk telemetry record``: sample every node while a command runs.
 
-``python -m toolkit.telemetry.record OPTIONS_JSON COMMAND...`` (OPTIONS_JSON: the run
+``python -m toolkit.telemetry.record_job OPTIONS_JSON COMMAND...`` (OPTIONS_JSON: the run
 directory and the ``TelemetryOptions``) starts a sampler on every node, runs COMMAND on
 the head (inside the job's working directory), then collects the traces into the run
 directory and exits with the command's exit status. COMMAND finds the run directory in

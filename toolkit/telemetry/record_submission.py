@@ -1,4 +1,4 @@
-"""The Ray job that records telemetry around any command (``record.py``), as data."""
+"""The Ray job that records telemetry around any command (``record_job.py``), as data."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def record_job(
     python = plan.head.node.python
     arguments = {"run_dir": run_dir, **options.to_json()}
     entrypoint = shlex.join(
-        [python, "-m", "toolkit.telemetry.record", json.dumps(arguments), *command]
+        [python, "-m", "toolkit.telemetry.record_job", json.dumps(arguments), *command]
     )
     runtime_env = (
         code_env(ship_code)
