@@ -25,7 +25,7 @@ from toolkit.telemetry.report import (
     summary_dict,
     write_report,
 )
-from toolkit.telemetry.report.series import read_series
+from toolkit.telemetry.report.inputs.series import read_series
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -8,8 +8,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from toolkit.telemetry.report.energy import DeviceReport
-from toolkit.telemetry.report.outliers import (
+from toolkit.telemetry.report.figures.energy import DeviceReport
+from toolkit.telemetry.report.figures.outliers import (
     HOTTER_C,
     MIN_THROTTLED_S,
     POWER_EXCESS,
@@ -17,7 +17,7 @@ from toolkit.telemetry.report.outliers import (
     DeviceFigures,
     find_outliers,
 )
-from toolkit.telemetry.report.views import Buckets, DeviceView
+from toolkit.telemetry.report.figures.views import Buckets, DeviceView
 
 WINDOW_S = 3600.0
 

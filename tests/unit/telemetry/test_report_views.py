@@ -25,9 +25,9 @@ from toolkit.telemetry.report import (
     summary_dict,
     write_report,
 )
+from toolkit.telemetry.report.alike_nodes import group_nodes
 from toolkit.telemetry.report.grid import device_grid, node_power
-from toolkit.telemetry.report.grouping import group_nodes
-from toolkit.telemetry.report.page_data import decode, encode, page_data
+from toolkit.telemetry.report.page.canvas_data import decode, encode, page_data
 from toolkit.telemetry.report.terminal import WIDTH, short_device
 from toolkit.telemetry.report.units import joules, value_range, watts
 

@@ -19,9 +19,9 @@ from telemetry_fixtures import BuiltRun, NodeSpec, RunSpec, build_run, gpu_uuid
 
 from toolkit.cli.cmd_report import report_cmd
 from toolkit.telemetry.report import Report, ReportError, build_report, write_report
-from toolkit.telemetry.report.summary import short_device
-from toolkit.telemetry.report.trace_events import PID_BASE, TID_BASE
-from toolkit.telemetry.report.trace_export import TraceWindow, write_trace
+from toolkit.telemetry.report.terminal import short_device
+from toolkit.telemetry.report.trace.events import PID_BASE, TID_BASE
+from toolkit.telemetry.report.trace.export import TraceWindow, write_trace
 
 Event = dict[str, Any]
 METADATA = {"process_name", "process_sort_index", "thread_name", "thread_sort_index"}

@@ -7,8 +7,9 @@ from matplotlib.axes import Axes
 from matplotlib.colors import to_rgba
 
 from toolkit.telemetry.report.build import Report
+from toolkit.telemetry.report.figures.energy import DeviceReport
 from toolkit.telemetry.report.grid import node_power, spread
-from toolkit.telemetry.report.series import FloatArray
+from toolkit.telemetry.report.inputs.series import FloatArray
 
 # At most this many lines (devices or nodes) get a line and a legend entry each.
 FEW_LINES = 8
@@ -103,3 +104,8 @@ def empty(ax: Axes, text: str) -> None:
     """A panel that says why it is empty."""
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes)
     ax.set_axis_off()
+
+
+def report_devices(report: Report) -> list[DeviceReport]:
+    """Every device of the report, node by node."""
+    return [d for n in report.nodes.values() for d in n.devices.values()]

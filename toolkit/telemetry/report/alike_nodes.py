@@ -12,7 +12,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from toolkit.telemetry.report.energy import NodeReport
+from toolkit.telemetry.report.figures.energy import NodeReport
 
 ALIKE_SHARE = 0.15
 

@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 
 from toolkit.telemetry.report.build import Report
 from toolkit.telemetry.report.grid import Grid
-from toolkit.telemetry.report.plot_common import (
+from toolkit.telemetry.report.plots.axes import (
     barrier_lines,
     empty,
     node_bounds,

@@ -1,7 +1,7 @@
 """report.html: one self-contained, offline page from ``templates/report.html.j2``.
 
 Nothing is fetched: the styles and the script (``templates/report_view.js``) are
-inline, the canvases draw from JSON embedded in the page (``page_data.py``), and the
+inline, the canvases draw from JSON embedded in the page (``canvas_data.py``), and the
 PNGs are linked next to it. Long tables (a row per device, per phase, per check) are
 folded and filterable, so the page opens as fast with 1,000 GPUs as with one.
 """
@@ -17,12 +17,12 @@ from markupsafe import Markup
 
 from toolkit.inventory.hostrange import name_ranges
 from toolkit.resources import data_dir
+from toolkit.telemetry.report.alike_nodes import NodeGroup, devices_of, group_nodes
 from toolkit.telemetry.report.build import Report
+from toolkit.telemetry.report.figures.outliers import Outliers
 from toolkit.telemetry.report.grid import Grid, device_grid
-from toolkit.telemetry.report.grouping import NodeGroup, devices_of, group_nodes
-from toolkit.telemetry.report.outliers import Outliers
-from toolkit.telemetry.report.page_data import page_data, page_json
-from toolkit.telemetry.report.summary import summary_dict
+from toolkit.telemetry.report.page.canvas_data import page_data, page_json
+from toolkit.telemetry.report.summary_json import summary_dict
 from toolkit.telemetry.report.terminal import (
     check_summary,
     outlier_text,

@@ -11,9 +11,14 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from toolkit.telemetry.report.build import Report
-from toolkit.telemetry.report.outliers import DeviceFigures, Outlier, Outliers, report_figures
-from toolkit.telemetry.report.plot_common import empty
-from toolkit.telemetry.report.series import FloatArray
+from toolkit.telemetry.report.figures.outliers import (
+    DeviceFigures,
+    Outlier,
+    Outliers,
+    report_figures,
+)
+from toolkit.telemetry.report.inputs.series import FloatArray
+from toolkit.telemetry.report.plots.axes import empty
 from toolkit.telemetry.report.terminal import short_device
 
 NAMED = 3  # outliers named per panel

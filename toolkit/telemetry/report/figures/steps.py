@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from toolkit.rundir import MetricsLine
-from toolkit.telemetry.report.energy import NodeReport
-from toolkit.telemetry.report.timeline import FloatArray, Timeline
+from toolkit.telemetry.report.figures.energy import NodeReport
+from toolkit.telemetry.report.inputs.timeline import FloatArray, Timeline
 
 # An interval is measured completely when its devices cover this share of it.
 _COMPLETE = 1.0 - 1e-6

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from toolkit.telemetry.report.timeline import FloatArray, Window
+from toolkit.telemetry.report.inputs.timeline import FloatArray, Window
 
 
 def gap_threshold_s(rate_hz: float) -> float:

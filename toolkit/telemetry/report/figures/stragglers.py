@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from toolkit.telemetry.report.energy import NodeReport
-from toolkit.telemetry.report.markers import Waits
-from toolkit.telemetry.report.series import FloatArray
+from toolkit.telemetry.report.figures.energy import NodeReport
+from toolkit.telemetry.report.inputs.marker_summary import Waits
+from toolkit.telemetry.report.inputs.series import FloatArray
 
 
 @dataclass(frozen=True)

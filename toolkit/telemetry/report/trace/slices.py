@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from toolkit.telemetry.report.markers import (
+from toolkit.telemetry.report.inputs.rank_markers import (
     BARRIER,
     STEP_BEGIN,
     STEP_END,
@@ -22,7 +22,7 @@ from toolkit.telemetry.report.markers import (
     RankRecords,
     rank_records,
 )
-from toolkit.telemetry.report.series import FloatArray
+from toolkit.telemetry.report.inputs.series import FloatArray
 
 NO_TOKENS = -1
 

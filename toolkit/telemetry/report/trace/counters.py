@@ -17,9 +17,9 @@ import pyarrow.compute as pc
 
 from toolkit.rundir.traces import SCHEMA, iter_batches
 from toolkit.telemetry.report.build import Report
-from toolkit.telemetry.report.series import FloatArray
-from toolkit.telemetry.report.summary import short_device
-from toolkit.telemetry.report.trace_events import TraceEventWriter
+from toolkit.telemetry.report.inputs.series import FloatArray
+from toolkit.telemetry.report.terminal import short_device
+from toolkit.telemetry.report.trace.events import TraceEventWriter
 
 COUNTERS = ("power_w", "sm_clock_mhz", "temperature_c")
 _SAMPLE_COLUMNS = ("wall_s", "device", *COUNTERS)

@@ -10,10 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolkit.errors import RunDirError
+from toolkit.errors import ReportError, RunDirError
 from toolkit.rundir import Manifest, MetricsLine, NodeManifest, RunDir, read_metrics
-from toolkit.telemetry.report.errors import ReportError
-from toolkit.telemetry.report.series import SampleSpan, sample_span
+from toolkit.telemetry.report.inputs.series import SampleSpan, sample_span
 
 __all__ = ["HOW_TO_RECORD", "Manifest", "NodeManifest", "RunData", "load_run"]
 

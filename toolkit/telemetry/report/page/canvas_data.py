@@ -17,7 +17,7 @@ import numpy as np
 
 from toolkit.telemetry.report.build import Report
 from toolkit.telemetry.report.grid import Grid, device_grid, node_power
-from toolkit.telemetry.report.series import FloatArray
+from toolkit.telemetry.report.inputs.series import FloatArray
 from toolkit.telemetry.report.terminal import short_device
 
 # Bytes per value, per reading (others: 2).

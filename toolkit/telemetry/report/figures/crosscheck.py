@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from toolkit.telemetry.report.energy import NodeReport
-from toolkit.telemetry.report.timeline import Barrier, Window
+from toolkit.telemetry.report.figures.energy import NodeReport
+from toolkit.telemetry.report.inputs.timeline import Barrier, Window
 
 TOLERANCE = 0.15
 FIXED_WINDOW_S = 10.0

@@ -11,14 +11,14 @@ node's samples and markers minus its clock offset (the report's timeline), so a 
 node lines up with the others, and a PyTorch profiler trace of the same run lines up
 once its own base time is added (docs/telemetry.md).
 
-The size stays bounded at any scale: counters come from the report's bucketed views
-(at most ``MAX_BUCKETS`` points per device, a point equal to the one before left out),
-and above ``max_slices`` only every k-th step is kept (barrier waits too, if they alone
-exceed half of it); the file says so in ``otherData``. With a window (``--trace-window``)
-the counters are every sample in it, read node by node and batch by batch. Slices are
-read one rank file at a time and everything is written as it is made: no event list is
-ever held. The pieces: ``trace_events`` (the file format), ``trace_counters`` (the
-counter tracks), ``trace_slices`` (a rank's steps and waits from its marker file).
+The size stays bounded at any scale: counters come from the report's bucketed views (at
+most ``MAX_BUCKETS`` points per device, a point equal to the one before left out), and
+above ``max_slices`` only every k-th step is kept (barrier waits too, if they alone
+exceed half of it); the file says so in ``otherData``. With a window
+(``--trace-window``) the counters are every sample in it, read node by node and batch by
+batch. Slices are read one rank file at a time and everything is written as it is made:
+no event list is ever held. The pieces: ``events`` (the file format), ``counters`` (the
+counter tracks), ``slices`` (a rank's steps and waits from its marker file).
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ from pathlib import Path
 
 import numpy as np
 
+from toolkit.errors import ReportError
 from toolkit.telemetry.report.build import Report
-from toolkit.telemetry.report.errors import ReportError
-from toolkit.telemetry.report.timeline import Timeline
-from toolkit.telemetry.report.trace_counters import bucket_counters, sample_counters
-from toolkit.telemetry.report.trace_events import (
+from toolkit.telemetry.report.inputs.timeline import Timeline
+from toolkit.telemetry.report.trace.counters import bucket_counters, sample_counters
+from toolkit.telemetry.report.trace.events import (
     PID_BASE,
     TID_BASE,
     TraceEventWriter,
@@ -42,7 +42,7 @@ from toolkit.telemetry.report.trace_events import (
     open_trace,
     to_us,
 )
-from toolkit.telemetry.report.trace_slices import NO_TOKENS, RankSlices, rank_slices
+from toolkit.telemetry.report.trace.slices import NO_TOKENS, RankSlices, rank_slices
 
 TRACE_FILE = "trace.json.gz"
 DEFAULT_MAX_SLICES = 250_000

@@ -7,18 +7,13 @@ from dataclasses import asdict
 from typing import Any
 
 from toolkit.telemetry.report.build import Report
-from toolkit.telemetry.report.crosscheck import TOLERANCE, CrossCheck
-from toolkit.telemetry.report.curves import Gap
-from toolkit.telemetry.report.energy import DeviceReport, NodeReport
-from toolkit.telemetry.report.outliers import Outliers
-from toolkit.telemetry.report.terminal import (
-    format_summary,
-    outliers_of,
-    short_device,
-    straggler_line,
-)
+from toolkit.telemetry.report.figures.crosscheck import TOLERANCE, CrossCheck
+from toolkit.telemetry.report.figures.curves import Gap
+from toolkit.telemetry.report.figures.energy import DeviceReport, NodeReport
+from toolkit.telemetry.report.figures.outliers import Outliers
+from toolkit.telemetry.report.terminal import outliers_of
 
-__all__ = ["format_summary", "short_device", "straggler_line", "summary_dict"]
+__all__ = ["summary_dict"]
 
 SCHEMA_VERSION = 1
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from toolkit.telemetry.report.series import DeviceSeries, FloatArray
+from toolkit.telemetry.report.inputs.series import DeviceSeries, FloatArray
 
 MAX_BUCKETS = 1_000
 # The readings drawn; power comes from what the energy figure measures (see energy.py).

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from toolkit.telemetry.report.energy import DeviceReport, NodeReport
+from toolkit.telemetry.report.figures.energy import DeviceReport, NodeReport
 
 POWER_EXCESS = 0.15
 HOTTER_C = 10.0

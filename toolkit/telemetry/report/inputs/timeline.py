@@ -9,9 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from toolkit.telemetry.report.load import RunData
-from toolkit.telemetry.report.markers import Barrier, MarkerSummary, StepSpan, Waits, reduce_markers
-from toolkit.telemetry.report.series import FloatArray
+from toolkit.telemetry.report.inputs.load import RunData
+from toolkit.telemetry.report.inputs.marker_summary import (
+    Barrier,
+    MarkerSummary,
+    StepSpan,
+    Waits,
+    reduce_markers,
+)
+from toolkit.telemetry.report.inputs.series import FloatArray
 
 __all__ = ["Barrier", "FloatArray", "StepSpan", "Timeline", "Waits", "Window", "align"]
 

@@ -8,10 +8,10 @@ import numpy as np
 
 from toolkit.rundir import NodeManifest
 from toolkit.telemetry.clock_events import CLOCK_EVENT_REASONS, NOT_THROTTLING
-from toolkit.telemetry.report.curves import EnergyCurve, Gap, find_gaps
-from toolkit.telemetry.report.series import DeviceSeries, FloatArray
-from toolkit.telemetry.report.timeline import Window
-from toolkit.telemetry.report.views import Buckets, DeviceView, device_view
+from toolkit.telemetry.report.figures.curves import EnergyCurve, Gap, find_gaps
+from toolkit.telemetry.report.figures.views import Buckets, DeviceView, device_view
+from toolkit.telemetry.report.inputs.series import DeviceSeries, FloatArray
+from toolkit.telemetry.report.inputs.timeline import Window
 
 COUNTER = "counter"
 INTEGRATED = "integrated power"

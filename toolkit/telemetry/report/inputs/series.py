@@ -3,8 +3,8 @@
 The report never turns samples into Python objects: a node's traces are read with the
 columns the report uses, grouped by device with one stable sort, and handed over as
 numpy arrays (``DeviceSeries``). One node at a time: what the report keeps of a node
-after its figures are computed is small (``views.py``), so memory is bounded by the
-largest node's trace, not by the run.
+after its figures are computed is small (``figures/views.py``), so memory is bounded by
+the largest node's trace, not by the run.
 """
 
 from __future__ import annotations
