@@ -14,7 +14,7 @@ import time
 
 from common import bare_ray_start
 
-from toolkit.cluster import build_plan
+from toolkit.cluster.plan import build_plan
 from toolkit.inventory import default_inventory
 from toolkit.node.agent import stop
 

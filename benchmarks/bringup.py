@@ -35,9 +35,9 @@ from pathlib import Path
 import yaml
 from common import bare_ray_start
 
-from toolkit.cluster import build_plan
+from toolkit.cluster.plan import build_plan
 from toolkit.inventory import load_inventory
-from toolkit.node import agent_source
+from toolkit.nodeinfo import agent_source
 from toolkit.sandbox import Sandbox, create
 
 BARE_DIR = "/tmp/rtk-bare"

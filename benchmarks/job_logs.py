@@ -27,10 +27,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from toolkit.cluster import StateStore, build_plan
-from toolkit.cluster.jobs import TERMINAL, job_client
-from toolkit.cluster.logtail import LogFollower
+from toolkit.cluster.plan import build_plan
 from toolkit.inventory import default_inventory
+from toolkit.jobs.client import TERMINAL, job_client
+from toolkit.jobs.logtail import LogFollower
+from toolkit.state.store import StateStore
 
 LINE_CHARS = 100
 

@@ -2,6 +2,14 @@
 and without telemetry, measured in one run on this machine; and the same CPU share of
 the previous sampler (``--baseline-ref``, JSON lines), run alternately with this one.
 
+First, the GPU energy counter's rate (``--energy-only`` runs just this): the sampler
+at 10 Hz full readings and 50 Hz power, with the counter read at every full reading
+(old) and at 1 Hz (new), alternated, on the NVML sensor alone: CPU per GPU per second,
+late ticks, and what one full reading takes with and without the counter. On a GPU
+machine this is the real NVML (``--nvml real``); elsewhere NVML's fake
+(``tests/fake_nvml.py``) with 8 GPUs whose counter call costs 4 ms of CPU, as measured
+on an H200 (``--fake-gpus``, ``--fake-energy-call-ms``, ``--fake-energy-sleep``).
+
 The sampler runs as its own process (as the per-node actor does), so its CPU time is
 read from the process. The step-time comparison trains the tiny GPT on 2 local gloo
 ranks, alternating runs without and with a 10 Hz sampler beside them. Where
@@ -21,14 +29,21 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
-from common import JSON_LINES_REF, baseline_root
+from common import JSON_LINES_REF, REPO, baseline_root
 
+from toolkit.telemetry.sampler import Sampler
+from toolkit.telemetry.sensors.base import SensorError
+from toolkit.telemetry.sensors.nvml import NvmlSensor
 from toolkit.train.config import TrainConfig
 from toolkit.train.local import run_local
 
 WARMUP_S = 3.0
+# What the energy comparison runs: full readings, power, and the new counter rate.
+ENERGY_RATE_HZ, ENERGY_POWER_RATE_HZ, ENERGY_NEW_HZ = 10.0, 50.0, 1.0
+TARGET_PER_GPU = 0.01  # of a core, at 10 Hz with 50 Hz power, on the GPU machine
 
 
 def cpu_share(argv: list[str], duration_s: float, env: dict[str, str] | None = None) -> float:
@@ -95,6 +110,123 @@ def train_once(work: Path, name: str, steps: int, sampler: list[str] | None) -> 
     return median_step_s(run_dir, skip=5)
 
 
+def nvml_sensor(setup: dict[str, Any]) -> NvmlSensor:
+    """The real NVML, or the fake with ``gpus`` GPUs whose counter call costs ``cost_s``."""
+    if setup["nvml"] == "real":
+        return NvmlSensor()
+    sys.path.insert(0, str(REPO / "tests"))
+    from fake_nvml import FakeGpu, FakeNvml
+
+    fake = FakeNvml([FakeGpu(uuid=f"GPU-{i:08x}") for i in range(setup["gpus"])])
+    fake.fake_energy_call_s = setup["cost_s"]
+    fake.fake_energy_call_busy = setup["busy"]
+    return NvmlSensor(fake)
+
+
+def energy_child(setup: dict[str, Any]) -> dict[str, Any]:
+    """One sampler run in this process (the caller's child): its CPU share and stats."""
+    sensor = nvml_sensor(setup)
+    gpus = len(sensor.devices())
+    read_ms = {}
+    for energy in (True, False):
+        began = time.perf_counter()
+        for _ in range(10):
+            sensor.read(energy=energy)
+        read_ms[energy] = (time.perf_counter() - began) / 10 * 1000
+    sampler = Sampler(
+        [sensor],
+        Path(setup["out"]),
+        ENERGY_RATE_HZ,
+        ENERGY_POWER_RATE_HZ,
+        energy_rate_hz=setup["energy_rate_hz"] or None,
+    )
+    sampler.start()
+    time.sleep(WARMUP_S)
+    cpu_before, wall_before = time.process_time(), time.monotonic()
+    ticks_before, late_before = sampler.stats.ticks, sampler.stats.late_ticks
+    time.sleep(setup["duration_s"])
+    cpu_s, wall_s = time.process_time() - cpu_before, time.monotonic() - wall_before
+    ticks, late = sampler.stats.ticks - ticks_before, sampler.stats.late_ticks - late_before
+    stats = sampler.stop()
+    sensor.close()
+    return {
+        "gpus": gpus,
+        "cpu_share": cpu_s / wall_s,
+        "ticks_per_s": ticks / wall_s,
+        "late_ticks": late,
+        "energy_reads": stats.energy_reads,
+        "read_ms": read_ms[True],
+        "read_no_energy_ms": read_ms[False],
+    }
+
+
+def energy_rate_comparison(args: argparse.Namespace, work: Path) -> None:
+    """Old (counter with every full reading) against new (1 Hz), alternated, each a child."""
+    nvml = args.nvml
+    if nvml == "auto":
+        try:
+            NvmlSensor().close()
+            nvml = "real"
+        except SensorError:
+            nvml = "fake"
+    setup = {
+        "nvml": nvml,
+        "gpus": args.fake_gpus,
+        "cost_s": args.fake_energy_call_ms / 1000,
+        "busy": not args.fake_energy_sleep,
+        "duration_s": args.energy_duration_s,
+    }
+    results: dict[str, list[dict[str, Any]]] = {"old": [], "new": []}
+    for i in range(args.energy_repeats):
+        for name, rate_hz in (("old", 0.0), ("new", ENERGY_NEW_HZ)):
+            out = work / f"energy-{name}-{i}.arrows"
+            child = {**setup, "energy_rate_hz": rate_hz, "out": str(out)}
+            done = subprocess.run(
+                [sys.executable, __file__, "--energy-child", json.dumps(child)],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            results[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    gpus = results["new"][0]["gpus"]
+    what = (
+        "real NVML"
+        if nvml == "real"
+        else f"NVML fake, energy call {args.fake_energy_call_ms:g} ms "
+        + ("asleep" if args.fake_energy_sleep else "on the CPU")
+    )
+    print(
+        f"GPU energy counter rate ({what}; {gpus} GPUs, NVML sensor only, "
+        f"{ENERGY_RATE_HZ:g} Hz full readings, {ENERGY_POWER_RATE_HZ:g} Hz power, "
+        f"{args.energy_duration_s:g} s x {args.energy_repeats}, alternated):"
+    )
+    with_ms = statistics.median(r["read_ms"] for r in results["new"])
+    without_ms = statistics.median(r["read_no_energy_ms"] for r in results["new"])
+    print(
+        f"  one full reading of all GPUs: {with_ms:.2f} ms with the counter, "
+        f"{without_ms:.2f} ms without"
+    )
+    per_gpu = {}
+    for name, label in (("old", "counter with every full reading"), ("new", "counter at 1 Hz")):
+        runs = results[name]
+        share = statistics.median(r["cpu_share"] for r in runs)
+        per_gpu[name] = share / gpus
+        late = statistics.median(r["late_ticks"] for r in runs)
+        ticks = statistics.median(r["ticks_per_s"] for r in runs)
+        each = ", ".join(f"{r['cpu_share'] * 100:.2f}" for r in runs)
+        print(
+            f"  {name} ({label}): {per_gpu[name] * 100:.3f}% of a core per GPU "
+            f"({share * 100:.2f}% in all; runs: {each}), "
+            f"{ticks:.1f} ticks/s of {ENERGY_POWER_RATE_HZ:g}, {late:g} late"
+        )
+    ratio = per_gpu["new"] / per_gpu["old"] if per_gpu["old"] > 0 else float("nan")
+    verdict = "met" if per_gpu["new"] <= TARGET_PER_GPU else "NOT met"
+    print(
+        f"  new/old: {ratio:.3f}; target at most {TARGET_PER_GPU:.0%} of a core per GPU: "
+        f"{verdict}" + ("" if nvml == "real" else " (here, on the fake; the target is the GPU's)")
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--duration-s", type=float, default=20.0)
@@ -106,9 +238,29 @@ def main() -> None:
         default=JSON_LINES_REF,
         help="git ref of the sampler to compare with ('' for none)",
     )
+    parser.add_argument(
+        "--energy-only", action="store_true", help="only the energy counter rate comparison"
+    )
+    parser.add_argument("--nvml", choices=("auto", "real", "fake"), default="auto")
+    parser.add_argument("--fake-gpus", type=int, default=8)
+    parser.add_argument("--fake-energy-call-ms", type=float, default=4.0)
+    parser.add_argument(
+        "--fake-energy-sleep",
+        action="store_true",
+        help="the fake's counter call waits instead of using the CPU",
+    )
+    parser.add_argument("--energy-duration-s", type=float, default=10.0)
+    parser.add_argument("--energy-repeats", type=int, default=2)
+    parser.add_argument("--energy-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.energy_child:
+        print(json.dumps(energy_child(json.loads(args.energy_child))), flush=True)
+        return
     work = Path(tempfile.mkdtemp(prefix="rtk-bench-telemetry-"))
     try:
+        energy_rate_comparison(args, work)
+        if args.energy_only:
+            return
         print(f"sampler CPU use ({args.sensors} sensors, {args.duration_s:g} s each):")
         old_env = None
         if args.baseline_ref:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from toolkit.cluster import build_plan
+from toolkit.cluster.plan import build_plan
 from toolkit.inventory import load_inventory
 from toolkit.ray_resources import host_resource
 from toolkit.sandbox import create

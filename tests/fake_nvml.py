@@ -7,13 +7,15 @@ GPU), and the real ctypes structures as return values (``c_nvmlFieldValue_t``,
 ``c_nvmlMemory_t``, ``c_nvmlUtilization_t``, ``nvmlPciInfo_t``).
 
 Test controls are named ``fake_*``: the GPUs, the fake clock (``fake_now_s``,
-``fake_advance``), call counts (``fake_calls``), the init error, and ``fake_root``
-(False: every setter answers NoPermission, as NVML does for a user who is not root).
+``fake_advance``), call counts (``fake_calls``), the init error, ``fake_root``
+(False: every setter answers NoPermission, as NVML does for a user who is not root),
+and what one energy-counter call costs (``fake_energy_call_s``: about 4 ms on an H200;
+``fake_energy_call_busy``: spent on the CPU, else waited out), for benchmarks.
 
 The setters (power limit, locked clocks) change the fake GPU. For a node script run in
 another process, ``fake_save``/``from_state_file`` keep the GPUs in a JSON file that
 every setter rewrites (``RTK_FAKE_NVML=.../fake_nvml.py:from_state_file`` with
-``FAKE_NVML_STATE`` naming the file; see ``toolkit/gpu/control.py``).
+``FAKE_NVML_STATE`` naming the file; see ``toolkit/node/gpu_control.py``).
 """
 
 # The names are pynvml's own (camelCase), so that the fake matches the real API.
@@ -28,6 +30,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from time import perf_counter, sleep
 from typing import Any
 
 import pynvml as _real
@@ -206,6 +209,10 @@ class FakeNvml:
         self.fake_driver_version = "550.54.15"
         self.fake_cuda_driver_version = 12040
         self.fake_unsupported: set[str] = set()  # system (not per-GPU) functions
+        # What one nvmlDeviceGetTotalEnergyConsumption call costs: seconds, and whether
+        # they are spent on the CPU (a spin) or waited out (a sleep).
+        self.fake_energy_call_s = 0.0
+        self.fake_energy_call_busy = True
 
     # -- test controls ------------------------------------------------------------------
 
@@ -358,7 +365,10 @@ class FakeNvml:
         return self._gpu("nvmlDeviceGetPowerUsage", handle).average_power_mw
 
     def nvmlDeviceGetTotalEnergyConsumption(self, handle: FakeHandle) -> int:
-        return self._gpu("nvmlDeviceGetTotalEnergyConsumption", handle).energy_mj
+        gpu = self._gpu("nvmlDeviceGetTotalEnergyConsumption", handle)
+        if self.fake_energy_call_s > 0:
+            _spend(self.fake_energy_call_s, self.fake_energy_call_busy)
+        return gpu.energy_mj
 
     def nvmlDeviceGetClockInfo(self, handle: FakeHandle, type: int) -> int:
         gpu = self._gpu("nvmlDeviceGetClockInfo", handle)
@@ -517,6 +527,16 @@ class FakeNvml:
         if handle.mig_index is not None:  # only the UUID is asked of MIG handles here
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
         return gpu
+
+
+def _spend(seconds: float, busy: bool) -> None:
+    """Take ``seconds``: on the CPU (``busy``), or asleep."""
+    if not busy:
+        sleep(seconds)
+        return
+    until = perf_counter() + seconds
+    while perf_counter() < until:
+        pass
 
 
 def _clamp(mhz: int, locked: tuple[int, int] | None) -> int:

@@ -1,6 +1,6 @@
 """A stand-in ``docker``/``podman`` on PATH that keeps its containers in a JSON file.
 
-rtk's container commands are shell text (``cluster.container``); these tests run that
+rtk's container commands are shell text (``cluster.containers.docker``); these tests run that
 text with ``sh`` for real, against this fake, so the quoting, the wait for Ray, the
 filters that pick exactly rtk's containers and the exit statuses are the ones a
 node's shell would see. The fake does what the runtimes document for the words rtk

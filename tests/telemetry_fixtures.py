@@ -52,6 +52,9 @@ class RunSpec:
     nodes: list[NodeSpec]
     rate_hz: float = 10.0
     power_rate_hz: float | None = None  # faster: gpu_power readings between full ones
+    # Slower: the GPU counter only on these full readings, and on the first and the last
+    # (the last only when the sampler stopped cleanly); None: on every full reading.
+    energy_rate_hz: float | None = None
     steps: int = 20
     step_s: float = 0.5
     idle_s: float = 0.1
@@ -259,6 +262,14 @@ def _node_samples(
     if node.lost_at_s is not None:
         kept &= run_s < node.lost_at_s - 1e-9
     full = (ticks - ticks[0]) % full_every == 0
+    energy = full.copy()
+    if spec.energy_rate_hz is not None:
+        energy &= (ticks - ticks[0]) % round(tick_hz / spec.energy_rate_hz) == 0
+        ends = np.flatnonzero(kept & full)
+        if ends.size:
+            energy[ends[0]] = True
+            if node.lost_at_s is None:
+                energy[ends[-1]] = True
     head_s = T0_WALL_S + run_s
     devices: dict[str, dict[str, Any]] = {}
     powers: dict[str, np.ndarray] = {}
@@ -314,13 +325,14 @@ def _node_samples(
             if not full[i]:
                 records.append({**stamp, "device": dev, "kind": "gpu_power", **power})
                 continue
+            counter = {"energy_j": float(counters[dev][i])} if energy[i] else {}
             records.append(
                 {
                     **stamp,
                     "device": dev,
                     "kind": "gpu",
                     **power,
-                    "energy_j": float(counters[dev][i]),
+                    **counter,
                     "power_limit_w": 700.0,
                     "sm_clock_mhz": 1980 if on else 345,
                     "mem_clock_mhz": 2619,
@@ -337,7 +349,7 @@ def _node_samples(
     truths = {}
     for dev, power in powers.items():
         have_power = kept & (full | (dev != "host"))
-        have_counter = kept & full & ((dev != "host") | node.host_rapl)
+        have_counter = kept & (energy if dev != "host" else full & node.host_rapl)
         truths[dev] = DeviceTruth(
             power_t_s=head_s[have_power],
             power_w=power[have_power],

@@ -50,7 +50,10 @@ def train_config(run_dir: Path, steps: int, options: dict[str, Any]) -> dict[str
 
 
 def metrics_figures(path: Path, skip: int = WARMUP_STEPS) -> dict[str, Any]:
-    """Medians of ``metrics.jsonl`` after the first ``skip`` steps, and the losses."""
+    """Medians of ``metrics.jsonl`` after the first ``skip`` steps, and the losses.
+
+    Steps that compiled the model (``compile_s``, ``--compile``) are never steady.
+    """
     lines = []
     if path.exists():
         for text in path.read_text(encoding="utf-8").splitlines():
@@ -59,6 +62,7 @@ def metrics_figures(path: Path, skip: int = WARMUP_STEPS) -> dict[str, Any]:
             except ValueError:
                 continue
     steady = lines[skip:] if len(lines) > skip else lines
+    steady = [line for line in steady if not line.get("compile_s")] or steady
 
     def median(key: str) -> float | None:
         values = [float(x[key]) for x in steady if isinstance(x.get(key), (int, float))]

@@ -27,8 +27,8 @@ import yaml
 from conftest import REPO, require, require_sandbox_host, rtk
 from gloo_allreduce import GLOO_ALLREDUCE
 
-from toolkit.cluster import build_plan
-from toolkit.cluster.container import CLUSTER_LABEL, container_name
+from toolkit.cluster.containers.docker import CLUSTER_LABEL, container_name
+from toolkit.cluster.plan import build_plan
 from toolkit.cluster.smoke import run_smoke
 from toolkit.inventory import load_inventory
 from toolkit.sandbox import Sandbox

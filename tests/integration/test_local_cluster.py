@@ -21,10 +21,11 @@ from typing import Any
 import pytest
 from conftest import LIST_NODES, rtk
 
-from toolkit.cluster import StateStore, build_plan
-from toolkit.cluster.jobs import job_client, run_job
+from toolkit.cluster.plan import build_plan
 from toolkit.inventory import default_inventory
+from toolkit.jobs.client import job_client, run_job
 from toolkit.node.agent import listening_ports, marked_pids
+from toolkit.state.store import StateStore
 
 pytestmark = pytest.mark.ray
 

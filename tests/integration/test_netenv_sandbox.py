@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from conftest import require_sandbox_host, rtk
 
-from toolkit.cluster import build_plan
+from toolkit.cluster.plan import build_plan
 from toolkit.inventory import load_inventory
 from toolkit.sandbox import Sandbox
 from toolkit.shell import parse_env_file

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from conftest import rtk
 
-from toolkit.cluster import build_plan
+from toolkit.cluster.plan import build_plan
 from toolkit.inventory import load_inventory
 from toolkit.sandbox import Sandbox
 

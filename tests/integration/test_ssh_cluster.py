@@ -19,7 +19,7 @@ import yaml
 from conftest import LIST_NODES, require, rtk
 from gloo_allreduce import GLOO_ALLREDUCE
 
-from toolkit.cluster import build_plan
+from toolkit.cluster.plan import build_plan
 from toolkit.cluster.smoke import run_smoke
 from toolkit.inventory import load_inventory
 from toolkit.sandbox import Sandbox

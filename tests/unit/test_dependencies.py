@@ -145,7 +145,7 @@ def test_the_scan_sees_plain_lazy_and_importlib_imports(imports: dict[str, set[s
     assert "toolkit/telemetry/report/figures/energy.py" in imports["numpy"]
     assert "toolkit/transport/hostkeys.py" in imports["paramiko"]
     assert "toolkit/train/strategies.py" in imports["deepspeed"]  # inside a function
-    assert "toolkit/gpu/control.py" in imports["pynvml"]  # importlib.import_module
+    assert "toolkit/node/gpu_control.py" in imports["pynvml"]  # importlib.import_module
     assert not {"os", "json", "toolkit", "__future__"} & set(imports)
 
 

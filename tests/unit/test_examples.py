@@ -21,7 +21,8 @@ from click.testing import CliRunner
 from conftest import REPO
 
 from toolkit.cli import cli
-from toolkit.cluster import build_plan, render_up
+from toolkit.cluster.plan import build_plan
+from toolkit.cluster.plan_text import render_up
 from toolkit.flows.sweep import subset
 from toolkit.inventory import Inventory, load_inventory
 from toolkit.profile.experiment import CLUSTER_AXES, load_experiment

@@ -15,7 +15,7 @@ import pytest
 
 from toolkit.errors import ClusterError, RtkError, RunDirError
 from toolkit.fields import MISSING, Errors, FieldPath, Fields, is_integer, is_number
-from toolkit.node.fields import answer_fields
+from toolkit.nodeinfo.fields import answer_fields
 from toolkit.rundir.record import check_version, record_fields
 
 

@@ -4,9 +4,10 @@ Layers, low to high; a module may import its own layer and the layers below, nev
 one above (``LAYERS``). Where code runs decides what it may import (``RUNS_ON``):
 
 - ``host``: the ``rtk`` process on the user's machine (everything not listed below);
-- ``node script``: a stdlib file whose text is fed to ``python -`` on a node
-  (``toolkit.node.script.NodeScript``): no rtk import, only the standard library (and
-  Ray inside a function, from the node's own Python);
+- ``node script``: a stdlib file of ``toolkit/node/`` whose text is fed to ``python -``
+  on a node (``toolkit.nodeinfo.script.NodeScript``): only the standard library (and
+  Ray inside a function, from the node's own Python), and ``toolkit.node.common``,
+  which is sent in front of it; ``toolkit/node/`` holds nothing else;
 - ``job driver``: a ``python -m`` entrypoint that runs on the head inside a Ray job, or
   the driver side such entrypoints import (``telemetry.session``);
 - ``ray worker``: code Ray runs in actors, tasks or Ray Train workers.
@@ -45,9 +46,13 @@ LAYERS: dict[str, int] = {
     # 2: reaching nodes, and what runs on them
     "transport": 2,
     "netenv": 2,
-    "node": 2,
+    "node": 2,  # the scripts that run on nodes (stdlib only; see RUNS_ON)
+    "nodeinfo": 2,  # rtk's side of them: calling them, reading their answers
     # 3: what rtk does with a cluster
     "cluster": 3,
+    "jobs": 3,  # Ray jobs: submit, follow, the local driver, the runtime env
+    "credentials": 3,  # the cluster's token and TLS files, and what points Ray at them
+    "state": 3,  # what rtk keeps on this machine per cluster (state.json, credentials)
     "slurm": 3,
     "gpu": 3,
     "preflight": 3,
@@ -68,8 +73,9 @@ RUNS_ON: dict[str, str] = {
     "toolkit.__main__": HOST,
     "toolkit.node.agent": NODE_SCRIPT,
     "toolkit.node.facts": NODE_SCRIPT,
-    "toolkit.gpu.control": NODE_SCRIPT,
+    "toolkit.node.gpu_control": NODE_SCRIPT,
     "toolkit.node.logpack": NODE_SCRIPT,
+    "toolkit.node.common": NODE_SCRIPT,  # sent in front of each of them
     "toolkit.train.job": JOB_DRIVER,
     "toolkit.telemetry.record_job": JOB_DRIVER,
     "toolkit.telemetry.session": JOB_DRIVER,  # the driver side: train.job and record_job
@@ -87,6 +93,9 @@ RUNS_ON: dict[str, str] = {
 RAY_FORBIDDEN = ("click", "fabric", "paramiko", "toolkit.cli", "toolkit.flows", "toolkit.transport")
 # The only non-stdlib import a node script may make, and only inside a function.
 NODE_SCRIPT_LAZY = ("ray",)
+# Where the node scripts live (nothing else does), and what they share: sent with each.
+NODE_SCRIPTS = "toolkit.node"
+NODE_COMMON = "toolkit.node.common"
 
 
 @dataclass(frozen=True)
@@ -229,6 +238,10 @@ def placement_problems(
     for name, source in modules.items():
         if name not in runs_on and '__name__ == "__main__"' in source:
             problems.append(f"{name} is an entrypoint; say where it runs in RUNS_ON")
+        if name.startswith(NODE_SCRIPTS + ".") and runs_on.get(name) != NODE_SCRIPT:
+            problems.append(f"{name} is in {NODE_SCRIPTS}, which holds only node scripts")
+        if name == NODE_SCRIPTS and graph[name]:
+            problems.append(f"{name} imports {graph[name][0].target}: it only names the scripts")
     for name, where in runs_on.items():
         if name not in modules:
             problems.append(f"{name} in RUNS_ON does not exist")
@@ -252,6 +265,8 @@ def _node_script_problems(name: str, found: list[Import]) -> list[str]:
             continue
         if imp.in_function and top in NODE_SCRIPT_LAZY:
             continue
+        if name != NODE_COMMON and not imp.in_function and imp.target.startswith(NODE_COMMON + "."):
+            continue  # from toolkit.node.common import NAME: sent with the script
         problems.append(f"{name}:{imp.line} (node script) imports {imp.target}: stdlib only")
     return problems
 
@@ -341,14 +356,33 @@ def test_a_node_script_that_imports_rtk_or_a_library_is_named() -> None:
         "toolkit.node": "",
         "toolkit.node.agent": (
             "import json\nimport yaml\nfrom toolkit.errors import RtkError\n"
-            "def status():\n    import ray\n"
+            "from toolkit.node.common import run_main\n"
+            "def status():\n    import ray\n    from toolkit.node.common import x\n"
         ),
+        "toolkit.node.common": "from toolkit.node.agent import probe\n",
         "toolkit.errors": "",
     }
-    _, placement = check(modules, {"toolkit.node.agent": NODE_SCRIPT})
+    runs_on = {"toolkit.node.agent": NODE_SCRIPT, "toolkit.node.common": NODE_SCRIPT}
+    _, placement = check(modules, runs_on)
     assert placement == [
         "toolkit.node.agent:2 (node script) imports yaml: stdlib only",
         "toolkit.node.agent:3 (node script) imports toolkit.errors.RtkError: stdlib only",
+        "toolkit.node.agent:7 (node script) imports toolkit.node.common.x: stdlib only",
+        "toolkit.node.common:1 (node script) imports toolkit.node.agent.probe: stdlib only",
+    ]
+
+
+def test_the_node_package_holds_only_node_scripts() -> None:
+    modules = {
+        "toolkit": "",
+        "toolkit.node": "from toolkit.node.agent import probe\n",
+        "toolkit.node.agent": "",
+        "toolkit.node.probe_facts": "",
+    }
+    _, placement = check(modules, {"toolkit.node.agent": NODE_SCRIPT})
+    assert placement == [
+        "toolkit.node imports toolkit.node.agent.probe: it only names the scripts",
+        "toolkit.node.probe_facts is in toolkit.node, which holds only node scripts",
     ]
 
 

@@ -14,9 +14,8 @@ import pytest
 import yaml
 from conftest import rtk
 
-from toolkit.cluster import build_plan
-from toolkit.cluster.plan import fill_env
-from toolkit.cluster.render import env_file
+from toolkit.cluster.plan import build_plan, fill_env
+from toolkit.cluster.plan_text import env_file
 from toolkit.errors import InventoryError
 from toolkit.inventory import load_inventory
 from toolkit.node.facts import ray_files

@@ -14,9 +14,10 @@ from toolkit.cli.common import (
     verbose_option,
 )
 from toolkit.cli.progress import SMALL_CLUSTER, progress_reporter
-from toolkit.cluster import ClusterPlan, ClusterStatus
 from toolkit.cluster.exclude import asked_exclusions
-from toolkit.cluster.grouping import group_nodes, render_failure_groups
+from toolkit.cluster.node_groups import group_nodes, render_failure_groups
+from toolkit.cluster.plan import ClusterPlan
+from toolkit.cluster.ray_status import ClusterStatus
 from toolkit.errors import ClusterError, PreflightError
 from toolkit.flows import BringUpOutcome, PreflightFailedError, PreflightPolicy, Session
 from toolkit.inventory import Inventory

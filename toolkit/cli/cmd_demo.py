@@ -53,6 +53,9 @@ def demo_cmd(
         barrier_every=10,
         save_steps=max_steps,
         log_every=10,
+        # The tiny GPT trains in seconds; compiling it (what --compile auto does on
+        # GPUs) takes tens of seconds.
+        compile="off",
     ).check()
     html = None
     workload = TrainWorkload(config, run_id)

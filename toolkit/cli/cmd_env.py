@@ -7,12 +7,13 @@ import os
 import click
 
 from toolkit.cli.common import choose_inventory, inventory_options, print_json
-from toolkit.cluster import StateStore, build_plan
-from toolkit.cluster.client_env import SHELLS, detect_shell, local_client_env, render_exports
+from toolkit.cluster.plan import build_plan
+from toolkit.credentials.client_env import SHELLS, detect_shell, local_client_env, render_exports
 from toolkit.errors import ClusterError
 from toolkit.flows import Session
 from toolkit.netenv.detect import detect_network
 from toolkit.netenv.render import render_network
+from toolkit.state.store import StateStore
 
 ENV_HELP = """Show each node's network and the NCCL/Gloo variables rtk gives Ray there.
 

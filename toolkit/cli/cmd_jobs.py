@@ -29,7 +29,16 @@ from toolkit.cli.jobs_output import (
     render_jobs,
     stop_line,
 )
-from toolkit.cluster.jobs import (
+from toolkit.cluster.ray_logs import (
+    MAX_BYTES_PER_NODE,
+    collect_ray_logs,
+    default_destination,
+    parse_duration_s,
+)
+from toolkit.errors import ClusterError, JobError
+from toolkit.flows import CommandWorkload, Session
+from toolkit.inventory import Inventory
+from toolkit.jobs.client import (
     LIST_LIMIT,
     STOP_WAIT_S,
     follow_job,
@@ -38,21 +47,12 @@ from toolkit.cluster.jobs import (
     list_jobs,
     stop_job,
 )
-from toolkit.cluster.ray_logs import (
-    MAX_BYTES_PER_NODE,
-    collect_ray_logs,
-    default_destination,
-    parse_duration_s,
-)
-from toolkit.cluster.runtime_env import (
+from toolkit.jobs.runtime_env import (
     RuntimeEnvError,
     merge_runtime_env,
     parse_env_pairs,
     parse_runtime_env_json,
 )
-from toolkit.errors import ClusterError, JobError
-from toolkit.flows import CommandWorkload, Session
-from toolkit.inventory import Inventory
 
 LAUNCH_HELP = """Run any COMMAND on the cluster as a Ray job (its driver runs on the head).
 

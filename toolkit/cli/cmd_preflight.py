@@ -9,7 +9,6 @@ from pathlib import Path
 import click
 
 from toolkit.cli.common import choose_inventory, inventory_options, print_json
-from toolkit.cluster import StateStore
 from toolkit.flows import Session
 from toolkit.preflight.bandwidth.measure import parse_sizes
 from toolkit.preflight.checks import Thresholds
@@ -22,6 +21,7 @@ from toolkit.preflight.peers import (
     parse_mode,
 )
 from toolkit.preflight.runner import BandwidthOptions, LoadOptions, run_preflight
+from toolkit.state.store import StateStore
 
 RUN_DIR_HELP = "Deprecated: the old name of --output-dir."
 

@@ -11,8 +11,8 @@ from typing import Any, TypeVar
 import click
 
 from toolkit.cli.common import exclude_options
+from toolkit.cluster.containers.slurm_step import batch_script_note
 from toolkit.cluster.exclude import asked_exclusions
-from toolkit.cluster.step_container import batch_script_note
 from toolkit.inventory import load_inventory
 from toolkit.rundir import RunDir
 from toolkit.slurm.options import DEFAULT_MAX_RESTARTS, PREFLIGHT_MODES, merge_options

@@ -9,9 +9,9 @@ from collections.abc import Sequence
 import click
 
 from toolkit.cli.common import DRY_RUN_HELP, choose_inventory, local_option
-from toolkit.cluster import build_plan
-from toolkit.cluster.client_env import node_session_script
+from toolkit.cluster.plan import build_plan
 from toolkit.cluster.plan_summary import cut_hostlist
+from toolkit.credentials.client_env import node_session_script
 from toolkit.errors import TransportError
 from toolkit.inventory import Inventory, Node
 from toolkit.shell import join

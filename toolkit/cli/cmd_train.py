@@ -24,9 +24,7 @@ from toolkit.cli.help import TrainCommand
 from toolkit.cli.jobs_output import outcome_lines
 from toolkit.cli.progress import progress_reporter
 from toolkit.cli.reporting import report_run
-from toolkit.cluster import StateStore
-from toolkit.cluster.container import check_path_mounted
-from toolkit.cluster.jobs import JobOutcome
+from toolkit.cluster.containers.docker import check_path_mounted
 from toolkit.errors import PreflightError, RtkError
 from toolkit.flows import (
     Driver,
@@ -43,7 +41,17 @@ from toolkit.flows.ray_address import (
 )
 from toolkit.flows.timings import TrainClock
 from toolkit.inventory import Inventory
-from toolkit.train.config import PRECISIONS, PRESETS, STRATEGIES, TrainConfig
+from toolkit.jobs.client import JobOutcome
+from toolkit.state.store import StateStore
+from toolkit.train.config import (
+    AUTO_COMPILE_MIN_STEPS,
+    COMPILE_BACKENDS,
+    COMPILE_MODES,
+    PRECISIONS,
+    PRESETS,
+    STRATEGIES,
+    TrainConfig,
+)
 
 TRAIN_HELP = """Train the built-in GPT on the cluster INVENTORY describes, as a Ray job.
 
@@ -181,6 +189,24 @@ Options may be spelled with underscores too, as train_gpt.py's are in Ray guides
     "--gradient-checkpointing",
     is_flag=True,
     help="Recompute activations in the backward pass: less memory, more compute.",
+)
+@click.option(
+    "--compile",
+    type=click.Choice(COMPILE_MODES),
+    default="auto",
+    show_default=True,
+    help="torch.compile the model: on, off, or auto: on when training on GPUs for at "
+    f"least {AUTO_COMPILE_MIN_STEPS} steps. The steps that compile are timed apart "
+    "(compile_s in metrics.jsonl) and left out of the run's tokens/s and MFU.",
+)
+@click.option(
+    "--compile-backend",
+    type=click.Choice(COMPILE_BACKENDS),
+    default="inductor",
+    show_default=True,
+    hidden=True,
+    help="torch.compile's backend: inductor generates kernels; aot_eager and eager only "
+    "trace, to tell a tracing problem from a code-generation one.",
 )
 @click.option(
     "--bucket-cap-mb",
@@ -504,9 +530,10 @@ def _resources(text: str | None) -> dict[str, float]:
 def _last_run(store: StateStore, resume: bool) -> str | None:
     if not resume:
         return None
-    runs = (store.load() or {}).get("runs") or []
-    if not runs:
+    state = store.load()
+    last = state.last_run if state is not None else None
+    if last is None:
         raise RtkError(
             "--resume: no earlier run of this cluster is recorded here; name it with --run-id"
         )
-    return str(runs[-1]["run_id"])
+    return last.run_id

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from toolkit.cluster.command import NodeRun
-from toolkit.cluster.grouping import NodeGroup, group_nodes
+from toolkit.cluster.node_groups import NodeGroup, group_nodes
 
 SMALL_CLUSTER = 8
 

@@ -80,6 +80,7 @@ class TrainCommand(UnderscoreSpellings, SectionedCommand):
             "zero_stage",
             "offload_optimizer",
             "gradient_checkpointing",
+            "compile",
         ),
         "Checkpoints and failures": (
             "save_steps",
@@ -95,6 +96,7 @@ class TrainCommand(UnderscoreSpellings, SectionedCommand):
             "telemetry_sensors",
             "telemetry_rate_hz",
             "power_rate_hz",
+            "energy_rate_hz",
             "prometheus_port",
             "barrier_every",
             "baseline_s",

@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from toolkit.cluster.grouping import group_nodes, render_failure_groups
-from toolkit.cluster.jobs import JobInfo, JobListing, JobOutcome
+from toolkit.cluster.node_groups import group_nodes, render_failure_groups
 from toolkit.cluster.ray_logs import LogsCollection
+from toolkit.jobs.client import JobInfo, JobListing, JobOutcome
 
 COLUMNS = ("SUBMISSION ID", "STATUS", "STARTED", "ENDED", "ENTRYPOINT")
 MIN_ENTRYPOINT_CHARS = 12

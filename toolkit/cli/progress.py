@@ -12,7 +12,7 @@ step (``rtk up`` on 1,024 nodes printed about 4,100 lines that way):
 - with ``--verbose``, every node's line as ``ConsoleReporter`` prints it.
 
 Small clusters (``SMALL_CLUSTER`` nodes or fewer) keep their per-node lines. When it
-closes, the failures are listed grouped by cause (``toolkit.cluster.grouping``).
+closes, the failures are listed grouped by cause (``toolkit.cluster.node_groups``).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from types import TracebackType
 from typing import TextIO
 
 from toolkit.cli.common import ConsoleReporter
-from toolkit.cluster.grouping import group_nodes, render_failure_groups
-from toolkit.cluster.report import PHASES, Phase
+from toolkit.cluster.node_groups import group_nodes, render_failure_groups
+from toolkit.cluster.progress_reporter import PHASES, Phase
 
 SMALL_CLUSTER = 8
 REFRESH_S = 0.25

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from toolkit.cluster.container import name_tokens
+from toolkit.cluster.containers.docker import name_tokens
 from toolkit.cluster.plan import ClusterPlan, NodePlan
 from toolkit.cluster.plan_summary import RenderedNode, group_nodes
 from toolkit.shell import join, quote

@@ -7,9 +7,9 @@ state directory); the others need nothing.
 
 from __future__ import annotations
 
-from toolkit.cluster.state import state_root
 from toolkit.inventory import Inventory
 from toolkit.slurm.allocation import read_allocation
+from toolkit.state.store import state_root
 from toolkit.transport import SrunTransport, Transport, transport_class
 
 

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolkit.cluster.plan import STOP_GRACE_S, ClusterPlan, NodePlan
-from toolkit.cluster.report import Reporter
-from toolkit.cluster.state import StateStore
+from toolkit.cluster.progress_reporter import Reporter
 from toolkit.errors import ClusterError
-from toolkit.node import call_agent
+from toolkit.nodeinfo import call_agent
+from toolkit.state.store import StateStore
 from toolkit.transport.base import Transport
 from toolkit.transport.group import DEFAULT_PARALLEL, GroupResult, run_each
 

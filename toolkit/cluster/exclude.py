@@ -19,6 +19,7 @@ from toolkit.errors import RtkError, RunDirError
 from toolkit.inventory import Inventory
 from toolkit.inventory.hostrange import HostRangeError, expand_hosts, name_ranges
 from toolkit.rundir.preflight import Exclusion
+from toolkit.state.cluster_state import ClusterState
 
 __all__ = [
     "ExcludeError",
@@ -155,24 +156,16 @@ def inventory_without(inventory: Inventory, excluded: Sequence[Exclusion]) -> In
     return dataclasses.replace(inventory, nodes=left)
 
 
-def excluded_from_state(state: dict[str, Any] | None, inventory: Inventory) -> list[Exclusion]:
+def excluded_from_state(state: ClusterState | None, inventory: Inventory) -> list[Exclusion]:
     """The exclusions the last ``rtk up`` recorded in the state store, for ``inventory``.
 
     Only those still naming one of its workers count (the inventory may have changed
-    since); a malformed entry is ignored like a missing one.
+    since); a malformed entry is skipped when the state is read (``ClusterState``).
     """
-    if not state or not isinstance(state.get("excluded"), list):
+    if state is None:
         return []
     workers = {n.name for n in inventory.workers}
-    found = []
-    for item in state["excluded"]:
-        try:
-            exclusion = Exclusion.from_json(item, "state.json: excluded")
-        except RunDirError:
-            continue
-        if exclusion.node in workers:
-            found.append(Exclusion(exclusion.node, exclusion.reasons))
-    return found
+    return [Exclusion(e.node, e.reasons) for e in state.excluded if e.node in workers]
 
 
 def _names(nodes: Sequence[str]) -> str:

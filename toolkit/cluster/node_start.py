@@ -1,6 +1,6 @@
 """One node's steps of a bring-up: probe and files, ``ray start``, and what they left.
 
-``cluster.up`` orders these steps across the nodes (fan-out, the head first, workers
+``cluster.start`` orders these steps across the nodes (fan-out, the head first, workers
 in waves); each function here runs on one node and records what happened on that
 node's ``NodeOutcome``.
 """
@@ -14,14 +14,14 @@ from dataclasses import dataclass
 
 from toolkit.cluster.down import stop_node
 from toolkit.cluster.plan import RAY_READY_TEXT, ClusterPlan, NodePlan, fill_env
-from toolkit.cluster.render import env_file
-from toolkit.cluster.report import Reporter
-from toolkit.cluster.status import ClusterStatus, cluster_status
-from toolkit.cluster.tls import ClusterTls
+from toolkit.cluster.plan_text import env_file
+from toolkit.cluster.progress_reporter import Reporter
+from toolkit.cluster.ray_status import ClusterStatus, cluster_status
+from toolkit.credentials.tls import ClusterTls
 from toolkit.errors import ClusterError, WaitTimeoutError
 from toolkit.netenv import env_for_node
-from toolkit.node import call_agent
-from toolkit.node.probe import ContainerFacts, ProbeFacts
+from toolkit.nodeinfo import call_agent
+from toolkit.nodeinfo.probe import ContainerFacts, ProbeFacts
 from toolkit.preflight.container_checks import container_checks, failure_text
 from toolkit.transport.base import Transport
 

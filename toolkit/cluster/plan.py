@@ -1,7 +1,7 @@
 """The bring-up plan: a pure function from inventory to per-node commands and files.
 
 Nothing here touches a node. ``rtk up --dry-run`` prints this plan, and the executor
-(``toolkit.cluster.up``) runs exactly these commands, so what a user reads is what
+(``toolkit.cluster.start``) runs exactly these commands, so what a user reads is what
 happens. Values a node reports at run time (its address on the route to the head,
 that route's interface) appear as ``Detect`` placeholders until the probe fills them;
 the NCCL variables of the network profile (``toolkit.netenv``) depend on the node's
@@ -15,12 +15,13 @@ import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from toolkit.cluster.container import ContainerPlan, container_plan
+from toolkit.cluster.containers.docker import ContainerPlan, container_plan
+from toolkit.cluster.containers.slurm_step import StepContainerPlan, step_container_plan
 from toolkit.cluster.exclude import inventory_without
-from toolkit.cluster.step_container import StepContainerPlan, step_container_plan
 from toolkit.inventory import Inventory, Node
-from toolkit.node import AGENT
+from toolkit.nodeinfo import AGENT
 from toolkit.ray_resources import host_resource
+from toolkit.rundir.pack import PACK_PATTERNS
 from toolkit.rundir.preflight import Exclusion
 from toolkit.shell import join, with_env_file
 from toolkit.transport import transport_class
@@ -166,8 +167,11 @@ class ClusterPlan:
         return self._ray_agent_command("status", "-", self.head_address)
 
     def pack_command(self, run_dir: str, out_path: str) -> str:
-        """Command run on the head that packs a run directory's results into ``out_path``."""
-        return AGENT.command(self.head.node, "pack", run_dir, out_path)
+        """Command run on the head that packs a run directory's results into ``out_path``.
+
+        The agent takes what the run directory's pack list names (``PACK_PATTERNS``).
+        """
+        return AGENT.command(self.head.node, "pack", run_dir, out_path, ",".join(PACK_PATTERNS))
 
     def smoke_command(self) -> str:
         """Command run on the head that runs one Ray task on every node (agent on stdin)."""
@@ -370,7 +374,7 @@ def fill_env(
     Args:
         plan: The node's plan.
         facts: The probe's values by ``Detect.fact`` name (``node_ip``, ``interface``):
-            ``toolkit.node.probe.ProbeFacts.detected()``.
+            ``toolkit.nodeinfo.probe.ProbeFacts.detected()``.
         network: The network profile's variables for this node (``NetEnv.variables``);
             they go after ``NETWORK_AFTER``, except those the plan already sets (the
             inventory's own values, which win).

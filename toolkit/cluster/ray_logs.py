@@ -29,8 +29,8 @@ from typing import Any
 
 from toolkit.cluster.plan import ClusterPlan, NodePlan
 from toolkit.errors import ClusterError, RtkError, TransportError
-from toolkit.node.fields import answer_fields
-from toolkit.node.script import NodeScript
+from toolkit.nodeinfo.fields import answer_fields
+from toolkit.nodeinfo.script import NodeScript
 from toolkit.shell import join
 from toolkit.telemetry.fetch import unpack
 from toolkit.transport.base import Transport

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from toolkit.cluster.plan import ClusterPlan
 from toolkit.errors import ClusterError
-from toolkit.node import call_agent
+from toolkit.nodeinfo import call_agent
 from toolkit.transport.base import Transport
 
 SMOKE_TIMEOUT_S = 180.0

@@ -16,7 +16,7 @@ from toolkit.flows.outcome import (
     ReportOutcome,
     WorkloadOutcome,
 )
-from toolkit.flows.plan import RunPlan
+from toolkit.flows.run_plan import RunPlan
 from toolkit.flows.session import Session, TransportFactory, transports_from
 from toolkit.flows.workload import (
     CommandWorkload,

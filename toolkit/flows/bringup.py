@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from toolkit.cluster import StateStore, up
 from toolkit.cluster.plan import ClusterPlan
-from toolkit.cluster.report import Reporter
+from toolkit.cluster.progress_reporter import Reporter
+from toolkit.cluster.start import up
 from toolkit.flows.outcome import (
     BringUpOutcome,
     PreflightFailedError,
@@ -17,6 +17,7 @@ from toolkit.flows.outcome import (
 from toolkit.preflight.result import PreflightReport
 from toolkit.preflight.runner import run_preflight, save_in_run_dir
 from toolkit.rundir import RunDir
+from toolkit.state.store import StateStore
 from toolkit.transport.base import Transport
 
 
@@ -31,8 +32,8 @@ def bring_up(
 ) -> BringUpOutcome:
     """Start Ray on every node, then run the fast checks unless ``policy`` skips them.
 
-    ``rotate``: new credentials first (``cluster.rotate``; refused on a running cluster).
-    ``head_ready``: called once the head has its files (``cluster.up``).
+    ``rotate``: new credentials first (``credentials.rotate``; refused on a running cluster).
+    ``head_ready``: called once the head has its files (``cluster.start``).
 
     Raises:
         PreflightFailedError: A check failed and ``policy`` enforces them (the cluster

@@ -26,10 +26,10 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from toolkit.cluster.plan import ClusterPlan, build_plan
-from toolkit.cluster.state import StateStore, state_root
 from toolkit.errors import InventoryError, RtkError, StateError
 from toolkit.inventory import Inventory, default_inventory, load_inventory
 from toolkit.inventory.loader import EMBEDDED_SOURCE
+from toolkit.state.store import StateStore, state_root
 
 AUTO = "auto"
 # Ray's own defaults, for an address given without a port.
@@ -190,7 +190,7 @@ def known_clusters(root: Path | None = None) -> tuple[list[ClusterPlan], list[st
             continue
         if record is None:
             continue
-        source = str(record.get("source") or "")
+        source = record.source or ""
         if not source:
             unreadable.append(f"{directory.name}: no inventory recorded")
             continue

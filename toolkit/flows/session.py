@@ -18,26 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from toolkit.cluster import (
-    ClusterStatus,
-    DownResult,
-    StateStore,
-    build_plan,
-    cluster_status,
-    down,
-    render_down,
-    render_down_summary,
-    render_up,
-    render_up_summary,
-    shipped_code,
-)
 from toolkit.cluster.command import NodeRun, command_line, container_lines, run_everywhere
 from toolkit.cluster.connect import make_transport
-from toolkit.cluster.container import check_startable
+from toolkit.cluster.containers.docker import check_startable
+from toolkit.cluster.down import DownResult, down
 from toolkit.cluster.exclude import ExcludeError, excluded_from_state
-from toolkit.cluster.jobs import JobOutcome, job_client, run_job, submit_job
-from toolkit.cluster.local_driver import LocalDriver, is_local_address, run_local_driver
-from toolkit.cluster.report import QuietReporter, Reporter
+from toolkit.cluster.plan import build_plan
+from toolkit.cluster.plan_text import render_down, render_down_summary, render_up, render_up_summary
+from toolkit.cluster.progress_reporter import QuietReporter, Reporter
+from toolkit.cluster.ray_status import ClusterStatus, cluster_status
 from toolkit.errors import JobError, RtkError
 from toolkit.flows import bringup
 from toolkit.flows.outcome import (
@@ -48,7 +37,7 @@ from toolkit.flows.outcome import (
     ReportOutcome,
     WorkloadOutcome,
 )
-from toolkit.flows.plan import RunPlan
+from toolkit.flows.run_plan import RunPlan
 from toolkit.flows.workload import (
     Driver,
     ExecRequest,
@@ -58,8 +47,12 @@ from toolkit.flows.workload import (
     job_request,
 )
 from toolkit.inventory import Inventory
+from toolkit.jobs import shipped_code
+from toolkit.jobs.client import JobOutcome, job_client, run_job, submit_job
+from toolkit.jobs.local_driver import LocalDriver, is_local_address, run_local_driver
 from toolkit.rundir import RunDir
 from toolkit.rundir.preflight import Exclusion
+from toolkit.state.store import StateStore
 from toolkit.telemetry.fetch import fetch_run
 from toolkit.train.submit import remember_run
 from toolkit.transport.base import Transport
@@ -216,7 +209,7 @@ class Session:
         """The Ray job ``run_workload`` would submit, its driver placed as ``driver`` says.
 
         It carries rtk's source to the nodes unless the last ``rtk up`` found the
-        same source installed on every node (``cluster.shipped_code``).
+        same source installed on every node (``jobs.shipped_code``).
 
         Raises:
             JobError: ``driver`` is ``LOCAL`` but this machine is not the head.
@@ -318,7 +311,7 @@ class Session:
         """Start Ray everywhere, then the fast checks as ``preflight`` says.
 
         ``rotate``: a new token, CA and certificates first (refused while it runs).
-        ``head_ready``: called once the head has its files (``cluster.up``).
+        ``head_ready``: called once the head has its files (``cluster.start``).
 
         Raises:
             PreflightFailedError: A check failed under ``ENFORCE`` (the cluster stays up).

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from toolkit.cluster import build_plan
-from toolkit.cluster.report import Reporter
+from toolkit.cluster.plan import build_plan
+from toolkit.cluster.progress_reporter import Reporter
 from toolkit.errors import ExperimentError, Problem, RtkError, RunDirError
 from toolkit.flows import (
     CommandWorkload,

@@ -2,7 +2,7 @@
 
 Stamped on this machine's clock from what it sees: its own steps (preflight, the
 report) and the job's log as it streams in (the driver's first line, the first step
-trained). Log lines arrive within one poll of the log tail (``cluster.logtail``), so
+trained). Log lines arrive within one poll of the log tail (``jobs.logtail``), so
 the job's phases are known to about that.
 """
 
@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from toolkit.cluster.timings import PhaseSpan, render_phases
+from toolkit.cluster.up_timings import PhaseSpan, render_phases
 
 DRIVER_PREFIX = "rtk train: "
 # The trainer's step line (``toolkit.train.loop``), as rank 0 prints it: the first one

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.cluster.plan import ClusterPlan
-from toolkit.cluster.runtime_env import working_dir_env
-from toolkit.cluster.state import state_root
+from toolkit.jobs.runtime_env import working_dir_env
+from toolkit.state.store import state_root
 from toolkit.telemetry.options import TelemetryOptions
 from toolkit.telemetry.record_submission import record_job
 from toolkit.train.config import TrainConfig
@@ -78,7 +78,7 @@ class Driver(StrEnum):
     ``JOB``: submitted to Ray's Jobs API, whose supervisor starts it on the head
     (``rtk jobs``, ``logs`` and ``stop`` reach it). ``LOCAL``: a process started by
     rtk on this machine, which is the head, as Ray's SLURM template runs its program
-    (``cluster.local_driver``: no supervisor to start first, so the job starts sooner).
+    (``jobs.local_driver``: no supervisor to start first, so the job starts sooner).
     ``AUTO``: ``LOCAL`` inside a SLURM allocation on the head, else ``JOB``.
     """
 
@@ -162,7 +162,7 @@ def job_request(
     """The Ray job that runs ``workload`` on ``plan``'s cluster (pure).
 
     ``ship_code`` False: the nodes import the same rtk as this machine, and the job
-    carries none (``toolkit.cluster.shipped_code``).
+    carries none (``toolkit.jobs.shipped_code``).
     """
     stamp = int(time.time() if now_s is None else now_s)
     url = plan.dashboard_url

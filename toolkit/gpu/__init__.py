@@ -1,5 +1,5 @@
 """GPU settings for a run: power limits and locked clocks through NVML, always put back.
 
-``control.py`` runs on the nodes (stdlib and pynvml only; its text is fed to
-``python -`` over the transport); ``settings.py`` is rtk's side of it.
+``settings.py`` is rtk's side; the node script it runs on every GPU node (stdlib and
+pynvml only) is ``toolkit/node/gpu_control.py``.
 """

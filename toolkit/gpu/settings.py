@@ -1,7 +1,7 @@
 """Set GPU power limits and clock locks on every GPU node for a block, then put them back.
 
-rtk's side of ``control.py`` (which runs on the nodes): ``gpu_settings`` applies on every
-node with GPUs in parallel and restores on every node where it applied (even partly),
+rtk's side of the node script ``toolkit/node/gpu_control.py``: ``gpu_settings`` applies on
+every node with GPUs in parallel and restores on every node where it applied (even partly),
 whether the block ends normally, with an exception, or with Ctrl-C. While it restores,
 a Ctrl-C is held back until the restore is done (then raised). Each node keeps what
 to put back in a restore file (``restore_file(plan)``) before changing anything, so
@@ -20,7 +20,7 @@ from typing import Any
 
 from toolkit.cluster.plan import ClusterPlan, NodePlan
 from toolkit.errors import GpuControlError
-from toolkit.node import NodeScript
+from toolkit.nodeinfo import NodeScript
 from toolkit.transport.base import Transport
 from toolkit.transport.group import GroupResult, run_each
 
@@ -30,12 +30,12 @@ RESTORE_FILE_NAME = "gpu-restore.json"
 CONTROL_TIMEOUT_S = 60.0
 
 
-CONTROL = NodeScript("toolkit.gpu", "control.py", GpuControlError, ok_key="ok")
-"""The node-side ``control.py``: success is ``{"ok": true, "result": {...}}``."""
+CONTROL = NodeScript("toolkit.node", "gpu_control.py", GpuControlError, ok_key="ok")
+"""The node script ``gpu_control.py``: success is ``{"ok": true, "result": {...}}``."""
 
 
 def control_source() -> str:
-    """The text of the node-side ``control.py``."""
+    """The text ``gpu_control.py`` is sent as."""
     return CONTROL.source()
 
 
@@ -52,7 +52,7 @@ def control_command(
     gpu_clocks_mhz: tuple[int, int] | None = None,
     mem_clocks_mhz: tuple[int, int] | None = None,
 ) -> str:
-    """The command line that runs ``control.py COMMAND`` (fed on stdin) on a node."""
+    """The command line that runs ``gpu_control.py COMMAND`` (fed on stdin) on a node."""
     node = node_plan.node
     argv = [command, "--node", node.name, "--restore-file", restore_path]
     if power_limit_w is not None:
@@ -87,7 +87,7 @@ def gpu_settings(
     """Apply the settings on every node with GPUs for the ``with`` block; restore after.
 
     Yields:
-        Node name -> what ``control.apply`` set there (per GPU UUID); empty when
+        Node name -> what ``gpu_control.apply`` set there (per GPU UUID); empty when
         nothing was asked (then no node is touched).
 
     Raises:
@@ -146,7 +146,7 @@ def restore_all(plan: ClusterPlan, transport: Transport) -> dict[str, dict[str, 
     (and needs no NVML).
 
     Returns:
-        Node name -> what ``control.restore`` did there.
+        Node name -> what ``gpu_control.restore`` did there.
 
     Raises:
         GpuControlError: A node could not be reached or not restored (named, with why);

@@ -19,8 +19,8 @@ from toolkit.errors import NetEnvError
 from toolkit.inventory import Inventory, Node
 from toolkit.netenv.facts import NetworkFacts
 from toolkit.netenv.profiles import NetEnv, env_for_node
-from toolkit.node import call_agent
-from toolkit.node.probe import ProbeFacts, RouteFacts
+from toolkit.nodeinfo import call_agent
+from toolkit.nodeinfo.probe import ProbeFacts, RouteFacts
 from toolkit.transport.base import Transport
 from toolkit.transport.group import run_each
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from toolkit.netenv.detect import NetworkReport, NodeNetwork
 from toolkit.netenv.facts import HcaPort, Link, NetworkFacts
 from toolkit.netenv.profiles import found_text
-from toolkit.node.probe import RouteFacts
+from toolkit.nodeinfo.probe import RouteFacts
 
 _SOURCES = {
     "inventory": "network.interface in the inventory",

@@ -1,30 +1,17 @@
-"""Code that runs on the nodes themselves, sent over the transport (stdlib only).
+"""The scripts that run on the nodes: standard library only, never imported by rtk.
 
-``agent.py`` and ``facts.py`` are never imported by rtk: their text is fed to
-``python -`` on a node by ``NodeScript`` (``script.py``), rtk's one way to call them.
+Each script's text is fed to the node's own Python as ``python - ARGS`` (no rtk
+installed there) by ``toolkit.nodeinfo.script.NodeScript``, which puts ``common.py``,
+the pieces the scripts share, in front of it as it sends it:
+
+- ``agent.py``: probe a node before Ray starts, stop rtk's processes, Ray's node
+  list, a smoke task per node, pack a run's results;
+- ``facts.py``: what preflight grades on a node;
+- ``logpack.py``: pack a node's Ray and rtk logs, bounded, for a bug report;
+- ``gpu_control.py``: GPU power limits and locked clocks, recorded and put back;
+- ``common.py``: the shared pieces (the ``main`` of a script, the RDMA ports' files,
+  the digest of rtk's source); stdlib only too, so rtk's host code may import it.
+
+rtk's side of them (the command lines, the typed records their answers are read into)
+is ``toolkit.nodeinfo``.
 """
-
-from __future__ import annotations
-
-from typing import Any
-
-from toolkit.inventory import Node
-from toolkit.node.script import AGENT, FACTS, NodeScript
-from toolkit.transport.base import Transport
-
-__all__ = ["AGENT", "FACTS", "NodeScript", "agent_source", "call_agent"]
-
-
-def agent_source() -> str:
-    """The text of ``agent.py``."""
-    return AGENT.source()
-
-
-def call_agent(transport: Transport, node: Node, command: str, timeout_s: float) -> dict[str, Any]:
-    """Run an agent command line (from the plan) on ``node`` and return its JSON answer.
-
-    Raises:
-        ClusterError: The agent did not run, or reported an error.
-        toolkit.errors.TransportError: The node could not be reached.
-    """
-    return AGENT.call(transport, node, command, timeout_s)

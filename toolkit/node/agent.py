@@ -11,12 +11,13 @@ Commands:
   stop MARKER_DIR GRACE_S                          stop rtk's Ray there, remove MARKER_DIR
   status DASHBOARD_URL|- GCS_ADDRESS               alive Ray nodes, seen from the head
   smoke GCS_ADDRESS HOSTS                          one Ray task on each node (comma list)
+  pack RUN_DIR OUT_PATH PATTERNS                   a run's results into a tar.gz (globs,
+                                                   comma list)
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib.util
 import json
 import logging
@@ -33,6 +34,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from typing import Any
+
+from toolkit.node.common import SYS_INFINIBAND, run_command, sorted_names, source_digest
 
 MARKER_VARIABLE = "RTK_CLUSTER_DIR"
 # Container runtimes: how each tells its version (docker's answer needs its daemon).
@@ -167,7 +170,6 @@ def _interface_owning(ip: str) -> str | None:
 # root so that tests can point them at recorded sysfs trees; a missing or unreadable
 # file is an absent fact, never an error.
 SYS_NET = "sys/class/net"
-SYS_INFINIBAND = "sys/class/infiniband"
 NET_TYPES = {"1": "ether", "32": "infiniband", "772": "loopback", "776": "ipv6-tunnel"}
 GID_SCAN = 16  # GID table entries read per RoCE/IB port (the first ones are the populated ones)
 ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
@@ -191,13 +193,6 @@ def _number(text: str | None) -> int | None:
         return None
 
 
-def _names(path: str) -> list[str]:
-    try:
-        return sorted(os.listdir(path))
-    except OSError:
-        return []
-
-
 def _after_colon(text: str | None) -> str | None:
     """``"4: ACTIVE"`` -> ``"ACTIVE"`` (sysfs port states carry their numeric code)."""
     return text.split(":", 1)[-1].strip() if text else None
@@ -217,7 +212,7 @@ def _link(root: str, name: str, nested: bool = True) -> dict[str, Any]:
         "speed_mbps": speed if speed is not None and speed > 0 else None,
         "type": NET_TYPES.get(kind or "", kind),
         "master": os.path.basename(os.readlink(master)) if os.path.islink(master) else None,
-        "lower": [n[len("lower_") :] for n in _names(base) if n.startswith("lower_")],
+        "lower": [n[len("lower_") :] for n in sorted_names(base) if n.startswith("lower_")],
         "bond": None,
     }
     slaves = _read(os.path.join(base, "bonding", "slaves"))
@@ -241,7 +236,7 @@ def _route_devices(root: str, interface: str) -> list[str]:
         seen.append(name)
         base = os.path.join(root, SYS_NET, name)
         todo += (_read(os.path.join(base, "bonding", "slaves")) or "").split()
-        todo += [n[len("lower_") :] for n in _names(base) if n.startswith("lower_")]
+        todo += [n[len("lower_") :] for n in sorted_names(base) if n.startswith("lower_")]
     return seen
 
 
@@ -251,7 +246,7 @@ def _hca_port(base: str, number: str) -> dict[str, Any]:
     rate = _read(os.path.join(path, "rate"))
     rate_match = re.match(r"\s*([\d.]+)\s*Gb/sec", rate or "")
     gids = []
-    indexes = sorted(int(i) for i in _names(os.path.join(path, "gids")) if i.isdigit())
+    indexes = sorted(int(i) for i in sorted_names(os.path.join(path, "gids")) if i.isdigit())
     for index in indexes[:GID_SCAN]:
         gid = _read(os.path.join(path, "gids", str(index)))
         if not gid or gid == ZERO_GID:
@@ -280,9 +275,9 @@ def _hca_port(base: str, number: str) -> dict[str, Any]:
 def _hca(root: str, name: str) -> dict[str, Any]:
     """One RDMA device: its ports and the network interfaces on each port."""
     base = os.path.join(root, SYS_INFINIBAND, name)
-    numbers = sorted((n for n in _names(os.path.join(base, "ports")) if n.isdigit()), key=int)
+    numbers = sorted((n for n in sorted_names(os.path.join(base, "ports")) if n.isdigit()), key=int)
     ports = {int(n): _hca_port(base, n) for n in numbers}
-    for netdev in _names(os.path.join(base, "device", "net")):
+    for netdev in sorted_names(os.path.join(base, "device", "net")):
         where = os.path.join(base, "device", "net", netdev)
         index = _number(_read(os.path.join(where, "dev_port")))
         if index is None:
@@ -323,7 +318,7 @@ def network_facts(interface: str | None, root: str = "/") -> dict[str, Any]:
             facts["route_devices"] = _route_devices(root, interface)
         ib = os.path.join(root, SYS_INFINIBAND)
         facts["infiniband"] = os.path.isdir(ib)
-        for name in _names(ib):
+        for name in sorted_names(ib):
             hca = _hca(root, name)
             for port in hca["ports"]:
                 served = set(port["netdevs"]) | set(port["gid_netdevs"])
@@ -334,25 +329,6 @@ def network_facts(interface: str | None, root: str = "/") -> dict[str, Any]:
     except Exception as e:  # noqa: BLE001 - facts are best effort; rtk shows what failed
         facts["error"] = f"{type(e).__name__}: {e}"
     return facts
-
-
-def source_digest(root: str) -> str:
-    """One digest of a package's source files: their paths under ``root`` and bytes.
-
-    Compiled files and ``__pycache__`` are left out. The host digests its own copy of
-    rtk with this same function, so two copies with equal digests run the same code.
-    """
-    digest = hashlib.sha256()
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        for name in sorted(files):
-            if name.endswith((".pyc", ".pyo")):
-                continue
-            path = os.path.join(folder, name)
-            digest.update(os.path.relpath(path, root).encode() + b"\0")
-            with open(path, "rb") as f:
-                digest.update(hashlib.sha256(f.read()).digest())
-    return digest.hexdigest()
 
 
 def rtk_source(package: str = RTK_PACKAGE) -> dict[str, str] | None:
@@ -421,7 +397,7 @@ def gpu_hook(runtime: str, binary: str, cdi_dirs: tuple[str, ...] = CDI_DIRS) ->
         hook = shutil.which(NVIDIA_HOOK)
         return {"found": hook is not None, "via": hook or ""}
     for folder in cdi_dirs:
-        for name in _names(folder):
+        for name in sorted_names(folder):
             path = os.path.join(folder, name)
             if not name.endswith((".yaml", ".yml", ".json")):
                 continue
@@ -638,20 +614,12 @@ def smoke(gcs_address: str, hosts_text: str) -> dict[str, Any]:
         ray.shutdown()
 
 
-# What rtk brings back from a run directory: never checkpoints, which can be huge.
-# A copy of toolkit/rundir/pack.py's PACK_PATTERNS (this script cannot import rtk on a
-# node); tests/unit/rundir/test_rundir.py keeps the two equal.
-PACK_PATTERNS = (
-    "telemetry/**/*",
-    "markers/*.jsonl",
-    "metrics*.jsonl",
-    "*.json",
-)
+def pack(run_dir: str, out_path: str, patterns_text: str) -> dict[str, Any]:
+    """Pack the files of ``run_dir`` that ``patterns_text`` names into ``out_path`` (tar.gz).
 
-
-def pack(run_dir: str, out_path: str) -> dict[str, Any]:
-    """Pack a run directory's telemetry, markers and metrics into a tar.gz at ``out_path``.
-
+    ``patterns_text`` is a comma list of globs under the run directory: rtk sends its
+    pack list (``toolkit.rundir.pack.PACK_PATTERNS``: telemetry, markers, metrics and
+    records, never checkpoints) on the command line (``ClusterPlan.pack_command``).
     Streams file by file to disk (the traces are already compressed: gzip level 1 is
     for the JSON files), so no run is ever held in memory; rtk then copies the archive
     in pieces and removes it.
@@ -666,7 +634,7 @@ def pack(run_dir: str, out_path: str) -> dict[str, Any]:
     out.parent.mkdir(parents=True, exist_ok=True)
     names = []
     with tarfile.open(out, mode="w:gz", compresslevel=1) as tar:
-        for pattern in PACK_PATTERNS:
+        for pattern in (p for p in patterns_text.split(",") if p):
             for path in sorted(root.glob(pattern)):
                 if path.is_file() and not path.name.endswith(".part"):
                     name = str(path.relative_to(root))
@@ -690,17 +658,8 @@ COMMANDS: dict[str, Callable[..., dict[str, Any]]] = {
 
 
 def main(argv: list[str]) -> int:
-    """Run one command and print its JSON result; exit 2 on bad usage, 3 on failure."""
-    if not argv or argv[0] not in COMMANDS:
-        print(json.dumps({"error": f"usage: agent {'|'.join(COMMANDS)} ARGS"}))
-        return 2
-    try:
-        result = COMMANDS[argv[0]](*argv[1:])
-    except Exception as e:  # noqa: BLE001 - reported to rtk as data, never a traceback
-        print(json.dumps({"error": f"{type(e).__name__}: {e}"}))
-        return 3
-    print(json.dumps(result))
-    return 0
+    """Run one command and print its JSON answer; exit 2 on bad usage, 3 on failure."""
+    return run_command("agent", COMMANDS, argv)
 
 
 if __name__ == "__main__":

@@ -5,14 +5,14 @@ Fed to ``python -`` over the transport like ``agent.py``: ``python - RUN_DIR DCG
 none) and ENV_FILE the env file ``rtk up`` left for Ray: it is sent back, with the TLS
 certificate and CA it names (never the key), for preflight's ``ray.auth``/``ray.tls``. The Ray
 ports this node must reach come inside the script's text: the host replaces the line
-``PEERS_JSON = ""`` with its request (``toolkit.node.reach_request``), which this script
+``PEERS_JSON = ""`` with its request (``toolkit.nodeinfo.reach_request``), which this script
 reads with ``targets``; they are tried ``REACH_CONCURRENCY`` at a time, each connection
 given ``CONNECT_TIMEOUT_S``. Prints one JSON object. GPU facts come from ``pynvml`` (nvidia-ml-py)
 when the node's Python has it; without it, or without a GPU, ``gpus.available`` is false.
 
 The node's error history is sent raw and bounded, and parsed on the host: the kernel
 log's XID lines (``kernel_xids``), DCGM's diagnostic JSON (``dcgm_diag``) and the
-InfiniBand/RoCE ports' sysfs files (``ib_port_files``).
+InfiniBand/RoCE ports' sysfs files (``read_port_files``, in ``common.py``).
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from toolkit.node.common import as_text, read_port_files, run_main
+
 PACKAGES = ("ray", "torch", "nvidia-nccl-cu12", "nvidia-nccl-cu13", "deepspeed")
 CONNECT_TIMEOUT_S = 2.0
 REACH_CONCURRENCY = 64  # connections tried at once (the host's time limit counts waves)
@@ -46,21 +48,6 @@ KERNEL_LOG_TIMEOUT_S = 10.0
 DCGM_TIMEOUT_S = {1: 120.0, 2: 600.0}
 DCGM_OUTPUT_MAX_CHARS = 512 * 1024
 RAY_FILE_MAX_CHARS = 64 * 1024  # an env file or a PEM certificate; more is not rtk's
-# The same files ``toolkit.preflight.history.ib_ports.read_port_files`` reads (a test holds
-# the two to the same answer); parsed on the host.
-IB_CLASS = "sys/class/infiniband"
-IB_PORT_FILES = ("state", "phys_state", "rate", "link_layer")
-IB_COUNTERS = (
-    "symbol_error",
-    "link_error_recovery",
-    "link_downed",
-    "port_rcv_errors",
-    "port_rcv_remote_physical_errors",
-    "local_link_integrity_errors",
-    "excessive_buffer_overrun_errors",
-)
-IB_PORTS_MAX = 64
-IB_VALUE_MAX_CHARS = 80
 
 
 def host_facts(run_dir: str) -> dict[str, Any]:
@@ -121,7 +108,7 @@ def gpu_facts(nvml: Any = None) -> dict[str, Any]:
     try:
         nvml.nvmlInit()
     except Exception as e:  # NVMLError; OSError from a broken library
-        return {"available": False, "reason": f"nvmlInit failed: {_text(str(e))}"}
+        return {"available": False, "reason": f"nvmlInit failed: {as_text(str(e))}"}
     try:
         return _read_gpus(nvml)
     finally:
@@ -151,7 +138,7 @@ def _read_gpus(nvml: Any) -> dict[str, Any]:
 
     driver = query(top_errors, "driver_version", nvml.nvmlSystemGetDriverVersion)
     if driver is not None:
-        out["driver_version"] = _text(driver)
+        out["driver_version"] = as_text(driver)
     cuda = query(top_errors, "cuda_driver_version", nvml.nvmlSystemGetCudaDriverVersion)
     if cuda is not None:
         out["cuda_driver_version"] = f"{cuda // 1000}.{cuda % 1000 // 10}"
@@ -168,7 +155,7 @@ def _read_gpus(nvml: Any) -> dict[str, Any]:
         if uuid is None:
             top_errors.setdefault(f"gpu {i}", "no handle or UUID")
             continue
-        devices[_text(uuid)] = _read_gpu(nvml, handle, i, query)
+        devices[as_text(uuid)] = _read_gpu(nvml, handle, i, query)
     out["devices"] = devices
     if top_errors:
         out["errors"] = top_errors
@@ -187,11 +174,11 @@ def _read_gpu(nvml: Any, handle: Any, index: int, query: Callable[..., Any]) -> 
 
     name = put("name", nvml.nvmlDeviceGetName)
     if name is not None:
-        gpu["name"] = _text(name)
+        gpu["name"] = as_text(name)
     put("index", nvml.nvmlDeviceGetIndex)
     pci = query(errors, "pci_bus_id", nvml.nvmlDeviceGetPciInfo, handle)
     if pci is not None:
-        gpu["pci_bus_id"] = _text(pci.busId)
+        gpu["pci_bus_id"] = as_text(pci.busId)
     enabled = nvml.NVML_FEATURE_ENABLED
     persistence = query(errors, "persistence_mode", nvml.nvmlDeviceGetPersistenceMode, handle)
     if persistence is not None:
@@ -243,10 +230,6 @@ def _read_gpu(nvml: Any, handle: Any, index: int, query: Callable[..., Any]) -> 
     if errors:
         gpu["errors"] = errors
     return gpu
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
 def targets(peers_json: str) -> dict[str, tuple[str, int]]:
@@ -392,39 +375,6 @@ def dcgm_diag(level: int) -> dict[str, Any] | None:
     }
 
 
-def ib_port_files(root: str = "/") -> dict[str, str]:
-    """Every RDMA port's state, rate, link layer and error counters, as raw text.
-
-    Keyed ``mlx5_0/1/state`` and ``mlx5_0/1/counters/symbol_error`` (the form
-    ``toolkit.preflight.history.ib_ports.parse_ports`` reads); empty without RDMA devices. A
-    file that cannot be read is left out; at most ``IB_PORTS_MAX`` ports.
-    """
-    base = os.path.join(root, IB_CLASS)
-    names = [*IB_PORT_FILES, *(f"counters/{c}" for c in IB_COUNTERS)]
-    found: dict[str, str] = {}
-    seen = 0
-    for hca in _listdir(base):
-        ports = os.path.join(base, hca, "ports")
-        for port in _listdir(ports):
-            seen += 1
-            if seen > IB_PORTS_MAX:
-                return found
-            for name in names:
-                try:
-                    with open(os.path.join(ports, port, name)) as f:
-                        found[f"{hca}/{port}/{name}"] = f.read(IB_VALUE_MAX_CHARS).strip()
-                except (OSError, UnicodeDecodeError):
-                    continue
-    return found
-
-
-def _listdir(path: str) -> list[str]:
-    try:
-        return sorted(os.listdir(path))
-    except OSError:
-        return []
-
-
 def ray_files(env_file: str) -> dict[str, str]:
     """The env file's text and, where it turns TLS on, the certificate and CA it names.
 
@@ -470,26 +420,28 @@ def _env_values(text: str) -> dict[str, str]:
 
 
 def main(argv: list[str]) -> int:
-    """Print this node's facts as JSON."""
-    run_dir = argv[0] if argv else "~"
-    dcgm_level = int(argv[1]) if len(argv) > 1 and argv[1].strip() else 0
-    env_file = argv[2] if len(argv) > 2 else ""
-    facts = host_facts(run_dir)
+    """Print this node's facts as one JSON line (``{"error": ...}`` and 3 on a failure)."""
+    return run_main(lambda: node_facts(*argv))
+
+
+def node_facts(run_dir: str = "~", dcgm_text: str = "0", env_file: str = "") -> dict[str, Any]:
+    """Everything preflight grades on this node (see the module's docstring)."""
+    dcgm_level = int(dcgm_text) if dcgm_text.strip() else 0
+    found = host_facts(run_dir)
     if env_file:
-        facts["ray_files"] = ray_files(env_file)
-    facts["reach"] = reach(targets(PEERS_JSON))
-    facts["gpus"] = gpu_facts()
-    facts["kernel_log"] = kernel_xids()
-    facts["ib_ports"] = ib_port_files()
+        found["ray_files"] = ray_files(env_file)
+    found["reach"] = reach(targets(PEERS_JSON))
+    found["gpus"] = gpu_facts()
+    found["kernel_log"] = kernel_xids()
+    found["ib_ports"] = read_port_files()
     dcgm = dcgm_diag(dcgm_level)
     if dcgm is not None:
-        facts["dcgm"] = dcgm
-    print(json.dumps(facts))
-    return 0
+        found["dcgm"] = dcgm
+    return found
 
 
 # The Ray ports to reach: the host replaces this line with its request, a JSON text
-# (``toolkit.node.reach_request``); empty when the script is run by hand.
+# (``toolkit.nodeinfo.reach_request``); empty when the script is run by hand.
 PEERS_JSON = ""
 
 if __name__ == "__main__":

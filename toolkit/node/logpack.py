@@ -1,6 +1,6 @@
 """Pack a node's Ray and rtk logs for a bug report: ``python - TEMP_DIR OUT MAX_BYTES SINCE_S``.
 
-Run on a node with this file on stdin (``toolkit.node.script.NodeScript``), so it
+Run on a node with this file on stdin (``toolkit.nodeinfo.script.NodeScript``), so it
 must work with only the standard library. It writes a tar.gz at OUT, file by file
 (nothing whole in memory), and prints one JSON line: what it took and left out.
 
@@ -23,7 +23,6 @@ in a file, with as many ``*``, so sizes hold while the archive streams.
 from __future__ import annotations
 
 import io
-import json
 import os
 import re
 import socket
@@ -32,6 +31,8 @@ import sys
 import tarfile
 import time
 from typing import Any, BinaryIO
+
+from toolkit.node.common import UsageError, run_main
 
 CHUNK_BYTES = 1 << 20
 MIN_TAIL_BYTES = 64 << 10  # a cut file keeps at least this much, else it is left out
@@ -269,16 +270,13 @@ def _note(
 
 def main(argv: list[str]) -> int:
     """Pack and print the JSON answer; exit 2 on bad usage, 3 on failure."""
-    if len(argv) not in (3, 4):
-        print(json.dumps({"error": "usage: logpack TEMP_DIR OUT_PATH MAX_BYTES [SINCE_S]"}))
-        return 2
-    try:
-        result = pack(*argv)
-    except Exception as e:  # noqa: BLE001 - reported to rtk as data, never a traceback
-        print(json.dumps({"error": f"{type(e).__name__}: {e}"}))
-        return 3
-    print(json.dumps(result))
-    return 0
+
+    def call() -> dict[str, Any]:
+        if len(argv) not in (3, 4):
+            raise UsageError("logpack TEMP_DIR OUT_PATH MAX_BYTES [SINCE_S]")
+        return pack(*argv)
+
+    return run_main(call)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Pure evaluation of node facts into checks: thresholds and hints live here.
 
 Facts come from ``toolkit/node/facts.py`` run on each node, read into the typed
-records of ``toolkit.node.host_facts``; nothing here touches a node, so every rule is
+records of ``toolkit.nodeinfo.host_facts``; nothing here touches a node, so every rule is
 tested on records built in the test. The GPU checks are in ``gpu_checks``.
 """
 
@@ -19,7 +19,7 @@ from toolkit.preflight.localise.culprit_checks import localise_checks
 from toolkit.preflight.result import Check, Status
 
 if TYPE_CHECKING:  # only for types: the bandwidth job (a Ray job driver) imports this module
-    from toolkit.node.host_facts import HostFacts, SoftwareFacts
+    from toolkit.nodeinfo.host_facts import HostFacts, SoftwareFacts
 
 GiB = 1024**3
 MiB = 1024**2

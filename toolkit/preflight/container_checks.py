@@ -1,13 +1,13 @@
 """Is a node fit to run rtk's container: the runtime answers, the image is there, GPUs go in.
 
-Graded from the node agent's probe (``toolkit.node.probe.ContainerFacts``), which
+Graded from the node agent's probe (``toolkit.nodeinfo.probe.ContainerFacts``), which
 ``rtk up`` runs on every node before it starts anything there: a failed check stops
 that node's start, named with the node and how to fix it. Pure: facts in, checks out.
 """
 
 from __future__ import annotations
 
-from toolkit.node.probe import ContainerFacts
+from toolkit.nodeinfo.probe import ContainerFacts
 from toolkit.rundir.preflight import Check
 
 PACKAGES = {"docker": "docker.io", "podman": "podman"}

@@ -1,7 +1,7 @@
 """Pure evaluation of a node's GPU facts into checks: NVML's view, against the inventory.
 
 The facts come from ``toolkit/node/facts.py`` (``gpu_facts``) on each node, read into
-``toolkit.node.gpu_facts.GpuFacts``; nothing here touches a node.
+``toolkit.nodeinfo.gpu_facts.GpuFacts``; nothing here touches a node.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from toolkit.node.gpu_facts import GpuDeviceFacts, GpuFacts
+from toolkit.nodeinfo.gpu_facts import GpuDeviceFacts, GpuFacts
 from toolkit.preflight.result import Check, Status
 
 # NVML's clocks-event reason bits (``nvmlClocksEventReason*``); the values are NVML's.

@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from toolkit.cluster.jobs import job_client, run_job
 from toolkit.cluster.plan import ClusterPlan
-from toolkit.cluster.state import StateStore
 from toolkit.errors import ClusterError
+from toolkit.jobs.client import job_client, run_job
+from toolkit.state.store import StateStore
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def run_preflight_job(
     Raises:
         ClusterError: The job failed or printed no result; the message has its status.
     """
-    from toolkit.cluster.shipped_code import code_env
+    from toolkit.jobs.shipped_code import code_env
 
     logs: list[str] = []
 

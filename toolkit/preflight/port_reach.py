@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from toolkit.node.host_facts import PortReach
+from toolkit.nodeinfo.host_facts import PortReach
 from toolkit.preflight.exclusions import MIN_PEERS
 from toolkit.preflight.peers import PeerPlan
 from toolkit.rundir.preflight import Check, PortFailures, ReachRecord

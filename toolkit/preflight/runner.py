@@ -3,7 +3,7 @@
 Each node runs ``toolkit/node/facts.py`` once (over its transport, like the agent): host
 facts, package versions, its clock, and TCP connections to the Ray ports of its peers
 that are up (``peers``: every other node up to 64 nodes, a ring and random peers above),
-sent inside the script's text (``toolkit.node.reach_request``). Each answer's port
+sent inside the script's text (``toolkit.nodeinfo.reach_request``). Each answer's port
 checks are tallied as it arrives (``port_reach``), so what is kept grows with the
 failures, not with the pairs. The grading is pure (``toolkit.preflight.checks``).
 """
@@ -18,13 +18,12 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from toolkit.cluster.plan import ClusterPlan, NodePlan
-from toolkit.cluster.state import StateStore
-from toolkit.cluster.status import cluster_status
-from toolkit.cluster.tls import utc_now
+from toolkit.cluster.ray_status import cluster_status
+from toolkit.credentials.tls import utc_now
 from toolkit.errors import ClusterError, RunDirError
-from toolkit.node import FACTS
-from toolkit.node.host_facts import NodeFacts
-from toolkit.node.reach_request import PeerPorts, ReachRequest, script_with
+from toolkit.nodeinfo import FACTS
+from toolkit.nodeinfo.host_facts import NodeFacts
+from toolkit.nodeinfo.reach_request import PeerPorts, ReachRequest, script_with
 from toolkit.preflight import checks, gpu_checks
 from toolkit.preflight.bandwidth.measure import PROGRESS_PREFIX, RESULT_PREFIX
 from toolkit.preflight.hardware import load_hardware
@@ -38,6 +37,7 @@ from toolkit.preflight.result import Check, PreflightReport
 from toolkit.preflight.security import NodeSecurity, node_security, security_checks
 from toolkit.rundir import RunDir
 from toolkit.shell import join
+from toolkit.state.store import StateStore
 from toolkit.transport.base import Transport
 from toolkit.transport.group import run_each
 

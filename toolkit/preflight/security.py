@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from toolkit.cluster.plan import ClusterPlan, NodePlan
-from toolkit.cluster.tls import RENEW_BEFORE, TlsError, cert_info, subject_names, verify_leaf
+from toolkit.credentials.tls import RENEW_BEFORE, TlsError, cert_info, subject_names, verify_leaf
 from toolkit.preflight.result import Check
 from toolkit.shell import parse_env_file, ray_tls_on
 

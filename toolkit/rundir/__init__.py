@@ -25,7 +25,14 @@ from toolkit.rundir.records import (
     ProfileRunRecord,
 )
 from toolkit.rundir.telemetry import Manifest, NodeManifest
-from toolkit.rundir.train import MetricsLine, TrainConfigRecord, metrics_step, read_metrics
+from toolkit.rundir.train import (
+    MetricsLine,
+    ThroughputSums,
+    TrainConfigRecord,
+    TrainThroughput,
+    metrics_step,
+    read_metrics,
+)
 
 __all__ = [
     "AllocationRecord",
@@ -42,7 +49,9 @@ __all__ = [
     "PreflightRecord",
     "ProfileRunRecord",
     "RunDir",
+    "ThroughputSums",
     "TrainConfigRecord",
+    "TrainThroughput",
     "TrainingProgress",
     "marker_path",
     "metrics_step",

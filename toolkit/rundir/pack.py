@@ -1,8 +1,7 @@
 """What rtk brings back from a run directory (never checkpoints, which can be huge).
 
-Standard library only and nothing else in this file: the node agent, which runs on
-the nodes without rtk installed, carries a copy of ``PACK_PATTERNS`` that a test
-keeps equal to this one.
+The node agent, which runs on the nodes without rtk installed, gets the list on its
+command line (``toolkit.cluster.plan.ClusterPlan.pack_command``).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,11 @@ class MetricsLine(Record):
         lr: The learning rate of the step.
         wall_s: When the line was written.
         mfu: Model FLOPs utilisation, on GPUs whose peak is known.
+        compile_s: On a step that compiled the model (``torch.compile``: tracing,
+            code generation, the backward's compilation on its first run), the seconds
+            rank 0 spent compiling in it; None on other steps. Its ``tokens_per_s`` and
+            ``mfu`` are the step's own, compile included: ``TrainThroughput`` leaves
+            such steps out.
     """
 
     step: int
@@ -35,9 +40,10 @@ class MetricsLine(Record):
     lr: float
     wall_s: float
     mfu: float | None = None
+    compile_s: float | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The line as written (``mfu`` only when known)."""
+        """The line as written (``mfu`` and ``compile_s`` only when known)."""
         out: dict[str, Any] = {
             "step": self.step,
             "loss": self.loss,
@@ -49,6 +55,8 @@ class MetricsLine(Record):
         }
         if self.mfu is not None:
             out["mfu"] = self.mfu
+        if self.compile_s is not None:
+            out["compile_s"] = self.compile_s
         return out
 
     def to_line(self) -> str:
@@ -68,6 +76,77 @@ class MetricsLine(Record):
             lr=f.number("lr"),
             wall_s=f.number("wall_s"),
             mfu=f.number_or_none("mfu"),
+            compile_s=f.number_or_none("compile_s"),
+        )
+
+
+@dataclass(frozen=True)
+class TrainThroughput:
+    """A run's training speed from its ``metrics.jsonl``, compiling steps apart.
+
+    The steps that compiled the model (``MetricsLine.compile_s``) are counted in
+    ``compile_s`` and left out of the rates, so the rates are the compiled model's
+    steady speed.
+
+    Attributes:
+        compile_s: Seconds spent compiling, all steps together; None when no step
+            compiled (an eager run).
+        compile_steps: Steps that compiled.
+        steps: Steps the rates are over (every other step).
+        tokens_per_s: Their tokens over their time; None without such steps.
+        mfu: Their model FLOPs utilisation (weighted by step time, which makes it
+            ``tokens_per_s``'s); None without such steps or a known GPU peak.
+    """
+
+    compile_s: float | None
+    compile_steps: int
+    steps: int
+    tokens_per_s: float | None
+    mfu: float | None
+
+    @classmethod
+    def of(cls, lines: Iterable[MetricsLine]) -> TrainThroughput:
+        """The figures of ``lines`` (read once, in constant memory)."""
+        sums = ThroughputSums()
+        for line in lines:
+            sums.add(line)
+        return sums.figures()
+
+
+@dataclass
+class ThroughputSums:
+    """Running sums for ``TrainThroughput``, one ``MetricsLine`` at a time."""
+
+    compile_s: float = 0.0
+    compile_steps: int = 0
+    steps: int = 0
+    tokens: int = 0
+    time_s: float = 0.0
+    mfu_time_s: float = 0.0
+    mfu_steps: int = 0
+
+    def add(self, line: MetricsLine) -> None:
+        """Count one step."""
+        if line.compile_s is not None:
+            self.compile_s += line.compile_s
+            self.compile_steps += 1
+            return
+        self.steps += 1
+        self.tokens += line.tokens
+        self.time_s += line.step_time_s
+        if line.mfu is not None:
+            self.mfu_time_s += line.mfu * line.step_time_s
+            self.mfu_steps += 1
+
+    def figures(self) -> TrainThroughput:
+        """The figures of the steps added so far."""
+        timed = self.time_s > 0
+        return TrainThroughput(
+            compile_s=self.compile_s if self.compile_steps else None,
+            compile_steps=self.compile_steps,
+            steps=self.steps,
+            tokens_per_s=self.tokens / self.time_s if timed else None,
+            mfu=self.mfu_time_s / self.time_s if timed and self.mfu_steps else None,
         )
 
 

@@ -7,7 +7,7 @@ command of a job, so ``rtk up``, ``preflight``, ``train`` and ``down`` agree:
   ``scontrol show hostnames``), the first one the head; each keeps the settings the
   inventory gives a node of that name, else those of the inventory's first node
   (its container too: pyxis or apptainer run Ray's step in it, see
-  ``toolkit.cluster.step_container``);
+  ``toolkit.cluster.containers.slurm_step``);
 - GPUs per node come from SLURM's variables, else the inventory;
 - the transport is srun (no SSH between compute nodes);
 - Ray's ports are a block chosen by the job id, so two jobs sharing a node do not

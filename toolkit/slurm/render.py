@@ -37,7 +37,7 @@ def render_script(
         command: For ``cluster``, the command to run (none: hold the cluster); for
             ``train``, options passed on to ``rtk train``.
         container_note: Comment lines on how Ray's steps run in containers
-            (``toolkit.cluster.step_container.batch_script_note``); none without.
+            (``toolkit.cluster.containers.slurm_step.batch_script_note``); none without.
 
     Raises:
         SbatchOptionError: Unknown template, or ``--requeue`` with one that cannot

@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath
 
 from toolkit.cluster.plan import ClusterPlan
 from toolkit.errors import ClusterError, TransportError
-from toolkit.node import call_agent
+from toolkit.nodeinfo import call_agent
 from toolkit.shell import join
 from toolkit.transport.base import Transport
 

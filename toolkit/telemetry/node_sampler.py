@@ -22,6 +22,7 @@ import ray
 from toolkit import wallclock
 from toolkit.rundir.traces import ReadStats, compact, live_files, read_table
 from toolkit.telemetry.sampler import Sampler
+from toolkit.telemetry.sensors.base import DEFAULT_ENERGY_RATE_HZ
 from toolkit.telemetry.sensors.factory import make_sensors
 
 
@@ -58,11 +59,14 @@ class NodeSampler:
         rate_hz: float,
         power_rate_hz: float | None,
         prometheus_port: int = 0,
+        energy_rate_hz: float | None = DEFAULT_ENERGY_RATE_HZ,
     ) -> None:
         """Open the node's sensors; nothing is sampled before ``start``."""
         self.path = live_trace_path(key, node)
         self.sensors = make_sensors(sensors)
-        self.sampler = Sampler(self.sensors, self.path, rate_hz, power_rate_hz)
+        self.sampler = Sampler(
+            self.sensors, self.path, rate_hz, power_rate_hz, energy_rate_hz=energy_rate_hz
+        )
         self.prometheus_port = prometheus_port
         self.server: Any = None
 

@@ -7,11 +7,11 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from toolkit.cluster.jobs import JOB_STOP_WAIT_S
 from toolkit.cluster.plan import ClusterPlan
-from toolkit.cluster.runtime_env import working_dir_env
-from toolkit.cluster.shipped_code import code_env
-from toolkit.cluster.state import state_root
+from toolkit.jobs.client import JOB_STOP_WAIT_S
+from toolkit.jobs.runtime_env import working_dir_env
+from toolkit.jobs.shipped_code import code_env
+from toolkit.state.store import state_root
 from toolkit.telemetry.options import TelemetryOptions
 
 

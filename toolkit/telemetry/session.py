@@ -40,6 +40,7 @@ from toolkit.telemetry.node_sampler import (
 )
 from toolkit.telemetry.options import TelemetryOptions
 from toolkit.telemetry.sampler import DEFAULT_RATE_HZ
+from toolkit.telemetry.sensors.base import DEFAULT_ENERGY_RATE_HZ
 
 logger = logging.getLogger(__name__)
 
@@ -94,9 +95,15 @@ class TelemetrySession:
         power_rate_hz: float | None = None,
         clock_rounds: int = 15,
         prometheus_port: int = 0,
+        energy_rate_hz: float | None = DEFAULT_ENERGY_RATE_HZ,
     ) -> None:
-        """Prepare a session; ``start`` begins sampling."""
+        """Prepare a session; ``start`` begins sampling.
+
+        ``energy_rate_hz``: energy counter readings per second (None: with every full
+        reading), as ``Sampler`` takes it.
+        """
         self.prometheus_port = prometheus_port
+        self.energy_rate_hz = energy_rate_hz
         self.run_dir = Path(run_dir)
         self.sensors = sensors
         self.rate_hz = rate_hz
@@ -117,6 +124,7 @@ class TelemetrySession:
             options.rate_hz,
             options.power_rate_hz or None,
             prometheus_port=options.prometheus_port,
+            energy_rate_hz=options.energy_rate_hz or None,
         )
 
     def __enter__(self) -> TelemetrySession:
@@ -151,6 +159,7 @@ class TelemetrySession:
                 self.rate_hz,
                 self.power_rate_hz,
                 self.prometheus_port,
+                self.energy_rate_hz,
             )
         infos = {n.name: n.actor.info.remote() for n in self.nodes}
 

@@ -11,6 +11,14 @@ from toolkit.telemetry.options import TelemetryOptions
 
 STRATEGIES = ("ddp", "fsdp2", "deepspeed")
 PRECISIONS = ("fp32", "bf16", "fp16")
+COMPILE_MODES = ("auto", "on", "off")
+# inductor is torch.compile's own; aot_eager and eager trace without generating code,
+# for telling a tracing problem from a code-generation one (and for quick CPU tests).
+COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
+# --compile auto compiles runs of at least this many steps on CUDA. Compiling takes
+# tens of seconds or more, once per attempt; a shorter run is a smoke test whose
+# compile would outlast its training.
+AUTO_COMPILE_MIN_STEPS = 50
 
 
 @dataclass(frozen=True)
@@ -69,6 +77,9 @@ class TrainConfig:
     zero_stage: int = 2
     offload_optimizer: bool = False
     gradient_checkpointing: bool = False
+    # torch.compile: "on", "off", or "auto" (``compiles``): CUDA and a long enough run.
+    compile: str = "auto"
+    compile_backend: str = "inductor"
     bucket_cap_mb: float = 25.0
     save_steps: int = 0
     keep_checkpoints: int = 3
@@ -88,6 +99,7 @@ class TrainConfig:
     telemetry_sensors: str = "auto"
     telemetry_rate_hz: float = 10.0
     power_rate_hz: float = 0.0
+    energy_rate_hz: float = 1.0  # GPU energy counter reads per second; 0: every full reading
     prometheus_port: int = 0
     # Idle power before the run, and after it a cooldown until power and temperature
     # settle (at most this long); 0 turns each off. They need telemetry.
@@ -128,6 +140,12 @@ class TrainConfig:
             problems.append(f"--strategy {self.strategy!r}: choose {', '.join(STRATEGIES)}")
         if self.precision not in PRECISIONS:
             problems.append(f"--precision {self.precision!r}: choose {', '.join(PRECISIONS)}")
+        if self.compile not in COMPILE_MODES:
+            problems.append(f"--compile {self.compile!r}: choose {', '.join(COMPILE_MODES)}")
+        if self.compile_backend not in COMPILE_BACKENDS:
+            problems.append(
+                f"--compile-backend {self.compile_backend!r}: choose {', '.join(COMPILE_BACKENDS)}"
+            )
         if shape.width % shape.heads:
             problems.append(f"width {shape.width} is not a multiple of heads {shape.heads}")
         for name in (
@@ -159,6 +177,17 @@ class TrainConfig:
             raise RtkError("; ".join(problems))
         return self
 
+    def compiles(self, device_type: str) -> bool:
+        """Whether the model is compiled (``torch.compile``) on a ``device_type`` device.
+
+        ``--compile on`` and ``off`` say so; ``auto`` compiles on CUDA when the run has
+        at least ``AUTO_COMPILE_MIN_STEPS`` steps (``--max-steps``), and never on CPU,
+        where compiling takes longer than the short runs made there train.
+        """
+        if self.compile == "auto":
+            return device_type == "cuda" and self.max_steps >= AUTO_COMPILE_MIN_STEPS
+        return self.compile == "on"
+
     @property
     def stops_with_checkpoint(self) -> bool:
         """Whether SIGINT ends the run at a step boundary with a checkpoint.
@@ -187,6 +216,7 @@ class TrainConfig:
             prometheus_port=self.prometheus_port,
             baseline_s=self.baseline_s,
             cooldown_max_s=self.cooldown_max_s,
+            energy_rate_hz=self.energy_rate_hz,
         )
 
     def to_json(self) -> dict[str, Any]:

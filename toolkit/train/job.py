@@ -117,6 +117,7 @@ def main(argv: list[str]) -> int:
             config.telemetry_rate_hz,
             config.power_rate_hz or None,
             prometheus_port=config.prometheus_port,
+            energy_rate_hz=config.energy_rate_hz or None,
         )
         if config.telemetry
         else None

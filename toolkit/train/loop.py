@@ -10,6 +10,12 @@ the run directory's stop request (``RunDir.stop_request``, written by the driver
 SIGINT) after every step. Each rank's look travels with the step's loss all-reduce,
 so every rank sees the request at the same step: they save a checkpoint there and
 end without ``run_end``, and the next attempt resumes at the following step.
+
+The loop reads from the GPU once per step: the loss of its micro-batches (and the
+stop flag) in one tensor, after the optimizer step, so each step's time is the GPU's
+and nothing else waits for it. With a compiled model (``--compile``) the steps that
+compiled carry ``compile_s`` in ``metrics.jsonl``, and rank 0 ends with the steady
+speed of the others (``TrainThroughput``).
 """
 
 from __future__ import annotations
@@ -24,7 +30,8 @@ import torch
 import torch.distributed as dist
 
 from toolkit import wallclock
-from toolkit.rundir import MarkerWriter, MetricsLine, RunDir, metrics_step
+from toolkit.rundir import MarkerWriter, MetricsLine, RunDir, ThroughputSums, metrics_step
+from toolkit.train.compiling import CompileClock
 from toolkit.train.config import TrainConfig
 from toolkit.train.data import make_data
 from toolkit.train.model import GPT
@@ -70,6 +77,9 @@ def train_worker(config: TrainConfig, ctx: WorkerContext) -> dict[str, Any]:
     tokens_per_step = (
         config.batch_size * config.gradient_accumulation_steps * shape.seq_len * ctx.world_size
     )
+    peak_flops = _peak_flops(device)
+    compile_clock = CompileClock(strategy.compiled)
+    throughput = ThroughputSums()
     stop_request = RunDir(run_dir).stop_request if config.stops_with_checkpoint else None
     last: dict[str, Any] = {}
     stopped = False
@@ -87,7 +97,7 @@ def train_worker(config: TrainConfig, ctx: WorkerContext) -> dict[str, Any]:
             ]
             strategy.optimizer_step()
             asked = stop_request is not None and stop_request.exists()
-            loss, stop = _reduce_step(sum(losses) / len(losses), asked, device)
+            loss, stop = _reduce_step(torch.stack(losses).float().mean(), asked, device)
             markers.write("step_end", step, loss=loss, tokens=tokens_per_step // ctx.world_size)
             if config.barrier_every and step % config.barrier_every == 0:
                 if straggler is not None and straggler[0] == ctx.rank:
@@ -98,6 +108,7 @@ def train_worker(config: TrainConfig, ctx: WorkerContext) -> dict[str, Any]:
                 markers.write("barrier", step, wait_s=time.monotonic() - waited)
             step_s = time.monotonic() - began
             tokens_per_s = tokens_per_step / step_s if step_s > 0 else 0.0
+            flops_per_s = shape.flops_per_token() * tokens_per_s
             line = MetricsLine(
                 step=step,
                 loss=loss,
@@ -106,8 +117,10 @@ def train_worker(config: TrainConfig, ctx: WorkerContext) -> dict[str, Any]:
                 tokens_per_s=tokens_per_s,
                 lr=_learning_rate(config, step),
                 wall_s=wallclock.wall_s(),
-                mfu=_mfu(shape.flops_per_token(), tokens_per_s, ctx.world_size, device),
+                mfu=flops_per_s / (ctx.world_size * peak_flops) if peak_flops else None,
+                compile_s=compile_clock.step(step_s, first=step == start + 1),
             )
+            throughput.add(line)
             last = line.to_json()
             if metrics_file is not None:
                 metrics_file.write(line.to_line())
@@ -141,6 +154,8 @@ def train_worker(config: TrainConfig, ctx: WorkerContext) -> dict[str, Any]:
 
         if not stopped:
             markers.write("run_end", config.max_steps)
+        if ctx.rank == 0 and strategy.compiled:
+            print(f"rtk train: {_throughput_text(throughput)}", flush=True)
     finally:
         markers.close()
         if metrics_file is not None:
@@ -180,23 +195,28 @@ def _learning_rate(config: TrainConfig, step: int) -> float:
     return config.learning_rate
 
 
-def _reduce_step(loss: float, stop: bool, device: torch.device) -> tuple[float, bool]:
+def _reduce_step(loss: torch.Tensor, stop: bool, device: torch.device) -> tuple[float, bool]:
     """The loss averaged over the ranks, and whether any rank was asked to stop.
 
     One all-reduce carries both, so a stop request costs no collective of its own and
-    every rank stops after the same step.
+    every rank stops after the same step; one read brings both to the host.
     """
     if not dist.is_initialized():
-        return loss, stop
-    tensor = torch.tensor([loss, 1.0 if stop else 0.0], device=device)
+        return float(loss), stop
+    flag = torch.tensor([1.0 if stop else 0.0], device=device)
+    tensor = torch.cat([loss.reshape(1).to(device), flag])
     dist.all_reduce(tensor)
-    return float(tensor[0].item()) / dist.get_world_size(), bool(tensor[1].item() > 0)
+    total, stops = tensor.tolist()
+    return total / dist.get_world_size(), stops > 0
 
 
 def _device(local_rank: int) -> torch.device:
     if torch.cuda.is_available():
         device = torch.device("cuda", local_rank % torch.cuda.device_count())
         torch.cuda.set_device(device)
+        # fp32 matmuls on tensor cores (TF32), as real trainers run them; bf16 and
+        # fp16 autocast are not affected.
+        torch.set_float32_matmul_precision("high")
         return device
     return torch.device("cpu")
 
@@ -208,16 +228,27 @@ def _gpu_uuid(device: torch.device) -> str | None:
     return uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
 
 
-def _mfu(
-    flops_per_token: float, tokens_per_s: float, world: int, device: torch.device
-) -> float | None:
+def _peak_flops(device: torch.device) -> float | None:
+    """The GPU's dense bf16 peak in FLOP/s, for the MFU; None on CPUs and unknown GPUs."""
     if device.type != "cuda":
         return None
     name = torch.cuda.get_device_name(device)
     peak = next((v for k, v in PEAK_TFLOPS.items() if k in name), None)
-    if peak is None:
-        return None
-    return flops_per_token * tokens_per_s / (world * peak * 1e12)
+    return peak * 1e12 if peak is not None else None
+
+
+def _throughput_text(sums: ThroughputSums) -> str:
+    """The run's steady speed, the compiling steps apart (rank 0's last line)."""
+    figures = sums.figures()
+    compiled = (
+        f"compiling took {figures.compile_s:.1f} s in {figures.compile_steps} step(s)"
+        if figures.compile_s is not None
+        else "no step compiled"
+    )
+    if figures.tokens_per_s is None:
+        return f"{compiled}; no other steps to time"
+    mfu = f", MFU {figures.mfu:.2f}" if figures.mfu is not None else ""
+    return f"{compiled}; the {figures.steps} other step(s): {figures.tokens_per_s:,.0f} tok/s{mfu}"
 
 
 def _open_metrics(run_dir: Path, start: int) -> TextIO:

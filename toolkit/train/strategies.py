@@ -5,6 +5,12 @@ a step's micro-batches), ``micro_step`` (forward and backward of one micro-batch
 ``optimizer_step``, ``save`` and ``load``. Only rank 0
 writes model state for DDP and FSDP2; DeepSpeed writes its own sharded files on
 every rank (ZeRO partitions the optimizer).
+
+With ``TrainConfig.compiles`` the model is compiled in place where each wrapper
+wants it: DDP compiles the inner module (its forward stays eager, so DDPOptimizer
+splits the graph at the gradient buckets and ``no_sync`` works); FSDP2 compiles each
+transformer block before ``fully_shard`` (the sharding hooks stay eager, around the
+compiled blocks); DeepSpeed compiles through its engine (``engine.compile``).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from toolkit.train.compiling import compile_in_place
 from toolkit.train.config import TrainConfig
 from toolkit.train.model import GPT
 
@@ -32,6 +39,17 @@ def autocast_dtype(precision: str) -> torch.dtype | None:
     return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
 
 
+def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``tensor`` on ``device``; to a GPU from pinned memory, without waiting for it.
+
+    A copy from pageable memory waits for the GPU to finish its queued work first, so
+    each micro-batch would wait for the last one's backward.
+    """
+    if device.type != "cuda":
+        return tensor.to(device)
+    return tensor.contiguous().pin_memory().to(device, non_blocking=True)
+
+
 class Strategy:
     """DDP (and the base for FSDP2): a torch optimizer over a wrapped module."""
 
@@ -39,9 +57,13 @@ class Strategy:
         self.config = config
         self.device = device
         self.rank = rank
+        self.compiled = config.compiles(device.type)
         self.model = self.wrap(model.to(device))
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
+            self.model.parameters(),
+            lr=config.learning_rate,
+            weight_decay=config.weight_decay,
+            fused=device.type == "cuda",  # one kernel for all parameters, as real trainers do
         )
         dtype = autocast_dtype(config.precision)
         self.dtype = dtype
@@ -49,7 +71,13 @@ class Strategy:
         self.scaler = torch.amp.GradScaler("cuda") if use_scaler else None
 
     def wrap(self, model: nn.Module) -> nn.Module:
-        """DDP tuned for overlap: gradients as bucket views, no buffer broadcast."""
+        """DDP tuned for overlap: gradients as bucket views, no buffer broadcast.
+
+        A compiled model is compiled before it is wrapped, as PyTorch's guide to
+        where to apply torch.compile shows for DDP.
+        """
+        if self.compiled:
+            compile_in_place(model, self.config.compile_backend)
         if not dist.is_initialized() or dist.get_world_size() == 1:
             return model
         ids = [self.device.index] if self.device.type == "cuda" else None
@@ -74,17 +102,22 @@ class Strategy:
             with no_sync():
                 yield
 
-    def micro_step(self, x: torch.Tensor, y: torch.Tensor, last: bool) -> float:
-        """Forward and backward of one micro-batch; gradients sync on the last one."""
+    def micro_step(self, x: torch.Tensor, y: torch.Tensor, last: bool) -> torch.Tensor:
+        """Forward and backward of one micro-batch; gradients sync on the last one.
+
+        Returns the loss as a detached tensor on the device: reading it waits for the
+        GPU, which the loop does once per step, not once per micro-batch.
+        """
         with self._no_sync(last):
             with torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype is not None):
-                loss = self.model(x.to(self.device), y.to(self.device))
+                loss = self.model(to_device(x, self.device), to_device(y, self.device))
             scaled = loss / self.config.gradient_accumulation_steps
             if self.scaler is not None:
                 self.scaler.scale(scaled).backward()
             else:
                 scaled.backward()
-        return float(loss.detach())
+        detached: torch.Tensor = loss.detach()
+        return detached
 
     def set_learning_rate(self, lr: float) -> None:
         """The learning rate of the step about to run; call it before its micro-batches.
@@ -134,11 +167,18 @@ class Fsdp2(Strategy):
     """FSDP2 (``fully_shard``) per block and at the root; full state dicts for checkpoints."""
 
     def wrap(self, model: nn.Module) -> nn.Module:
-        """Shard each transformer block, then the whole model."""
+        """Shard each transformer block, then the whole model.
+
+        A compiled model compiles each block before it is sharded (as torchtitan
+        does): the blocks are alike, so they share one compiled graph, and FSDP's
+        hooks around them stay eager.
+        """
         from torch.distributed.fsdp import fully_shard
 
         assert isinstance(model, GPT)
         for block in model.blocks:
+            if self.compiled:
+                compile_in_place(block, self.config.compile_backend)
             fully_shard(block)
         fully_shard(model)
         return model
@@ -212,14 +252,19 @@ class DeepSpeed(Strategy):
         self.engine: Any = engine
         self.model = engine
         self.optimizer = optimizer
+        self.compiled = config.compiles(device.type)
+        if self.compiled:
+            # DeepSpeed's own way (0.19.8): the engine compiles its module in place
+            # (nn.Module.compile) and records that it did.
+            engine.compile(backend=config.compile_backend)
 
-    def micro_step(self, x: torch.Tensor, y: torch.Tensor, last: bool) -> float:
+    def micro_step(self, x: torch.Tensor, y: torch.Tensor, last: bool) -> torch.Tensor:
         """DeepSpeed's own backward; it scales for accumulation itself."""
-        x, y = x.to(self.device), y.to(self.device)
-        loss = self.engine(x, y)
+        loss = self.engine(to_device(x, self.device), to_device(y, self.device))
         self.engine.backward(loss)
         self.engine.step()
-        return float(loss.detach())
+        detached: torch.Tensor = loss.detach()
+        return detached
 
     def optimizer_step(self) -> None:
         """Nothing: DeepSpeed stepped inside ``micro_step`` at the accumulation boundary."""

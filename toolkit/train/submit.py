@@ -7,10 +7,11 @@ import shlex
 import time
 from typing import Any
 
-from toolkit.cluster.jobs import JOB_STOP_WAIT_S
 from toolkit.cluster.plan import ClusterPlan
-from toolkit.cluster.shipped_code import code_env
-from toolkit.cluster.state import StateStore
+from toolkit.jobs.client import JOB_STOP_WAIT_S
+from toolkit.jobs.shipped_code import code_env
+from toolkit.state.cluster_state import ClusterState, RecordedRun
+from toolkit.state.store import StateStore
 from toolkit.train.config import TrainConfig
 
 
@@ -41,7 +42,5 @@ def train_job(
 
 def remember_run(store: StateStore, run_id: str, run_dir: str) -> None:
     """Record the run in the cluster's state, last, so ``--resume`` finds it."""
-    record = store.load() or {}
-    runs = [r for r in record.get("runs", []) if r.get("run_id") != run_id]
-    record["runs"] = [*runs, {"run_id": run_id, "run_dir": run_dir, "at": time.time()}]
-    store.save(record)
+    state = store.load() or ClusterState()
+    store.save(state.with_run(RecordedRun(run_id, run_dir, time.time())))

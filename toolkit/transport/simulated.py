@@ -36,9 +36,9 @@ from typing import Any
 import toolkit
 from toolkit.errors import TransportError
 from toolkit.inventory import Node
-from toolkit.node.agent import source_digest
-from toolkit.node.reach_request import ReachRequest, request_in
-from toolkit.node.script import AGENT, FACTS
+from toolkit.node.common import source_digest
+from toolkit.nodeinfo.reach_request import ReachRequest, request_in
+from toolkit.nodeinfo.script import AGENT, FACTS
 from toolkit.ray_resources import host_resource
 from toolkit.shell import parse_env_file, ray_tls_on
 from toolkit.transport.base import CommandResult, Transport
@@ -46,7 +46,7 @@ from toolkit.transport.pool import ConnectionPool
 
 READY_TEXT = "Ray runtime started."
 _AGENT_WORD = re.compile(r"^(probe|stop|status|smoke|pack)$")
-# rtk's container commands (``cluster.container``): start, removal, exec.
+# rtk's container commands (``cluster.containers.docker``): start, removal, exec.
 _CONTAINER_RUN = re.compile(r"^(docker|podman) run -d --name (\S+) ")
 _CONTAINER_REMOVE = re.compile(r"^command -v (docker|podman) >/dev/null \|\| exit 0; ids=")
 

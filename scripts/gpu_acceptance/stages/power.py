@@ -1,7 +1,7 @@
 """Stage 5: power limit and locked clocks through rtk's node script, then put back.
 
 For the GPUs' own settings, then a lowered power limit, then locked SM clocks: set
-(``toolkit/gpu/control.py apply``, as rtk feeds it to a node), check through NVML
+(``toolkit/node/gpu_control.py apply``, as rtk feeds it to a node), check through NVML
 (``read``) and ``nvidia-smi -q -d POWER,CLOCK``, train briefly (ddp, 125M, bf16) with
 the sampler beside, put back (``restore``) and check again. Last, a run that dies: the
 limit is set, training starts and is killed mid-run; the settings outlive it, and the
@@ -55,7 +55,7 @@ def _numbers(values: Iterable[Any]) -> list[float]:
 def describe(ctx: StageContext) -> str:
     """What the stage would do."""
     return (
-        "as root: lower the power limit, then lock the SM clocks, with toolkit/gpu/control.py;"
+        "as root: lower the power limit, then lock the SM clocks, with toolkit/node/gpu_control.py;"
         " check with NVML and nvidia-smi -q -d POWER,CLOCK; train briefly at each; restore and"
         " check; then kill a run mid-way and restore from the restore file"
     )

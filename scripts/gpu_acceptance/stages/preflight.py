@@ -13,7 +13,7 @@ import json
 import re
 import shutil
 import socket
-from pathlib import Path
+import tempfile
 from typing import Any
 
 from gpu_acceptance import procs, smi
@@ -120,8 +120,11 @@ def dcgmi_count(text: str) -> int | None:
 
 def node_facts(ctx: StageContext) -> dict[str, Any]:
     """This node's facts from rtk's node script, run as rtk runs it (``python - ARGS``)."""
-    script = Path(ctx.repo) / "toolkit" / "node" / "facts.py"
-    with script.open(encoding="utf-8") as f:
+    from toolkit.nodeinfo.script import sent_source
+
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as f:
+        f.write(sent_source("toolkit.node", "facts.py"))
+        f.seek(0)
         done = procs.run([ctx.python, "-", str(ctx.work_dir), ""], 60, stdin=f)
     if not done.ok:
         raise RuntimeError(f"facts.py failed: {done.why()}")
@@ -131,7 +134,7 @@ def node_facts(ctx: StageContext) -> dict[str, Any]:
 
 def evaluate(facts: dict[str, Any], expected: int) -> list[dict[str, Any]]:
     """Preflight's GPU checks of these facts (needs pydantic, like all of preflight)."""
-    from toolkit.node.gpu_facts import GpuFacts
+    from toolkit.nodeinfo.gpu_facts import GpuFacts
     from toolkit.preflight.gpu_checks import gpu_checks
 
     node = socket.gethostname()

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from conftest import rtk
 
-from toolkit.cluster import StateStore
+from toolkit.state.cluster_state import ClusterState
+from toolkit.state.store import StateStore
 
 # Nodes on addresses nothing answers: a probe would fail (exit 4); --export must not try.
 INVENTORY = """\
@@ -31,7 +32,7 @@ def state(tmp_path: Path) -> dict[str, str]:
     root = tmp_path / "state"
     store = StateStore("exp1", root)
     store.token()
-    store.save({"cluster": "exp1", "head": "n1"})
+    store.save(ClusterState(cluster="exp1", head="n1"))
     return {"RTK_STATE_DIR": str(root), "SHELL": "/bin/bash", "RTK_INVENTORY": ""}
 
 

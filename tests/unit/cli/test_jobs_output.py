@@ -16,8 +16,8 @@ from toolkit.cli.jobs_output import (
     size_text,
     stop_line,
 )
-from toolkit.cluster.jobs import JobInfo, JobListing, JobOutcome
 from toolkit.cluster.ray_logs import LogsCollection, NodeLogs
+from toolkit.jobs.client import JobInfo, JobListing, JobOutcome
 
 LONG = "python -m openrlhf.cli.train_ppo_ray --actor_num_nodes 2 " + "--flag value " * 20
 JOBS = (

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from toolkit.cluster import build_plan, render_up
 from toolkit.cluster.exclude import (
     ExcludeError,
     asked_exclusions,
@@ -20,9 +19,12 @@ from toolkit.cluster.exclude import (
     inventory_without,
     read_exclude_file,
 )
+from toolkit.cluster.plan import build_plan
+from toolkit.cluster.plan_text import render_up
 from toolkit.inventory import Inventory, load_inventory
 from toolkit.preflight.result import PreflightReport
 from toolkit.rundir.preflight import Check, Exclusion
+from toolkit.state.cluster_state import ClusterState
 
 NODES = [f"node{i}" for i in range(1, 7)]  # node1 is the head
 
@@ -167,14 +169,17 @@ def test_the_state_gives_back_the_excluded_workers_still_in_the_inventory(
     tmp_path: Path,
 ) -> None:
     inv = inventory(tmp_path)
-    state = {
-        "excluded": [
-            {"node": "node3", "reasons": ["--exclude"]},
-            {"node": "node1", "reasons": ["now the head"]},
-            {"node": "gone9", "reasons": ["no longer in the inventory"]},
-            {"node": 7},
-        ]
-    }
+    state = ClusterState.from_json(
+        {
+            "excluded": [
+                {"node": "node3", "reasons": ["--exclude"], "head": True},
+                {"node": "node1", "reasons": ["now the head"]},
+                {"node": "gone9", "reasons": ["no longer in the inventory"]},
+                {"node": 7},
+            ]
+        }
+    )
     assert excluded_from_state(state, inv) == [Exclusion("node3", ("--exclude",))]
-    assert excluded_from_state({"nodes": NODES}, inv) == []  # written before exclusions
+    # written before exclusions
+    assert excluded_from_state(ClusterState.from_json({"nodes": NODES}), inv) == []
     assert excluded_from_state(None, inv) == []

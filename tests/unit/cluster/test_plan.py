@@ -8,14 +8,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, rtk
 
-from toolkit.cluster import (
-    build_plan,
-    render_down,
-    render_down_summary,
-    render_up,
-    render_up_summary,
-)
-from toolkit.cluster.plan import fill_env
+from toolkit.cluster.plan import build_plan, fill_env
+from toolkit.cluster.plan_text import render_down, render_down_summary, render_up, render_up_summary
 from toolkit.inventory import load_inventory
 
 DATA = REPO / "tests" / "data"

@@ -15,9 +15,14 @@ import pytest
 import yaml
 from conftest import rtk
 
-from toolkit.cluster import build_plan, render_down_summary, render_up, render_up_summary
+from toolkit.cluster.plan import build_plan
 from toolkit.cluster.plan_summary import ADDRESS, NAME, SSH_PORT, RenderedNode, Token, group_nodes
-from toolkit.cluster.render import MAX_EXCLUDED_LINES
+from toolkit.cluster.plan_text import (
+    MAX_EXCLUDED_LINES,
+    render_down_summary,
+    render_up,
+    render_up_summary,
+)
 from toolkit.inventory import Inventory, load_inventory
 from toolkit.rundir.preflight import Exclusion
 

@@ -20,17 +20,18 @@ from conftest import rtk
 from scripted_transport import Call, Reply, ScriptedTransport, answer
 
 from toolkit.cli.cmd_cluster import render_status
-from toolkit.cluster import ClusterStatus, StateStore
 from toolkit.cluster.exclude import ExcludeError
-from toolkit.cluster.report import Reporter
-from toolkit.cluster.status import NodeStatus
-from toolkit.cluster.up import RAY_READY_TEXT
+from toolkit.cluster.progress_reporter import Reporter
+from toolkit.cluster.ray_status import ClusterStatus, NodeStatus
+from toolkit.cluster.start import RAY_READY_TEXT
 from toolkit.flows import PreflightPolicy, Session, TrainWorkload
 from toolkit.flows.bringup import bring_up, preflight
 from toolkit.inventory import Inventory, load_inventory
 from toolkit.node.facts import host_facts
 from toolkit.ray_resources import host_resource
 from toolkit.rundir.preflight import Exclusion, PreflightRecord
+from toolkit.state.cluster_state import ClusterState
+from toolkit.state.store import StateStore
 from toolkit.train.config import TrainConfig
 
 ADDRESSES = {"n1": "10.0.0.1", "n2": "10.0.0.2", "n3": "10.0.0.3"}
@@ -134,7 +135,7 @@ def test_up_without_a_node_then_the_next_commands_plan_without_it(tmp_path: Path
     assert checked.to_json()["excluded"] == [SLOW.to_json()]
     state = store.load()
     assert state is not None
-    assert (state["nodes"], state["excluded"]) == (["n1", "n2"], [SLOW.to_json()])
+    assert (state.nodes, state.excluded) == (("n1", "n2"), (SLOW,))
 
     # rtk train (a new session, no --exclude): the state store says n3 is out.
     later = Session(inv, store=store)
@@ -164,7 +165,7 @@ def test_a_remembered_exclusion_that_no_longer_fits_says_where_it_came_from(
 ) -> None:
     inv = load_inventory(inventory_file(tmp_path, min_nodes=3))
     store = StateStore(inv.name, root=tmp_path / "state")
-    store.save({"cluster": inv.name, "excluded": [SLOW.to_json()]})
+    store.save(ClusterState(cluster=inv.name, excluded=(SLOW,)))
     with pytest.raises(ExcludeError, match="the last rtk up left them out") as caught:
         Session(inv, store=store)
     assert str(store.state_file) in str(caught.value)

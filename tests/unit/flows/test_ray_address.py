@@ -17,7 +17,7 @@ import yaml
 from click.testing import CliRunner, Result
 
 from toolkit.cli import cli
-from toolkit.cluster import StateStore, build_plan
+from toolkit.cluster.plan import build_plan
 from toolkit.errors import RtkError
 from toolkit.flows import PreflightPolicy, Session
 from toolkit.flows.ray_address import (
@@ -29,6 +29,7 @@ from toolkit.flows.ray_address import (
     parse_ray_address,
 )
 from toolkit.inventory import Inventory, default_inventory, load_inventory
+from toolkit.state.store import StateStore
 from toolkit.train.config import TrainConfig
 from toolkit.transport.simulated import LatencyModel, SimulatedCluster, SimulatedTransport
 

@@ -195,7 +195,8 @@ def test_telemetry_record_dry_run_carries_the_telemetry_options(
 ) -> None:
     done = _rtk(
         "telemetry", "record", "--local", "--dry-run", "--sensors", "host",
-        "--power-rate-hz", "20", "--output-dir", str(tmp_path / "o"), "--run-id", "t1",
+        "--power-rate-hz", "20", "--energy-rate-hz", "0.5",
+        "--output-dir", str(tmp_path / "o"), "--run-id", "t1",
         "--", "./bench.sh", "--fast",
     )  # fmt: skip
     assert done.exit_code == 0, done.output
@@ -204,7 +205,9 @@ def test_telemetry_record_dry_run_carries_the_telemetry_options(
     assert argv[1:3] == ["-m", "toolkit.telemetry.record_job"]
     data = json.loads(argv[3])
     assert data.pop("run_dir") == f"{tmp_path}/o/t1"
-    assert TelemetryOptions.from_json(data) == TelemetryOptions(sensors="host", power_rate_hz=20)
+    assert TelemetryOptions.from_json(data) == TelemetryOptions(
+        sensors="host", power_rate_hz=20, energy_rate_hz=0.5
+    )
     assert argv[4:] == ["./bench.sh", "--fast"]
     assert "1. preflight: skipped" in done.output
     assert not state.exists() and not (tmp_path / "o").exists()

@@ -17,11 +17,11 @@ import pytest
 import yaml
 
 from toolkit.cli import TRANSPORT_FACTORY, main
-from toolkit.cluster import StateStore
-from toolkit.cluster.report import QuietReporter
+from toolkit.cluster.progress_reporter import QuietReporter
 from toolkit.errors import ClusterError
 from toolkit.flows import PreflightPolicy, Session
 from toolkit.inventory import Inventory, load_inventory
+from toolkit.state.store import StateStore
 from toolkit.transport.simulated import (
     Faults,
     LatencyModel,

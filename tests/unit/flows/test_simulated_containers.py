@@ -1,6 +1,6 @@
 """rtk's real flow on 64 simulated nodes whose Ray runs in containers.
 
-The simulated transport answers rtk's container commands (``cluster.container``) as
+The simulated transport answers rtk's container commands (``cluster.containers.docker``) as
 its nodes' runtime would; a recording transport around it keeps every command sent,
 so the test sees that what ran is the plan's container start, ``exec`` and removal.
 """
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import yaml
 
-from toolkit.cluster import StateStore
-from toolkit.cluster.report import QuietReporter
+from toolkit.cluster.progress_reporter import QuietReporter
 from toolkit.flows import PreflightPolicy, Session
 from toolkit.inventory import Inventory, Node, load_inventory
+from toolkit.state.store import StateStore
 from toolkit.transport.base import CommandResult
 from toolkit.transport.simulated import LatencyModel, SimulatedCluster, SimulatedTransport
 

@@ -18,11 +18,10 @@ import yaml
 from conftest import REPO
 from scripted_transport import Reply, ScriptedTransport
 
-from toolkit.cluster import build_plan, render_up
 from toolkit.cluster.node_start import NodeOutcome, prepare_node
-from toolkit.cluster.plan import NETWORK_AFTER, fill_env
-from toolkit.cluster.render import env_file
-from toolkit.cluster.report import QuietReporter
+from toolkit.cluster.plan import NETWORK_AFTER, build_plan, fill_env
+from toolkit.cluster.plan_text import env_file, render_up
+from toolkit.cluster.progress_reporter import QuietReporter
 from toolkit.errors import ClusterError, NetEnvError
 from toolkit.inventory import load_inventory
 from toolkit.netenv import (

@@ -16,7 +16,7 @@ import pytest
 
 from toolkit.errors import ClusterError
 from toolkit.node import agent
-from toolkit.node.probe import ContainerFacts, ProbeFacts
+from toolkit.nodeinfo.probe import ContainerFacts, ProbeFacts
 
 LABELS = {"rtk.cluster": "c", "rtk.node": "n1"}
 

@@ -1,8 +1,9 @@
-"""The error history ``facts.py`` gathers on a node: kernel-log XIDs, DCGM, RDMA ports.
+"""The error history ``facts.py`` gathers on a node: kernel-log XIDs and DCGM.
 
 First as this machine answers (no GPU, no ``dcgmi``, no RDMA device), then with
 stand-in ``journalctl``, ``dmesg`` and ``dcgmi`` on PATH (``fake_programs``: real
-subprocesses with scripted output) and sysfs trees on disk.
+subprocesses with scripted output). The RDMA ports' files are read by ``common.py``
+(``tests/unit/node/test_common.py``).
 """
 
 from __future__ import annotations
@@ -17,12 +18,11 @@ from conftest import REPO
 from fake_programs import args_of, fake_program
 
 from toolkit.node import facts
-from toolkit.node.facts import dcgm_diag, ib_port_files, kernel_xids
-from toolkit.preflight.history.ib_ports import COUNTER_MAX, read_port_files
+from toolkit.node.common import read_port_files
+from toolkit.node.facts import dcgm_diag, kernel_xids
 
 KERNEL_LOGS = REPO / "tests" / "data" / "kernel_log"
 DCGM = REPO / "tests" / "data" / "dcgm"
-SYSFS = REPO / "tests" / "data" / "sysfs"
 XID = "NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus."
 
 
@@ -41,9 +41,8 @@ def test_this_machine_has_no_xid_no_rdma_port_and_dcgm_only_when_asked() -> None
         assert "journalctl: " in log["error"] and "dmesg: " in log["error"]
     else:
         assert log["source"] in ("journalctl", "dmesg") and log["error"] is None
-    assert ib_port_files() == read_port_files("/")
     if not os.path.isdir("/sys/class/infiniband"):
-        assert ib_port_files() == {}
+        assert read_port_files() == {}
     assert dcgm_diag(0) is None
     run = dcgm_diag(1)
     assert run is not None and run["level"] == 1
@@ -198,29 +197,3 @@ def test_dcgmi_that_cannot_reach_its_host_engine_or_hangs(
     run = dcgm_diag(1)
     assert run is not None and run["available"] is True and run["exit_code"] is None
     assert run["error"] == "dcgmi diag -r 1 timed out after 0.5 s"
-
-
-# -- RDMA ports ---------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("tree", ["ib", "roce", "bond", "ethernet"])
-def test_port_files_are_what_the_host_side_reader_reads(tree: str) -> None:
-    assert ib_port_files(str(SYSFS / tree)) == read_port_files(str(SYSFS / tree))
-
-
-def test_port_files_with_counters_and_the_cap(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    for hca in ("mlx5_0", "mlx5_1", "mlx5_2"):
-        base = tmp_path / "sys/class/infiniband" / hca / "ports" / "1"
-        (base / "counters").mkdir(parents=True)
-        (base / "state").write_text("4: ACTIVE\n")
-        (base / "rate").write_text("400 Gb/sec (4X NDR)\n")
-        for name in COUNTER_MAX:
-            (base / "counters" / name).write_text("7\n")
-    found = ib_port_files(str(tmp_path))
-    assert found == read_port_files(str(tmp_path))
-    assert found["mlx5_2/1/counters/symbol_error"] == "7"
-    assert set(facts.IB_COUNTERS) == set(COUNTER_MAX)
-    monkeypatch.setattr(facts, "IB_PORTS_MAX", 2)
-    assert {k.split("/")[0] for k in ib_port_files(str(tmp_path))} == {"mlx5_0", "mlx5_1"}

@@ -12,8 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from toolkit.node import FACTS
 from toolkit.node.facts import RAY_FILE_MAX_CHARS, ray_files
+from toolkit.nodeinfo import FACTS
 from toolkit.shell import parse_env_file
 
 

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.node import FACTS
 from toolkit.node.facts import CONNECT_TIMEOUT_S, REACH_CONCURRENCY, reach, targets
-from toolkit.node.reach_request import PeerPorts, ReachRequest, request_in, script_with
+from toolkit.nodeinfo import FACTS
+from toolkit.nodeinfo.reach_request import PeerPorts, ReachRequest, request_in, script_with
 from toolkit.preflight import runner
 
 

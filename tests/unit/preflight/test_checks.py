@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from toolkit.node.host_facts import HostFacts, SoftwareFacts
+from toolkit.nodeinfo.host_facts import HostFacts, SoftwareFacts
 from toolkit.preflight import checks
 from toolkit.preflight.result import Check, PreflightReport
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from toolkit.node.probe import ContainerFacts
+from toolkit.nodeinfo.probe import ContainerFacts
 from toolkit.preflight.container_checks import container_checks, failure_text
 
 READY = ContainerFacts(

@@ -14,7 +14,7 @@ from itertools import permutations
 import pytest
 
 from toolkit.errors import RunDirError
-from toolkit.node.host_facts import PortReach
+from toolkit.nodeinfo.host_facts import PortReach
 from toolkit.preflight.exclusions import MIN_PEERS, bad_links, exclusions
 from toolkit.preflight.peers import PeerMode, select_peers
 from toolkit.preflight.port_reach import ReachTally

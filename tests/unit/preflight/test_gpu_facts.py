@@ -12,7 +12,7 @@ from fake_nvml import FakeGpu, FakeNvml
 
 from toolkit.node import facts as facts_module
 from toolkit.node.facts import gpu_facts
-from toolkit.node.gpu_facts import GpuFacts
+from toolkit.nodeinfo.gpu_facts import GpuFacts
 from toolkit.preflight.gpu_checks import (
     CLOCKS_EVENT_REASONS,
     clocks_event_names,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from toolkit.node.host_facts import PortReach
+from toolkit.nodeinfo.host_facts import PortReach
 from toolkit.preflight.peers import PeerMode, PeerPlan, select_peers
 from toolkit.preflight.port_reach import MAX_PAIR_CHECKS, SOURCES_KEPT, ReachTally
 from toolkit.preflight.result import PreflightReport

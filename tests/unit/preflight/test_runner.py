@@ -17,11 +17,11 @@ from typing import Any
 import yaml
 from scripted_transport import ScriptedTransport, answer
 
-from toolkit.cluster import build_plan
+from toolkit.cluster.plan import build_plan
 from toolkit.inventory import load_inventory
-from toolkit.node import FACTS
 from toolkit.node.facts import host_facts
-from toolkit.node.reach_request import request_in
+from toolkit.nodeinfo import FACTS
+from toolkit.nodeinfo.reach_request import request_in
 from toolkit.preflight.runner import peer_plan, run_preflight
 from toolkit.transport.simulated import Faults, LatencyModel, SimulatedCluster, SimulatedTransport
 

@@ -16,8 +16,8 @@ from fake_nvml import FakeGpu, FakeNvml
 
 from toolkit.inventory.hostrange import expand_hosts
 from toolkit.node.facts import gpu_facts
-from toolkit.node.gpu_facts import GpuFacts
-from toolkit.node.host_facts import HostFacts, PortReach, SoftwareFacts
+from toolkit.nodeinfo.gpu_facts import GpuFacts
+from toolkit.nodeinfo.host_facts import HostFacts, PortReach, SoftwareFacts
 from toolkit.preflight import checks, gpu_checks
 from toolkit.preflight.peers import choose_mode, select_peers
 from toolkit.preflight.port_reach import ReachTally

@@ -19,9 +19,9 @@ from hostile_input import examples, hostile_text, no_writes_outside, run_rtk, ya
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from toolkit.cluster.runtime_env import RuntimeEnvError, parse_env_pairs, parse_runtime_env_json
 from toolkit.errors import RtkError
 from toolkit.flows.ray_address import parse_ray_address
+from toolkit.jobs.runtime_env import RuntimeEnvError, parse_env_pairs, parse_runtime_env_json
 
 INVENTORY = (
     "cluster: hx\n"

@@ -20,9 +20,15 @@ from hostile_input import YAML_WORDS, examples, hostile_text, mutate, render_yam
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from toolkit.cluster import build_plan
-from toolkit.cluster.plan import SSH_SESSION_VARIABLES, STOP_GRACE_S, ClusterPlan, Detect, fill_env
-from toolkit.cluster.render import env_file, render_down, render_up, render_up_summary
+from toolkit.cluster.plan import (
+    SSH_SESSION_VARIABLES,
+    STOP_GRACE_S,
+    ClusterPlan,
+    Detect,
+    build_plan,
+    fill_env,
+)
+from toolkit.cluster.plan_text import env_file, render_down, render_up, render_up_summary
 from toolkit.errors import InventoryError
 from toolkit.inventory.loader import parse_inventory
 from toolkit.inventory.models import InventorySpec

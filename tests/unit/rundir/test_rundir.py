@@ -1,4 +1,4 @@
-"""The run directory (toolkit/rundir): its layout, its records, the agent's pack list."""
+"""The run directory (toolkit/rundir): its layout, its records, its pack list."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO
 
 import toolkit.rundir
 from toolkit.errors import RunDirError
@@ -30,10 +29,8 @@ from toolkit.rundir import (
     read_markers,
     read_metrics,
 )
-from toolkit.rundir.pack import PACK_PATTERNS
 from toolkit.rundir.record import Record
 
-ROOT = REPO
 BASELINE = IdleBaseline(10.0, 250.5, 41.0, {"n1": 120.0, "n2": None})
 COOLDOWN = IdleCooldown(12.5, True, 260.0, 45.0, 250.5, 120.0)
 NODE = NodeManifest(
@@ -216,19 +213,6 @@ def test_marker_files_pack_patterns_and_checkpoints(tmp_path: Path) -> None:
     }
 
 
-def test_the_node_agent_packs_what_the_layout_says() -> None:
-    """The agent (stdlib only, sent to nodes as text) carries a copy of the list."""
-    tree = ast.parse((ROOT / "toolkit" / "node" / "agent.py").read_text(encoding="utf-8"))
-    found = [
-        node.value
-        for node in tree.body
-        if isinstance(node, ast.Assign)
-        and any(isinstance(t, ast.Name) and t.id == "PACK_PATTERNS" for t in node.targets)
-    ]
-    assert len(found) == 1
-    assert ast.literal_eval(found[0]) == PACK_PATTERNS == RunDir.pack_patterns
-
-
 def _imports(path: Path) -> set[str]:
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -252,8 +236,6 @@ def test_rundir_is_a_low_layer() -> None:
                     path,
                     name,
                 )
-    # The pack list is shared with a script that runs without rtk: no imports at all.
-    assert _imports(package / "pack.py") <= {"__future__"}
 
 
 def test_markers_written_are_markers_read(tmp_path: Path, monkeypatch: Any) -> None:

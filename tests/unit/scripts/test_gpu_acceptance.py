@@ -506,7 +506,7 @@ def test_junit_report_counts_and_messages() -> None:
 
 def test_gpu_test_files_are_those_with_a_gpu_marked_test() -> None:
     files = gpu_test_files(REPO)
-    assert "tests/unit/gpu/test_control.py" in files
+    assert "tests/unit/node/test_gpu_control.py" in files
     assert "tests/unit/telemetry/test_sensors.py" in files
     assert "tests/unit/scripts/test_gpu_acceptance.py" not in files  # a mention is no mark
     for name in files:
@@ -837,7 +837,7 @@ Total Demands:
 
 
 def test_rtk_status_json_gives_the_gpus_ray_registered() -> None:
-    from toolkit.cluster.status import ClusterStatus, NodeStatus
+    from toolkit.cluster.ray_status import ClusterStatus, NodeStatus
 
     node = NodeStatus("localhost", "head", "127.0.0.1", alive=True, node_ip="127.0.0.1")
     node.resources = {"CPU": 16.0, "GPU": 1.0, "memory": 8.6e10, "rtk-host-localhost": 1.0}
@@ -861,8 +861,8 @@ def test_rtk_status_json_gives_the_gpus_ray_registered() -> None:
 
 
 def test_preflight_json_gives_each_check_and_the_gemm_rate() -> None:
-    from toolkit.preflight.load_checks import load_checks
-    from toolkit.preflight.node_load import DeviceLoad, NodeLoad
+    from toolkit.preflight.load.device_checks import load_checks
+    from toolkit.preflight.load.node import DeviceLoad, NodeLoad
     from toolkit.rundir.preflight import Check, PreflightRecord
 
     h200 = "NVIDIA H200"
@@ -970,7 +970,7 @@ def test_peak_memory_from_nvml_rows() -> None:
 
 
 def test_two_power_limits_and_the_check_that_they_came_back() -> None:
-    # control.py read's answer per GPU (toolkit/gpu/control.py read_settings).
+    # control.py read's answer per GPU (toolkit/node/gpu_control.py read_settings).
     before = {
         "GPU-a": {
             "power_limit_w": 700.0,

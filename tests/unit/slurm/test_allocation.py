@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, require, rtk
 
-from toolkit.cluster import build_plan
 from toolkit.cluster.connect import make_transport
+from toolkit.cluster.plan import build_plan
 from toolkit.errors import SlurmError
 from toolkit.inventory import Inventory, load_inventory
 from toolkit.inventory.models import PortSettings

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from conftest import REPO, rtk
 
 from toolkit.cli import cli
-from toolkit.cluster.step_container import batch_script_note
+from toolkit.cluster.containers.slurm_step import batch_script_note
 from toolkit.inventory import load_inventory
 from toolkit.slurm.options import SbatchOptionError, SbatchOptions, merge_options
 from toolkit.slurm.render import render_script

@@ -29,6 +29,20 @@ def test_telemetry_options_check_names_every_bad_value() -> None:
         bad.check()
 
 
+def test_energy_rate_round_trips_zero_and_is_checked() -> None:
+    assert TelemetryOptions().energy_rate_hz == 1.0
+    every = TelemetryOptions(energy_rate_hz=0.0)  # with every full reading
+    assert TelemetryOptions.from_json(every.to_json()) == every
+    assert TelemetryOptions.from_json({"energy_rate_hz": None}).energy_rate_hz == 1.0
+    for bad in (-1.0, 60.0):
+        [problem] = TelemetryOptions(energy_rate_hz=bad).problems()
+        assert problem.startswith("--energy-rate-hz must be 0 (with every full reading) to 50")
+    config = TrainConfig(run_dir="r", energy_rate_hz=0.5)
+    assert config.telemetry_options().energy_rate_hz == 0.5
+    with pytest.raises(RtkError, match="--energy-rate-hz"):
+        TrainConfig(run_dir="r", energy_rate_hz=-1).check()
+
+
 def test_train_config_checks_its_telemetry_options() -> None:
     config = TrainConfig(run_dir="r", telemetry_sensors="gpu")
     assert config.telemetry_options().sensors == "gpu"

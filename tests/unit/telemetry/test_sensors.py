@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import fake_nvml
+import numpy as np
 import pynvml
 import pytest
 from conftest import REPO
@@ -518,6 +520,40 @@ def test_instant_power_follows_nvml_time_and_energy_counts_up() -> None:
     assert second["nvml_ts_us"] - first["nvml_ts_us"] == 500_000
     assert second["power_w"] == 175.0
     assert sensor.read()[0]["energy_j"] - energy_before == pytest.approx(100.0 * 0.5)
+
+
+def test_a_reading_without_energy_leaves_the_counter_out_and_uncalled() -> None:
+    fake = FakeNvml([h100(0), h100(1)])
+    sensor = NvmlSensor(fake, pcie_interval_s=0)
+    without = sensor.read(energy=False)
+    assert [r["device"] for r in without] == [h100(0).uuid, h100(1).uuid]
+    assert all("energy_j" not in r and r["power_w"] > 0 for r in without)
+    assert fake.fake_count("nvmlDeviceGetTotalEnergyConsumption") == 0
+    with_energy = sensor.read()
+    assert [r["energy_j"] for r in with_energy] == [5000.0, 5000.0]
+    assert fake.fake_count("nvmlDeviceGetTotalEnergyConsumption") == 2
+    # Apart from the counter, both readings have the same fields.
+    assert [set(r) - {"energy_j"} for r in with_energy] == [set(r) for r in without]
+
+
+def test_the_fake_energy_call_costs_what_it_is_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Benchmarks model an H200 (about 4 ms a call): asleep, or spent on the CPU.
+    slept: list[float] = []
+    monkeypatch.setattr(fake_nvml, "sleep", slept.append)
+    clock = iter(np.arange(0.0, 1.0, 0.001))
+    monkeypatch.setattr(fake_nvml, "perf_counter", lambda: float(next(clock)))
+    fake = FakeNvml([h100(0)])
+    sensor = NvmlSensor(fake)
+    sensor.read()
+    assert slept == [] and next(clock) == 0.0  # free unless told
+    fake.fake_energy_call_s, fake.fake_energy_call_busy = 0.004, False
+    sensor.read(energy=False)
+    assert slept == []
+    sensor.read()
+    assert slept == [0.004]
+    fake.fake_energy_call_busy = True
+    sensor.read()
+    assert slept == [0.004] and next(clock) >= 0.004  # it spun until 4 ms had passed
 
 
 def test_average_power_when_instant_field_unsupported() -> None:

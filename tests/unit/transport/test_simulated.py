@@ -10,13 +10,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from toolkit.cluster import build_plan
-from toolkit.cluster.plan import ClusterPlan
-from toolkit.cluster.status import cluster_status
+from toolkit.cluster.plan import ClusterPlan, build_plan
+from toolkit.cluster.ray_status import cluster_status
 from toolkit.errors import TransportError
 from toolkit.inventory import load_inventory
-from toolkit.node import FACTS
-from toolkit.node.reach_request import PeerPorts, ReachRequest, script_with
+from toolkit.nodeinfo import FACTS
+from toolkit.nodeinfo.reach_request import PeerPorts, ReachRequest, script_with
 from toolkit.transport.simulated import (
     Faults,
     LatencyModel,

@@ -17,8 +17,8 @@ from datetime import UTC, datetime
 
 from toolkit.inventory import Inventory, Node
 from toolkit.netenv.profiles import inventory_overrides
-from toolkit.node.history_facts import DcgmFacts
-from toolkit.node.host_facts import NodeFacts
+from toolkit.nodeinfo.history_facts import DcgmFacts
+from toolkit.nodeinfo.host_facts import NodeFacts
 from toolkit.preflight.history.dcgm import DcgmDiag, dcgm_checks, parse_dcgm_diag
 from toolkit.preflight.history.errlog import (
     RECENT_S,

@@ -1,9 +1,8 @@
 """InfiniBand and RoCE ports from sysfs, checked against the interconnect expected.
 
-``read_port_files`` walks ``<root>/sys/class/infiniband/<hca>/ports/<n>/`` with the
-standard library only and returns the raw text of ``state``, ``phys_state``,
-``rate``, ``link_layer`` and the error counters; it is the walk a node script does
-(``toolkit/node/facts.py`` cannot import rtk, so it carries the same few lines).
+``toolkit.node.common.read_port_files`` walks ``<root>/sys/class/infiniband/<hca>/ports/<n>/``
+on the node (preflight's ``facts.py``) and sends the raw text of ``state``,
+``phys_state``, ``rate``, ``link_layer`` and the error counters (``COUNTER_MAX``).
 ``parse_ports`` reads that text on the host and ``port_checks`` grades each port.
 The formats are the kernel's (``drivers/infiniband/core/sysfs.c``): ``state``
 ``4: ACTIVE``, ``phys_state`` ``5: LinkUp``, ``rate`` ``400 Gb/sec (4X NDR)``,
@@ -13,57 +12,15 @@ at their width's maximum (``COUNTER_MAX``) and count since they were last cleare
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from toolkit.node.common import IB_COUNTER_MAX as COUNTER_MAX
 from toolkit.preflight.hardware_table import InterconnectSpec
 from toolkit.rundir.preflight import Check, Status
 
-SYS_INFINIBAND = "sys/class/infiniband"
-PORT_FILES = ("state", "phys_state", "rate", "link_layer")
-# Counters that only grow on a bad link, and the largest value each can hold (the
-# kernel's PMA counter widths: 16, 8 and 4 bits); port_xmit_discards is left out
-# because congestion alone raises it.
-COUNTER_MAX: dict[str, int] = {
-    "symbol_error": 0xFFFF,
-    "link_error_recovery": 0xFF,
-    "link_downed": 0xFF,
-    "port_rcv_errors": 0xFFFF,
-    "port_rcv_remote_physical_errors": 0xFFFF,
-    "local_link_integrity_errors": 0xF,
-    "excessive_buffer_overrun_errors": 0xF,
-}
 DOWN_UNUSED = ("Disabled", "Polling", "Sleep")  # what an uncabled or disabled port shows
-
-
-def read_port_files(root: str = "/") -> dict[str, str]:
-    """Every port's files under ``root``, as ``{"mlx5_0/1/state": "4: ACTIVE", ...}``.
-
-    Counters are keyed ``mlx5_0/1/counters/symbol_error``. A file that cannot be read
-    (some counters refuse on RoCE ports) is left out. Standard library only.
-    """
-    base = os.path.join(root, SYS_INFINIBAND)
-    found: dict[str, str] = {}
-    for hca in _listdir(base):
-        ports = os.path.join(base, hca, "ports")
-        for port in _listdir(ports):
-            names = [*PORT_FILES, *(f"counters/{c}" for c in COUNTER_MAX)]
-            for name in names:
-                try:
-                    with open(os.path.join(ports, port, name)) as f:
-                        found[f"{hca}/{port}/{name}"] = f.read().strip()
-                except (OSError, UnicodeDecodeError):
-                    continue
-    return found
-
-
-def _listdir(path: str) -> list[str]:
-    try:
-        return sorted(os.listdir(path))
-    except OSError:
-        return []
 
 
 @dataclass(frozen=True)
@@ -97,7 +54,7 @@ class IbPort:
 
 
 def parse_ports(files: Mapping[str, str]) -> list[IbPort]:
-    """The ports in ``read_port_files``' answer, by device then port number.
+    """The ports in ``read_port_files``' answer (``facts.py``'s), by device then port number.
 
     Keys that are not ``<hca>/<port>/<file>`` with a numeric port are ignored, and
     so are values that do not parse (a counter that is not a number).

@@ -6,6 +6,7 @@ import math
 from dataclasses import asdict
 from typing import Any
 
+from toolkit.rundir import TrainThroughput
 from toolkit.telemetry.report.build import Report
 from toolkit.telemetry.report.figures.crosscheck import TOLERANCE, CrossCheck
 from toolkit.telemetry.report.figures.curves import Gap
@@ -65,6 +66,8 @@ def _summary(report: Report) -> dict[str, Any]:
             "partial": run.partial,
             "restarts": run.restarts,
             "ranks": run.ranks,
+            # Seconds the trainer's steps spent compiling (torch.compile); None: eager.
+            "compile_s": TrainThroughput.of(report.data.metrics).compile_s,
         },
         "nodes": {name: _node(report, node) for name, node in report.nodes.items()},
         "cross_check": {

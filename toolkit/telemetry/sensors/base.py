@@ -2,7 +2,9 @@
 
 A reading is one dict per device, ``{"device": key, "kind": ..., <fields>}``, with the
 field names and units of ``docs/telemetry.md``. A field the device does not support is
-left out (never ``None``); the sampler adds ``wall_s`` and ``mono_s``.
+left out (never ``None``); the sampler adds ``wall_s`` and ``mono_s``. A full reading
+may leave out an energy counter that is costly to read (``read(energy=False)``): the
+sampler reads those at their own, lower rate.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from toolkit.errors import RtkError
 
 # The fastest a sampler reads instant power (the power-only path below), per second.
 MAX_POWER_RATE_HZ = 50.0
+# How often a sampler reads the energy counters that are costly to read (``read(energy=
+# True)``), per second, unless told otherwise.
+DEFAULT_ENERGY_RATE_HZ = 1.0
 
 
 class SensorError(RtkError):
@@ -32,8 +37,14 @@ class Sensor(ABC):
         """Static information per device key (GPU UUID or ``"host"``), JSON-ready."""
 
     @abstractmethod
-    def read(self) -> list[dict[str, Any]]:
+    def read(self, *, energy: bool = True) -> list[dict[str, Any]]:
         """Take a full reading: one dict per device, without ``wall_s``/``mono_s``.
+
+        Args:
+            energy: Whether to read the energy counters too. False leaves out those
+                that cost a sensor much to read (NVML's takes about 4 ms per GPU on an
+                H200), never a stale copy; a sensor whose counters cost next to
+                nothing (the host's RAPL files) may report them anyway.
 
         Raises:
             SensorError: On an unexpected failure (unsupported fields are left out).

@@ -231,8 +231,12 @@ class HostSensor(Sensor):
         """``{"host": {...}}``: CPUs, the power source in use and why, RAPL domains."""
         return {"host": dict(self._info)}
 
-    def read(self) -> list[dict[str, Any]]:
-        """One ``kind: "host"`` reading: CPU, memory, RAPL energy, power where available."""
+    def read(self, *, energy: bool = True) -> list[dict[str, Any]]:
+        """One ``kind: "host"`` reading: CPU, memory, RAPL energy, power where available.
+
+        ``energy`` is ignored: RAPL counters are files that cost microseconds to read,
+        and a host without power samples draws its power curve from them.
+        """
         now_s = self._clock()
         row: dict[str, Any] = {"device": "host", "kind": "host"}
         util_pct, interval_s = self._cpu_util(now_s)

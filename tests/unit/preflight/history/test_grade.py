@@ -23,13 +23,15 @@ from conftest import REPO
 from fake_programs import args_of, fake_program
 from scripted_transport import ScriptedTransport, answer
 
-from toolkit.cluster import build_plan
+from toolkit.cluster.plan import build_plan
 from toolkit.inventory import load_inventory
-from toolkit.node import FACTS, facts
-from toolkit.node.facts import host_facts, ib_port_files
-from toolkit.node.gpu_facts import GpuDeviceFacts, GpuFacts
-from toolkit.node.history_facts import DcgmFacts, KernelLogFacts
-from toolkit.node.host_facts import NodeFacts
+from toolkit.node import facts
+from toolkit.node.common import read_port_files
+from toolkit.node.facts import host_facts
+from toolkit.nodeinfo import FACTS
+from toolkit.nodeinfo.gpu_facts import GpuDeviceFacts, GpuFacts
+from toolkit.nodeinfo.history_facts import DcgmFacts, KernelLogFacts
+from toolkit.nodeinfo.host_facts import NodeFacts
 from toolkit.preflight.history import grade
 from toolkit.preflight.history.grade import (
     HistoryExpectation,
@@ -218,7 +220,7 @@ def test_dcgm_runs_that_did_not_finish_or_print_json_warn(tmp_path: Path) -> Non
 
 
 def ports_of(tree: Path) -> dict[str, str]:
-    return ib_port_files(str(tree))
+    return read_port_files(str(tree))
 
 
 def port_statuses(tmp_path: Path, tree: Path, expect: HistoryExpectation) -> dict[str, str]:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
+from toolkit.node.common import read_port_files
 from toolkit.preflight.hardware import load_hardware
 from toolkit.preflight.history.ib_ports import (
     COUNTER_MAX,
@@ -14,7 +15,6 @@ from toolkit.preflight.history.ib_ports import (
     PortExpectation,
     parse_ports,
     port_checks,
-    read_port_files,
 )
 from toolkit.rundir.preflight import Check
 

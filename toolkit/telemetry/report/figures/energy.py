@@ -8,7 +8,7 @@ import numpy as np
 
 from toolkit.rundir import NodeManifest
 from toolkit.telemetry.clock_events import CLOCK_EVENT_REASONS, NOT_THROTTLING
-from toolkit.telemetry.report.figures.curves import EnergyCurve, Gap, find_gaps
+from toolkit.telemetry.report.figures.curves import EnergyCurve, Gap, counter_threshold_s, find_gaps
 from toolkit.telemetry.report.figures.views import Buckets, DeviceView, device_view
 from toolkit.telemetry.report.inputs.series import DeviceSeries, FloatArray
 from toolkit.telemetry.report.inputs.timeline import Window
@@ -188,12 +188,21 @@ def device_report(
 ) -> DeviceReport:
     """One device's energy, power, throttling and gaps over ``window`` (and its view)."""
     start, end = window.start_s, window.end_s
+    gaps = find_gaps(series.t_s, window, threshold_s)
+    t_p, power_w = series.values("power_w")
+    power = EnergyCurve.from_power(t_p, power_w, threshold_s) if t_p.size >= 2 else None
     counter, resets = None, 0
     t_e, energy = series.values("energy_j")
     if t_e.size >= 2:
-        counter, resets = EnergyCurve.from_counter(t_e, energy, threshold_s)
-    t_p, power_w = series.values("power_w")
-    power = EnergyCurve.from_power(t_p, power_w, threshold_s) if t_p.size >= 2 else None
+        # A GPU's counter (read at its own, lower rate) is spread over its own power
+        # samples; a host's RAPL counter and its IPMI or modelled power differ in scope.
+        counter, resets = EnergyCurve.from_counter(
+            t_e,
+            energy,
+            counter_threshold_s(t_e, threshold_s),
+            shape=power if series.kind == "gpu" else None,
+            gaps=gaps,
+        )
     rapl = series.values("rapl_package_j")[0].size > 0
     if series.power_source == "model" and power is not None and not rapl:
         # The host sensor's modelled energy_j is the integral of its modelled power,
@@ -217,7 +226,6 @@ def device_report(
     if peak is not None:
         in_window = (peak[0] >= start) & (peak[0] <= end)
         peak_w = float(peak[1][in_window].max()) if in_window.any() else None
-    gaps = find_gaps(series.t_s, window, threshold_s)
     throttled_s, reasons_s = _throttling(series, window, threshold_s)
     return DeviceReport(
         node=series.node,
