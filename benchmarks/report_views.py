@@ -33,12 +33,12 @@ def synthetic_report(nodes: int, gpus: int, seconds: float, root: Path) -> Any:
     """A Report with the figures and views of a run of that size (nothing on disk)."""
     from toolkit.rundir import Manifest
     from toolkit.telemetry.report.build import Report
-    from toolkit.telemetry.report.crosscheck import CheckWindow, CrossCheck
-    from toolkit.telemetry.report.energy import DeviceReport, NodeReport
-    from toolkit.telemetry.report.load import RunData
-    from toolkit.telemetry.report.steps import Phase, RunFigures, StepEnergy, StepStats
-    from toolkit.telemetry.report.timeline import Barrier, Timeline, Window
-    from toolkit.telemetry.report.views import Buckets, DeviceView
+    from toolkit.telemetry.report.figures.crosscheck import CheckWindow, CrossCheck
+    from toolkit.telemetry.report.figures.energy import DeviceReport, NodeReport
+    from toolkit.telemetry.report.figures.steps import Phase, RunFigures, StepEnergy, StepStats
+    from toolkit.telemetry.report.figures.views import Buckets, DeviceView
+    from toolkit.telemetry.report.inputs.load import RunData
+    from toolkit.telemetry.report.inputs.timeline import Barrier, Timeline, Window
 
     rng = np.random.default_rng(0)
     start = 1_795_250_000.0
@@ -181,8 +181,8 @@ def synthetic_report(nodes: int, gpus: int, seconds: float, root: Path) -> Any:
 def measure(nodes: int, gpus: int, seconds: float) -> dict[str, float]:
     """Build the report, write its files, time each part; then the write's peak memory."""
     from toolkit.telemetry.report import format_summary, summary_dict, write_report
-    from toolkit.telemetry.report.html import render_html
-    from toolkit.telemetry.report.plots import write_plots
+    from toolkit.telemetry.report.page.html import render_html
+    from toolkit.telemetry.report.plots.draw import write_plots
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

@@ -9,7 +9,7 @@ set -euo pipefail
 # slurmd, sbatch/srun/...) and munge: `rtk sandbox up --slurm`, a real SLURM cluster
 # on the sandbox's nodes that rtk's sbatch path is tested against; chromium and
 # chromium-driver: the report page (report.html) is opened in a real headless browser
-# by tests/unit/telemetry/test_report_browser.py (selenium drives it); zsh and fish:
+# by tests/unit/telemetry/report/page/test_browser.py (selenium drives it); zsh and fish:
 # `rtk env --export --shell zsh|fish` is read back by the real shells. podman, catatonit
 # (podman's --init; only recommended by podman), runc (crun, podman's default, refuses
 # hosts with cgroup v1 and v2 controllers both; the test picks runc there) and

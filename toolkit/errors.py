@@ -97,6 +97,10 @@ class TelemetryError(RtkError):
     exit_code = 4
 
 
+class ReportError(RtkError):
+    """The run directory lacks what a report needs (telemetry, samples) or cannot be read."""
+
+
 class SlurmError(RtkError):
     """Not inside an allocation, or sbatch/srun/scontrol is missing or refused a request."""
 

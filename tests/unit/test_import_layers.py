@@ -8,7 +8,8 @@ one above (``LAYERS``). Where code runs decides what it may import (``RUNS_ON``)
   on a node (``toolkit.nodeinfo.script.NodeScript``): only the standard library (and
   Ray inside a function, from the node's own Python), and ``toolkit.node.common``,
   which is sent in front of it; ``toolkit/node/`` holds nothing else;
-- ``job driver``: a ``python -m`` entrypoint that runs on the head inside a Ray job;
+- ``job driver``: a ``python -m`` entrypoint that runs on the head inside a Ray job, or
+  the driver side such entrypoints import (``telemetry.session``);
 - ``ray worker``: code Ray runs in actors, tasks or Ray Train workers.
 
 Job drivers and Ray workers get rtk as ``py_modules`` on the nodes, not its host
@@ -76,12 +77,13 @@ RUNS_ON: dict[str, str] = {
     "toolkit.node.logpack": NODE_SCRIPT,
     "toolkit.node.common": NODE_SCRIPT,  # sent in front of each of them
     "toolkit.train.job": JOB_DRIVER,
-    "toolkit.telemetry.record": JOB_DRIVER,
+    "toolkit.telemetry.record_job": JOB_DRIVER,
+    "toolkit.telemetry.session": JOB_DRIVER,  # the driver side: train.job and record_job
     "toolkit.preflight.bandwidth.job": JOB_DRIVER,
     "toolkit.preflight.load.job": JOB_DRIVER,
     "toolkit.profile.vllm_bench": JOB_DRIVER,
     "toolkit.train.ray_worker": RAY_WORKER,
-    "toolkit.telemetry.session": RAY_WORKER,
+    "toolkit.telemetry.node_sampler": RAY_WORKER,  # the NodeSampler actor and its tasks
     "toolkit.telemetry.rank_files": RAY_WORKER,  # a task on each node, and the driver's loop
     "toolkit.telemetry.sampler": RAY_WORKER,  # in the NodeSampler actor (and python -m)
     "toolkit.preflight.ray_ranks": RAY_WORKER,  # Rank actors, for the preflight jobs
@@ -301,6 +303,7 @@ def test_the_checker_sees_the_whole_package(toolkit_modules: dict[str, str]) -> 
     graph = all_imports(toolkit_modules)
     loaded = reached("toolkit.train.job", graph, toolkit_modules)
     assert {"ray", "toolkit.telemetry.session", "toolkit.train.loop", "torch"} <= loaded
+    assert "toolkit.telemetry.node_sampler" in loaded  # through the session
 
 
 # --- the checker fails on what it must catch (synthetic packages) ------------------------

@@ -12,7 +12,7 @@ from toolkit.cli.options.decorators import print_json
 from toolkit.rundir import RunDir
 
 if TYPE_CHECKING:
-    from toolkit.telemetry.report.trace_export import TraceWindow
+    from toolkit.telemetry.report.trace.export import TraceWindow
 
 REPORT_HELP = """Report a run's power telemetry: energy per node, device, step and token.
 
@@ -69,7 +69,7 @@ def _trace_window(
     if value is None:
         return None
     from toolkit.telemetry.report import ReportError
-    from toolkit.telemetry.report.trace_export import TraceWindow
+    from toolkit.telemetry.report.trace.export import TraceWindow
 
     try:
         return TraceWindow.parse(value)

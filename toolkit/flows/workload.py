@@ -21,7 +21,7 @@ from toolkit.cluster.plan import ClusterPlan
 from toolkit.jobs.runtime_env import working_dir_env
 from toolkit.state.store import state_root
 from toolkit.telemetry.options import TelemetryOptions
-from toolkit.telemetry.submit import record_job
+from toolkit.telemetry.record_submission import record_job
 from toolkit.train.config import TrainConfig
 from toolkit.train.submit import train_job
 

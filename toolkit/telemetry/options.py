@@ -1,7 +1,7 @@
 """The telemetry options of a run, declared once: sensors, rates, Prometheus, idle phases.
 
 The CLI builds them from its flags, ``TrainConfig`` and ``rtk profile`` from their
-settings, and the Ray jobs (``record.py``, the trainer) read them back from JSON.
+settings, and the Ray jobs (``record_job.py``, the trainer) read them back from JSON.
 They are checked where they are made, before anything starts on a node: a typo such
 as ``--sensors nvm`` is a usage error here, not a failure on the nodes after the run.
 """

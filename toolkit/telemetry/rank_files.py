@@ -8,7 +8,7 @@ for the rank files it holds longer than the head's copy, and writes them into th
 head's run directory. A node that shares the head's filesystem sends nothing back.
 
 Both drivers call ``gather_rank_files`` once their run is over, with telemetry on or
-off: ``toolkit.train.job`` and ``toolkit.telemetry.record``.
+off: ``toolkit.train.job`` and ``toolkit.telemetry.record_job``.
 """
 
 from __future__ import annotations

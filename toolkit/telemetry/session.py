@@ -1,26 +1,23 @@
 """Telemetry for a run on a Ray cluster: samplers, clock offsets, collected traces.
 
-The session runs in the driver (the Ray job on the head). It starts one ``NodeSampler``
-actor pinned to each alive node; each writes a live trace on its own node (no shared
-filesystem assumed), in the cluster's temp directory under a name that carries the
-node's, so nodes that share a ``/tmp`` never write the same file. At the end the
-driver measures clock offsets again, stops the samplers and collects every node's
-trace with tasks pinned to that node, so a node whose sampler died still gives up what
-it wrote before dying. Collection is streamed: the node compacts its trace, the driver
-copies it in chunks into the run directory (resuming a partial copy), a bounded
-number of nodes at a time.
+The session runs in the driver (the Ray job on the head; the nodes' side is
+``node_sampler.py``). It starts one ``NodeSampler`` actor pinned to each alive node;
+each writes a live trace on its own node (no shared filesystem assumed), in the
+cluster's temp directory under a name that carries the node's, so nodes that share a
+``/tmp`` never write the same file. At the end the driver measures clock offsets again,
+stops the samplers and collects every node's trace with tasks pinned to that node, so a
+node whose sampler died still gives up what it wrote before dying. Collection is
+streamed: the node compacts its trace, the driver copies it in chunks into the run
+directory (resuming a partial copy), a bounded number of nodes at a time.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import os
-import re
 import signal
 import socket
-import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -31,16 +28,19 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from toolkit import wallclock
 from toolkit.errors import RtkError
 from toolkit.rundir import Manifest, NodeManifest, RunDir
 from toolkit.rundir.trace_files import next_segment
-from toolkit.rundir.traces import ReadStats, compact, live_files, read_table
 from toolkit.telemetry.clock import ClockOffset, combine, estimate_offset
+from toolkit.telemetry.node_sampler import (
+    NodeSampler,
+    compact_node_trace,
+    read_chunk,
+    remove_node_files,
+)
 from toolkit.telemetry.options import TelemetryOptions
-from toolkit.telemetry.sampler import DEFAULT_RATE_HZ, Sampler
+from toolkit.telemetry.sampler import DEFAULT_RATE_HZ
 from toolkit.telemetry.sensors.base import DEFAULT_ENERGY_RATE_HZ
-from toolkit.telemetry.sensors.factory import make_sensors
 
 logger = logging.getLogger(__name__)
 
@@ -68,147 +68,6 @@ def exit_on_sigterm() -> None:
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, stop)
-
-
-def node_local_dir(key: str) -> Path:
-    """The directory on a node where its sampler writes during the run.
-
-    Under the cluster's temp directory (``RTK_CLUSTER_DIR``, which rtk sets for every
-    Ray process it starts), else Ray's, else the system's.
-    """
-    base = os.environ.get("RTK_CLUSTER_DIR")
-    if not base:
-        try:
-            base = ray.get_runtime_context().get_temp_dir()
-        except Exception:  # noqa: BLE001 - outside a Ray worker
-            base = tempfile.gettempdir()
-    return Path(base) / f"rtk-telemetry-{key}"
-
-
-def live_trace_path(key: str, node: str) -> Path:
-    """A node's live trace: its name carries the node's, so a shared /tmp is safe."""
-    safe = re.sub(r"[^A-Za-z0-9._-]", "_", node) or "node"
-    return node_local_dir(key) / f"{safe}.arrows"
-
-
-@ray.remote(num_cpus=0, max_restarts=0)
-class NodeSampler:
-    """One node's sampler, as a Ray actor pinned to that node."""
-
-    def __init__(
-        self,
-        key: str,
-        node: str,
-        sensors: str,
-        rate_hz: float,
-        power_rate_hz: float | None,
-        prometheus_port: int = 0,
-        energy_rate_hz: float | None = DEFAULT_ENERGY_RATE_HZ,
-    ) -> None:
-        """Open the node's sensors; nothing is sampled before ``start``."""
-        self.path = live_trace_path(key, node)
-        self.sensors = make_sensors(sensors)
-        self.sampler = Sampler(
-            self.sensors, self.path, rate_hz, power_rate_hz, energy_rate_hz=energy_rate_hz
-        )
-        self.prometheus_port = prometheus_port
-        self.server: Any = None
-
-    def info(self) -> dict[str, Any]:
-        """Who and what this sampler is: host, pid, sensors and their devices."""
-        devices: dict[str, Any] = {}
-        for sensor in self.sensors:
-            devices.update(sensor.devices())
-        return {
-            "hostname": socket.gethostname(),
-            "node": os.environ.get("RTK_NODE"),
-            "pid": os.getpid(),
-            "sensors": [s.name for s in self.sensors],
-            "devices": devices,
-            "path": str(self.path),
-        }
-
-    def wall_s(self) -> float:
-        """This node's wall clock (for offset estimates), as its samples are stamped."""
-        return wallclock.wall_s()
-
-    def start(self) -> None:
-        """Start sampling (and serving /metrics when a Prometheus port was given).
-
-        The endpoint comes first, so one that cannot be served leaves nothing running.
-
-        Raises:
-            TelemetryError: The endpoint cannot be served (see ``prometheus.endpoint``).
-        """
-        if self.prometheus_port:
-            from toolkit.telemetry.prometheus import NODE_IP_VARIABLE, endpoint, serve
-
-            # rtk's env file names the node's cluster address; on a cluster rtk did
-            # not start, Ray's own address of this node stands in for it.
-            host = None
-            if not os.environ.get(NODE_IP_VARIABLE):
-                host = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
-            node = os.environ.get("RTK_NODE") or socket.gethostname()
-            self.server = serve(self.sampler, endpoint(self.prometheus_port, host), node)
-        self.sampler.start()
-
-    def window(self, seconds: float) -> dict[str, Any]:
-        """This node's power and hottest temperature over the last ``seconds``."""
-        return self.sampler.window(seconds)
-
-    def stop(self) -> dict[str, Any]:
-        """Stop sampling and close the sensors; return the sampler's statistics."""
-        if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
-        stats = self.sampler.stop()
-        for sensor in self.sensors:
-            sensor.close()
-        return stats.to_json()
-
-
-@ray.remote(num_cpus=0)
-def _compact_node_trace(live: str) -> dict[str, Any] | None:
-    """Compact this node's live trace beside it; its path, size and first/last times.
-
-    None when the node has no trace. A compacted file already there (an interrupted
-    collection) is kept as it is, so a retry resumes the same bytes.
-    """
-    sources = live_files(Path(live))
-    if not sources:
-        return None
-    target = Path(live).with_suffix(".compact.arrows")
-    stats = ReadStats()
-    if not target.exists():
-        compact(sources, target, stats)
-    times = read_table([target], columns=["wall_s"]).column("wall_s")
-    first = times[0].as_py() if len(times) else None
-    last = times[-1].as_py() if len(times) else None
-    return {
-        "path": str(target),
-        "size_bytes": target.stat().st_size,
-        "samples": len(times),
-        "first_wall_s": first,
-        "last_wall_s": last,
-        "truncated": stats.truncated,
-    }
-
-
-@ray.remote(num_cpus=0)
-def _read_chunk(path: str, offset: int, size: int) -> bytes:
-    """``size`` bytes of a file on the node this task runs on, from ``offset``."""
-    with open(path, "rb") as f:
-        f.seek(offset)
-        return f.read(size)
-
-
-@ray.remote(num_cpus=0)
-def _remove_node_files(live: str, compacted: str) -> None:
-    """Remove this node's traces; the directory too once no other node's are in it."""
-    for path in [*live_files(Path(live)), Path(compacted)]:
-        path.unlink(missing_ok=True)
-    with contextlib.suppress(OSError):  # another node sharing this /tmp still writes here
-        Path(live).parent.rmdir()
 
 
 @dataclass
@@ -388,7 +247,7 @@ class TelemetrySession:
             else {"scheduling_strategy": NodeAffinitySchedulingStrategy(node.node_id, soft=False)}
         )
         try:
-            found = ray.get(_compact_node_trace.options(**where).remote(path), timeout=300.0)
+            found = ray.get(compact_node_trace.options(**where).remote(path), timeout=300.0)
         except Exception as e:  # noqa: BLE001 - the node itself is gone
             node.status, node.error = "missing", f"could not collect samples: {e}"
             return
@@ -400,7 +259,7 @@ class TelemetrySession:
         except Exception as e:  # noqa: BLE001 - what was copied stays in the .part file
             node.status, node.error = "missing", f"could not copy its trace: {e}"
             return
-        _remove_node_files.options(**where).remote(path, found["path"])
+        remove_node_files.options(**where).remote(path, found["path"])
         node.stats = node.stats or {}
         for key in ("samples", "first_wall_s", "last_wall_s"):
             node.stats[key] = found[key]
@@ -425,7 +284,7 @@ class TelemetrySession:
             out.truncate()
             while offset < size:
                 data: bytes = ray.get(
-                    _read_chunk.options(**where).remote(found["path"], offset, CHUNK_BYTES),
+                    read_chunk.options(**where).remote(found["path"], offset, CHUNK_BYTES),
                     timeout=CALL_TIMEOUT_S,
                 )
                 if not data:

@@ -81,7 +81,7 @@ def curve_energy(
     """Joules between ``t0`` and ``t1`` by the report's ``EnergyCurve``, and coverage."""
     import numpy as np
 
-    from toolkit.telemetry.report.curves import EnergyCurve, gap_threshold_s
+    from toolkit.telemetry.report.figures.curves import EnergyCurve, gap_threshold_s
 
     inside = [t for t in t_s if t0 <= t <= t1]
     if len(t_s) < 2:

@@ -202,7 +202,7 @@ def test_telemetry_record_dry_run_carries_the_telemetry_options(
     assert done.exit_code == 0, done.output
     line = next(x for x in done.output.splitlines() if "entrypoint: " in x)
     argv = shlex.split(line.split("entrypoint: ", 1)[1])
-    assert argv[1:3] == ["-m", "toolkit.telemetry.record"]
+    assert argv[1:3] == ["-m", "toolkit.telemetry.record_job"]
     data = json.loads(argv[3])
     assert data.pop("run_dir") == f"{tmp_path}/o/t1"
     assert TelemetryOptions.from_json(data) == TelemetryOptions(
@@ -312,7 +312,7 @@ def test_each_workload_becomes_a_printable_job_request() -> None:
     assert (train.kind, train.submission_id, train.run_dir) == ("train", "rtk-train-t-7", "/r/t")
     vllm = job_request(plan, VllmWorkload({"model": "m"}, "/r/v", telemetry), now_s=7)
     argv = shlex.split(vllm.entrypoint)
-    assert argv[argv.index("toolkit.telemetry.record") + 2 :][1:3] == [
+    assert argv[argv.index("toolkit.telemetry.record_job") + 2 :][1:3] == [
         "-m",
         "toolkit.profile.vllm_bench",
     ]

@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 from toolkit.errors import TelemetryError
+from toolkit.telemetry.node_sampler import NodeSampler
 from toolkit.telemetry.prometheus import Endpoint, endpoint, render, serve
-from toolkit.telemetry.session import NodeSampler
 
 TOKEN = "a" * 32 + "b" * 32
 NODE_IP = "127.0.0.2"

@@ -109,8 +109,8 @@ def test_steps_of_a_failed_attempt_move_aside_on_restart(tmp_path: Path) -> None
 
 
 def test_straggle_makes_one_rank_arrive_last_at_every_barrier(tmp_path: Path) -> None:
-    from toolkit.telemetry.report.markers import reduce_markers
-    from toolkit.telemetry.report.stragglers import WaitEnergy, stragglers
+    from toolkit.telemetry.report.figures.stragglers import WaitEnergy, stragglers
+    from toolkit.telemetry.report.inputs.marker_summary import reduce_markers
 
     run_dir = tmp_path / "run"
     run_local(

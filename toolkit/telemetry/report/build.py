@@ -11,12 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolkit.telemetry.report.crosscheck import CrossCheck, check_windows, cross_checks
-from toolkit.telemetry.report.curves import gap_threshold_s
-from toolkit.telemetry.report.energy import NodeReport, node_report
-from toolkit.telemetry.report.load import RunData, load_run
-from toolkit.telemetry.report.series import read_series
-from toolkit.telemetry.report.steps import (
+from toolkit.telemetry.report.figures.crosscheck import CrossCheck, check_windows, cross_checks
+from toolkit.telemetry.report.figures.curves import gap_threshold_s
+from toolkit.telemetry.report.figures.energy import NodeReport, node_report
+from toolkit.telemetry.report.figures.steps import (
     Phase,
     RunFigures,
     StepEnergy,
@@ -28,9 +26,11 @@ from toolkit.telemetry.report.steps import (
     step_stats,
     step_sums,
 )
-from toolkit.telemetry.report.stragglers import Stragglers, WaitEnergy, stragglers
-from toolkit.telemetry.report.timeline import Barrier, Timeline, Window, align
-from toolkit.telemetry.report.views import Buckets
+from toolkit.telemetry.report.figures.stragglers import Stragglers, WaitEnergy, stragglers
+from toolkit.telemetry.report.figures.views import Buckets
+from toolkit.telemetry.report.inputs.load import RunData, load_run
+from toolkit.telemetry.report.inputs.series import read_series
+from toolkit.telemetry.report.inputs.timeline import Barrier, Timeline, Window, align
 
 
 @dataclass(frozen=True)

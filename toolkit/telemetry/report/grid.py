@@ -1,9 +1,9 @@
 """The report's views as matrices: a row per device (grouped by node), a column per bucket.
 
 The heatmap PNG and the page's canvas both draw from a ``Grid``; the node panel from
-``node_power``. Built from the bucketed views (``views.py``), so a grid is at most
-``MAX_BUCKETS`` columns wide whatever the run's length: 512 GPUs by 1,000 buckets by
-five readings is 20 MB of float64.
+``node_power``. Built from the bucketed views (``figures/views.py``), so a grid is at
+most ``MAX_BUCKETS`` columns wide whatever the run's length: 512 GPUs by 1,000 buckets
+by five readings is 20 MB of float64.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from toolkit.telemetry.report.build import Report
-from toolkit.telemetry.report.energy import DeviceReport
-from toolkit.telemetry.report.series import FloatArray
-from toolkit.telemetry.report.views import Buckets, DeviceView
+from toolkit.telemetry.report.figures.energy import DeviceReport
+from toolkit.telemetry.report.figures.views import Buckets, DeviceView
+from toolkit.telemetry.report.inputs.series import FloatArray
 
 
 @dataclass(frozen=True)

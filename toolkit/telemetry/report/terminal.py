@@ -13,11 +13,16 @@ import textwrap
 from collections.abc import Sequence
 
 from toolkit.inventory.hostrange import name_ranges
+from toolkit.telemetry.report.alike_nodes import NodeGroup, devices_of, group_nodes
 from toolkit.telemetry.report.build import Report
-from toolkit.telemetry.report.crosscheck import TOLERANCE, CrossCheck
-from toolkit.telemetry.report.energy import DeviceReport, NodeReport
-from toolkit.telemetry.report.grouping import NodeGroup, devices_of, group_nodes
-from toolkit.telemetry.report.outliers import Outlier, Outliers, find_outliers, report_figures
+from toolkit.telemetry.report.figures.crosscheck import TOLERANCE, CrossCheck
+from toolkit.telemetry.report.figures.energy import DeviceReport, NodeReport
+from toolkit.telemetry.report.figures.outliers import (
+    Outlier,
+    Outliers,
+    find_outliers,
+    report_figures,
+)
 from toolkit.telemetry.report.units import joules, value_range, watts
 
 FEW_NODES = 8  # at most this many nodes: a line per node

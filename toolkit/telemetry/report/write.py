@@ -8,15 +8,15 @@ from pathlib import Path
 
 from toolkit.rundir import RunDir
 from toolkit.telemetry.report.build import Report
-from toolkit.telemetry.report.html import render_html
-from toolkit.telemetry.report.summary import summary_dict
-from toolkit.telemetry.report.trace_export import (
+from toolkit.telemetry.report.page.html import render_html
+from toolkit.telemetry.report.summary_json import summary_dict
+from toolkit.telemetry.report.trace.export import (
     TRACE_FILE,
     TraceExport,
     TraceWindow,
     write_trace,
 )
-from toolkit.telemetry.report.traces import write_traces
+from toolkit.telemetry.report.traces_csv import write_traces
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ def write_report(
     if traces_csv is not None:
         write_traces(report, traces_csv)
     # matplotlib is imported here, not with the package: the CLI stays quick to start.
-    from toolkit.telemetry.report.plots import write_plots
+    from toolkit.telemetry.report.plots.draw import write_plots
 
     plots = write_plots(report, directory / "plots")
     html = directory / "report.html"

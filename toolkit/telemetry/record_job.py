@@ -1,0 +1,71 @@
+"""The Ray job behind ``rtk telemetry record``: sample every node while a command runs.
+
+``python -m toolkit.telemetry.record_job OPTIONS_JSON COMMAND...`` (OPTIONS_JSON: the run
+directory and the ``TelemetryOptions``) starts a sampler on every node, runs COMMAND on
+the head (inside the job's working directory), then collects the traces into the run
+directory and exits with the command's exit status. COMMAND finds the run directory in
+``$RTK_RUN_DIR``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import ray
+
+from toolkit.rundir import CommandRecord, RunDir
+from toolkit.telemetry.options import TelemetryOptions
+from toolkit.telemetry.rank_files import gather_rank_files
+from toolkit.telemetry.session import TelemetrySession, exit_on_sigterm
+from toolkit.telemetry.settle import IdlePhases
+
+
+def main(argv: list[str]) -> int:
+    """Run ``argv[1:]`` under telemetry described by the JSON in ``argv[0]``."""
+    data = json.loads(argv[0])
+    command = argv[1:]
+    run_dir = Path(os.path.expanduser(data.pop("run_dir")))
+    options = TelemetryOptions.from_json(data).check()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    ray.init(logging_level=logging.ERROR)
+    exit_on_sigterm()  # after ray.init, which installs a SIGTERM handler of its own
+    session = TelemetrySession.for_options(run_dir, options)
+    idle = IdlePhases(
+        session,
+        run_dir,
+        options.baseline_s,
+        options.cooldown_max_s,
+        lambda line: print(f"rtk telemetry: {line}", flush=True),
+    )
+    session.start()
+    began = time.monotonic()
+    try:
+        idle.before()
+        began = time.monotonic()
+        try:
+            # RTK_RUN_DIR: where the command may write its markers and results.
+            env = {**os.environ, "RTK_RUN_DIR": str(run_dir)}
+            code = subprocess.run(command, check=False, env=env).returncode
+        except OSError as e:  # not found, not executable: the shell's codes
+            print(f"rtk telemetry: cannot run {command[0]!r}: {e}", flush=True)
+            code = 127 if isinstance(e, FileNotFoundError) else 126
+        duration_s = time.monotonic() - began
+        idle.after()
+    finally:
+        idle.save()
+        session.stop()
+        gather_rank_files(run_dir)  # markers the command's processes wrote on other nodes
+
+    CommandRecord(tuple(command), code, duration_s).write(RunDir(run_dir).command)
+    print(f"rtk telemetry: command exited {code}; traces in {run_dir}/telemetry", flush=True)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

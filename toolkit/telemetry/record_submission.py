@@ -1,0 +1,45 @@
+"""The Ray job that records telemetry around any command (``record_job.py``), as data."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Mapping
+from typing import Any
+
+from toolkit.cluster.plan import ClusterPlan
+from toolkit.jobs.client import JOB_STOP_WAIT_S
+from toolkit.jobs.runtime_env import working_dir_env
+from toolkit.jobs.shipped_code import code_env
+from toolkit.state.store import state_root
+from toolkit.telemetry.options import TelemetryOptions
+
+
+def record_job(
+    plan: ClusterPlan,
+    command: list[str],
+    run_dir: str,
+    options: TelemetryOptions,
+    working_dir: str,
+    env: Mapping[str, str] | None = None,
+    ship_code: bool = True,
+) -> tuple[str, dict[str, Any]]:
+    """The entrypoint and runtime environment that run ``command`` on the head under telemetry.
+
+    ``run_dir`` is the run directory; ``env`` is added to the command's environment
+    (``rtk profile`` passes each run's axes that way). ``ship_code`` as in
+    ``shipped_code``.
+    """
+    python = plan.head.node.python
+    arguments = {"run_dir": run_dir, **options.to_json()}
+    entrypoint = shlex.join(
+        [python, "-m", "toolkit.telemetry.record_job", json.dumps(arguments), *command]
+    )
+    runtime_env = (
+        code_env(ship_code)
+        | working_dir_env(working_dir, run_dir, str(state_root()))
+        | {
+            "env_vars": {"RAY_JOB_STOP_WAIT_TIME_S": str(JOB_STOP_WAIT_S), **(env or {})},
+        }
+    )
+    return entrypoint, runtime_env

@@ -1,0 +1,135 @@
+"""report.html: one self-contained, offline page from ``templates/report.html.j2``.
+
+Nothing is fetched: the styles and the script (``templates/report_view.js``) are
+inline, the canvases draw from JSON embedded in the page (``canvas_data.py``), and the
+PNGs are linked next to it. Long tables (a row per device, per phase, per check) are
+folded and filterable, so the page opens as fast with 1,000 GPUs as with one.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from markupsafe import Markup
+
+from toolkit.inventory.hostrange import name_ranges
+from toolkit.resources import data_dir
+from toolkit.telemetry.report.alike_nodes import NodeGroup, devices_of, group_nodes
+from toolkit.telemetry.report.build import Report
+from toolkit.telemetry.report.figures.outliers import Outliers
+from toolkit.telemetry.report.grid import Grid, device_grid
+from toolkit.telemetry.report.page.canvas_data import page_data, page_json
+from toolkit.telemetry.report.summary_json import summary_dict
+from toolkit.telemetry.report.terminal import (
+    check_summary,
+    outlier_text,
+    outliers_of,
+    rules_text,
+    short_device,
+    straggler_line,
+)
+from toolkit.telemetry.report.units import value_range
+
+TEMPLATE = "report.html.j2"
+# Tables with at most this many rows are shown open; longer ones are folded.
+OPEN_ROWS = 16
+OUTLIER_ROWS = 20  # outliers shown before the fold
+
+
+@cache
+def _environment() -> jinja2.Environment:
+    # Its own environment: the shared one (toolkit.resources) renders shell text and
+    # does not escape; this one is HTML, so everything from the run is escaped.
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
+        undefined=jinja2.StrictUndefined,
+        autoescape=True,
+        keep_trailing_newline=True,
+    )
+    env.filters["num"] = _num
+    env.filters["pct"] = lambda value: "-" if value is None else f"{value:.1%}"
+    env.filters["short"] = short_device
+    return env
+
+
+def _num(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return f"{float(value):,.{digits}f}"
+
+
+def render_html(
+    report: Report, plots: dict[str, Path], html_dir: Path, grid: Grid | None = None
+) -> str:
+    """The page; ``plots`` are linked relative to ``html_dir`` (where the page is written)."""
+    links = {name: path.relative_to(html_dir).as_posix() for name, path in plots.items()}
+    grid = grid if grid is not None else device_grid(report)
+    outliers = outliers_of(report)
+    summary = summary_dict(report)
+    devices = sum(len(n["devices"]) for n in summary["nodes"].values())
+    return (
+        _environment()
+        .get_template(TEMPLATE)
+        .render(
+            s=summary,
+            plots=links,
+            # page_json escapes <, > and &: the JSON cannot end the script element.
+            data=Markup(page_json(page_data(report, grid))),
+            rules=rules_text(outliers),
+            drawable=not grid.empty,
+            rows=len(grid.rows),
+            kind="GPUs" if grid.kind == "gpu" else "hosts",
+            groups=_groups(report, outliers),
+            outliers=_outlier_rows(outliers),
+            waiting=straggler_line(report),
+            checks=check_summary(report.cross_checks) if report.cross_checks else None,
+            open_nodes=len(summary["nodes"]) <= OPEN_ROWS,
+            open_devices=devices <= OPEN_ROWS,
+            open_phases=len(summary["phases"]) <= OPEN_ROWS,
+            open_checks=len(summary["cross_check"]["devices"]) <= OPEN_ROWS,
+            outlier_rows=OUTLIER_ROWS,
+        )
+    )
+
+
+def _groups(report: Report, outliers: Outliers) -> list[dict[str, Any]]:
+    """Alike nodes on one row each, then each node that differs."""
+    odd = {o.node for o in outliers.found if o.device is None}
+    return [_group(g) for g in group_nodes(list(report.nodes.values()), odd)]
+
+
+def _group(group: NodeGroup) -> dict[str, Any]:
+    nodes = group.nodes
+    gpus, host, _ = devices_of(nodes[0])
+    first = nodes[0]
+    return {
+        "names": name_ranges(group.names, max_chars=80),
+        "count": len(nodes),
+        "alike": group.alike,
+        "devices": f"{gpus} GPU{'s' if gpus != 1 else ''}" + (" + host" if host else ""),
+        "status": first.status + (f" ({first.error})" if first.error else ""),
+        "energy": value_range("J", [n.energy_j for n in nodes]),
+        "avg": value_range("W", [n.avg_power_w for n in nodes]),
+        "peak": value_range("W", [n.peak_power_w for n in nodes]),
+        "covered": min(n.covered_fraction for n in nodes),
+    }
+
+
+def _outlier_rows(outliers: Outliers) -> list[dict[str, Any]]:
+    rows = []
+    for node, device, found in outliers.subjects():
+        rows.append(
+            {
+                "node": node,
+                "device": device,
+                "who": short_device(device) if device else f"all {found[0].devices} devices",
+                "what": "; ".join(outlier_text(outliers, o) for o in found),
+                "score": max(o.score for o in found),
+            }
+        )
+    return rows

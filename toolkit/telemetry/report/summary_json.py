@@ -1,0 +1,232 @@
+"""The report's figures as a JSON-ready dict (summary.json); the terminal text is terminal.py's."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict
+from typing import Any
+
+from toolkit.rundir import TrainThroughput
+from toolkit.telemetry.report.build import Report
+from toolkit.telemetry.report.figures.crosscheck import TOLERANCE, CrossCheck
+from toolkit.telemetry.report.figures.curves import Gap
+from toolkit.telemetry.report.figures.energy import DeviceReport, NodeReport
+from toolkit.telemetry.report.figures.outliers import Outliers
+from toolkit.telemetry.report.terminal import outliers_of
+
+__all__ = ["summary_dict"]
+
+SCHEMA_VERSION = 1
+
+
+def summary_dict(report: Report) -> dict[str, Any]:
+    """Every figure of the report; times are seconds since the window's start.
+
+    Non-finite numbers (from odd input) become None, so the result is strict JSON.
+    """
+    finite: dict[str, Any] = _finite(_summary(report))
+    return finite
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _summary(report: Report) -> dict[str, Any]:
+    window = report.window
+    run = report.run
+    stats = report.step_stats
+    return {
+        "v": SCHEMA_VERSION,
+        "run_dir": str(report.run_dir),
+        "head": report.timeline.head,
+        "rate_hz": report.rate_hz,
+        "window": {
+            "start_wall_s": window.start_s,
+            "end_wall_s": window.end_s,
+            "duration_s": window.duration_s,
+            "basis": window.basis,
+        },
+        "run": {
+            "duration_s": run.duration_s,
+            "energy_j": run.energy_j,
+            "energy_wh": run.energy_wh,
+            "steps": run.steps,
+            "tokens": run.tokens,
+            "energy_per_step_j": run.energy_per_step_j,
+            "energy_per_token_j": run.energy_per_token_j,
+            "tokens_per_s": run.tokens_per_s,
+            "tokens_per_j": run.tokens_per_j,
+            "partial": run.partial,
+            "restarts": run.restarts,
+            "ranks": run.ranks,
+            # Seconds the trainer's steps spent compiling (torch.compile); None: eager.
+            "compile_s": TrainThroughput.of(report.data.metrics).compile_s,
+        },
+        "nodes": {name: _node(report, node) for name, node in report.nodes.items()},
+        "cross_check": {
+            "tolerance": TOLERANCE,
+            "devices": [_check(report, check) for check in report.cross_checks],
+        },
+        "steps": {
+            "rank": report.timeline.step_rank,
+            "stats": None if stats is None else asdict(stats),
+            "per_step": [
+                {
+                    "step": s.step,
+                    "start_s": report.relative_s(s.start_s),
+                    "duration_s": s.duration_s,
+                    "energy_j": s.energy_j,
+                    "complete": s.complete,
+                }
+                for s in report.steps
+            ],
+        },
+        "phases": [
+            {
+                "label": p.label,
+                "start_s": report.relative_s(p.start_s),
+                "duration_s": p.duration_s,
+                "steps": p.steps,
+                "energy_j": p.energy_j,
+                "avg_power_w": p.avg_power_w,
+                "nodes_j": p.nodes_j,
+                "complete": p.complete,
+            }
+            for p in report.phases
+        ],
+        "barriers": [
+            {
+                "step": b.step,
+                "t_s": report.relative_s(b.t_s),
+                "spread_s": b.spread_s,
+                "ranks": b.ranks,
+            }
+            for b in report.barriers
+        ],
+        "stragglers": _stragglers(report),
+        "outliers": _outliers(outliers_of(report)),
+        "notes": report.notes,
+    }
+
+
+def _outliers(outliers: Outliers) -> dict[str, Any]:
+    return {
+        "rules": {
+            r.metric: {"relative": r.relative, "threshold": r.threshold, "below_too": r.below}
+            for r in outliers.rules
+        },
+        "medians": outliers.medians,
+        "compared": outliers.compared,
+        "found": [
+            {
+                "metric": o.metric,
+                "node": o.node,
+                "device": o.device,
+                "kind": o.kind,
+                "devices": o.devices,
+                "value": o.value,
+                "median": o.median,
+                "excess": o.excess,
+                "score": o.score,
+            }
+            for o in outliers.found
+        ],
+    }
+
+
+def _stragglers(report: Report) -> dict[str, Any] | None:
+    found = report.stragglers
+    if found is None:
+        return None
+    slowest = found.slowest
+    return {
+        "barriers": found.barriers,
+        "wait_s": found.wait_s,
+        "wait_energy_j": found.wait_energy_j,
+        "share_of_run": found.share,
+        "last_by_node": found.last_by_node,
+        "slowest_rank": None if slowest is None else slowest.rank,
+        "ranks": [asdict(r) for r in found.ranks],
+    }
+
+
+def _node(report: Report, node: NodeReport) -> dict[str, Any]:
+    return {
+        "hostname": node.hostname,
+        "status": node.status,
+        "error": node.error,
+        "offset_s": node.offset_s,
+        "uncertainty_s": node.uncertainty_s,
+        "energy_j": node.energy_j,
+        "energy_wh": node.energy_wh,
+        "scope": node.scope,
+        "avg_power_w": node.avg_power_w,
+        "peak_power_w": node.peak_power_w,
+        "samples": node.samples,
+        "covered_fraction": node.covered_fraction,
+        "partial": node.partial,
+        "gaps": [_gap(report, g) for g in node.gaps],
+        "devices": {name: _device(report, d) for name, d in node.devices.items()},
+    }
+
+
+def _device(report: Report, device: DeviceReport) -> dict[str, Any]:
+    return {
+        "kind": device.kind,
+        "samples": device.samples,
+        "energy_j": device.energy_j,
+        "energy_wh": device.energy_wh,
+        "energy_source": device.energy_source,
+        "energy_covered_s": device.energy_covered_s,
+        "counted_in_node": device.counted,
+        "avg_power_w": device.avg_power_w,
+        "peak_power_w": device.peak_power_w,
+        "power_source": device.power_source,
+        "covered_fraction": device.covered_fraction,
+        "partial": device.partial,
+        "gaps": [_gap(report, g) for g in device.gaps],
+        "throttled_s": device.throttled_s,
+        "throttle_reasons_s": device.throttle_reasons_s,
+        "counter_resets": device.counter_resets,
+    }
+
+
+def _gap(report: Report, gap: Gap) -> dict[str, Any]:
+    return {
+        "start_s": report.relative_s(gap.start_s),
+        "end_s": report.relative_s(gap.end_s),
+        "duration_s": gap.duration_s,
+        "where": gap.where,
+    }
+
+
+def _check(report: Report, check: CrossCheck) -> dict[str, Any]:
+    return {
+        "node": check.node,
+        "device": check.device,
+        "basis": check.basis,
+        "ratio": check.ratio,
+        "counter_j": check.counter_j,
+        "power_j": check.power_j,
+        "compared": len(check.windows),
+        "skipped": check.skipped,
+        "flagged": len(check.flagged),
+        "windows": [
+            {
+                "start_s": report.relative_s(w.start_s),
+                "end_s": report.relative_s(w.end_s),
+                "counter_j": w.counter_j,
+                "power_j": w.power_j,
+                "ratio": w.ratio,
+                "flagged": w.flagged,
+            }
+            for w in check.windows
+        ],
+    }
