@@ -15,12 +15,16 @@ import logging
 import posixpath
 import signal
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit.cluster.plan import ClusterPlan, NodePlan
 from toolkit.errors import GpuControlError
+from toolkit.fields import Fields
 from toolkit.nodeinfo import NodeScript
+from toolkit.nodeinfo.fields import answer_fields
+from toolkit.rundir.gpu_settings import NodeGpuSettings
 from toolkit.transport.base import Transport
 from toolkit.transport.group import GroupResult, run_each
 
@@ -64,16 +68,45 @@ def control_command(
     return CONTROL.command(node, *argv)
 
 
-def call_control(transport: Transport, node_plan: NodePlan, command: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class NodeGpuRestore:
+    """What ``gpu_control.py restore`` did on one node.
+
+    Attributes:
+        node: The node's name.
+        restore_file: The file it restored from.
+        gpus: GPU UUID -> the settings put back (``power_limit``, ``gpu_clocks``...).
+        nothing_to_do: The node had no restore file.
+    """
+
+    node: str
+    restore_file: str
+    gpus: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    nothing_to_do: bool = False
+
+    @classmethod
+    def from_fields(cls, f: Fields) -> NodeGpuRestore:
+        """Read the script's ``result``."""
+        return cls(
+            node=f.text("node"),
+            restore_file=f.text("restore_file"),
+            gpus={uuid: tuple(done.data) for uuid, done in f.children("gpus").items()},
+            nothing_to_do=bool(f.flag_or_none("nothing_to_do")),
+        )
+
+
+def call_control(transport: Transport, node_plan: NodePlan, command: str) -> Fields:
     """Run a ``control_command`` line on its node; the ``result`` of its JSON answer.
 
     Raises:
         GpuControlError: The script refused, failed, or gave no answer.
+        toolkit.errors.ClusterError: The answer has no ``result`` object (named with the
+            node, like a malformed field read from it).
         toolkit.errors.TransportError: The node could not be reached.
     """
+    name = node_plan.node.name
     answer = CONTROL.call(transport, node_plan.node, command, CONTROL_TIMEOUT_S)
-    result: dict[str, Any] = answer.get("result") or {}
-    return result
+    return answer_fields(name, "GPU control answer", answer).nested("result")
 
 
 @contextlib.contextmanager
@@ -83,7 +116,7 @@ def gpu_settings(
     power_limit_w: float | None = None,
     gpu_clocks_mhz: tuple[int, int] | None = None,
     mem_clocks_mhz: tuple[int, int] | None = None,
-) -> Iterator[dict[str, dict[str, Any]]]:
+) -> Iterator[dict[str, NodeGpuSettings]]:
     """Apply the settings on every node with GPUs for the ``with`` block; restore after.
 
     Yields:
@@ -113,11 +146,11 @@ def gpu_settings(
         )
     path = restore_file(plan)
 
-    def apply_on(node_plan: NodePlan) -> dict[str, Any]:
+    def apply_on(node_plan: NodePlan) -> NodeGpuSettings:
         command = control_command(
             node_plan, "apply", path, power_limit_w, gpu_clocks_mhz, mem_clocks_mhz
         )
-        return call_control(transport, node_plan, command)
+        return NodeGpuSettings.from_fields(call_control(transport, node_plan, command))
 
     try:
         applied = run_each(nodes, apply_on)
@@ -128,7 +161,7 @@ def gpu_settings(
         restored = _restore_after(transport, nodes, path, raising=False)
         raise GpuControlError(_apply_failure(applied, restored))
     for name, result in applied.results.items():
-        for warning in result.get("warnings", []):
+        for warning in result.warnings:
             logger.warning("%s: %s", name, warning)
         logger.info("GPU settings on %s: %s", name, asked)
     try:
@@ -139,7 +172,7 @@ def gpu_settings(
     _restore_after(transport, nodes, path, raising=True)
 
 
-def restore_all(plan: ClusterPlan, transport: Transport) -> dict[str, dict[str, Any]]:
+def restore_all(plan: ClusterPlan, transport: Transport) -> dict[str, NodeGpuRestore]:
     """Put back the GPU settings on every node that still has a restore file.
 
     For ``rtk profile --restore`` after a crash; a node without a file has nothing to do
@@ -160,11 +193,12 @@ def restore_all(plan: ClusterPlan, transport: Transport) -> dict[str, dict[str, 
 
 def _restore(
     transport: Transport, nodes: Sequence[NodePlan], path: str
-) -> tuple[GroupResult[dict[str, Any]], bool]:
+) -> tuple[GroupResult[NodeGpuRestore], bool]:
     """Restore ``nodes`` in parallel with Ctrl-C held; and whether one was held."""
 
-    def restore_on(node_plan: NodePlan) -> dict[str, Any]:
-        return call_control(transport, node_plan, control_command(node_plan, "restore", path))
+    def restore_on(node_plan: NodePlan) -> NodeGpuRestore:
+        command = control_command(node_plan, "restore", path)
+        return NodeGpuRestore.from_fields(call_control(transport, node_plan, command))
 
     with _sigint_held() as held:
         outcome = run_each(nodes, restore_on)
@@ -173,7 +207,7 @@ def _restore(
 
 def _restore_after(
     transport: Transport, nodes: Sequence[NodePlan], path: str, *, raising: bool
-) -> GroupResult[dict[str, Any]]:
+) -> GroupResult[NodeGpuRestore]:
     """Restore ``nodes``; log failures; raise them (and a held Ctrl-C) when ``raising``."""
     outcome, interrupted = _restore(transport, nodes, path)
     if outcome.failed:
@@ -186,7 +220,7 @@ def _restore_after(
 
 
 def _apply_failure(
-    applied: GroupResult[dict[str, Any]], restored: GroupResult[dict[str, Any]]
+    applied: GroupResult[NodeGpuSettings], restored: GroupResult[NodeGpuRestore]
 ) -> str:
     total = len(applied.results) + len(applied.failed)
     lines = [f"GPU settings failed on {len(applied.failed)} of {total} node(s):"]
@@ -198,7 +232,7 @@ def _apply_failure(
     return "\n".join(lines)
 
 
-def _restore_failure(outcome: GroupResult[dict[str, Any]]) -> str:
+def _restore_failure(outcome: GroupResult[NodeGpuRestore]) -> str:
     lines = [
         f"GPU settings not put back on {len(outcome.failed)} node(s)"
         " (retry with `rtk profile --restore`):"

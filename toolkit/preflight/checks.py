@@ -14,7 +14,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from toolkit.preflight.bandwidth.measure import plateau
+from toolkit.preflight.bandwidth.job_result import AllreduceResult, BandwidthResult, TcpPair
 from toolkit.preflight.localise.culprit_checks import localise_checks
 from toolkit.preflight.result import Check, Status
 
@@ -214,39 +214,32 @@ def _version(name: str, version: str | None) -> str | None:
     return version
 
 
-def tcp_floor_gbit_s(tcp: Sequence[Mapping[str, Any]], t: Thresholds = Thresholds()) -> float:
+def tcp_floor_gbit_s(tcp: Sequence[TcpPair], t: Thresholds = Thresholds()) -> float:
     """The rate below which a pair fails: the absolute floor or a share of the median."""
-    rates = sorted(float(r["gbit_s"]) for r in tcp if "gbit_s" in r)
+    rates = sorted(r.gbit_s for r in tcp if r.gbit_s is not None)
     median = statistics.median(rates) if rates else 0.0
     return max(t.tcp_min_gbit_s, t.tcp_min_fraction * median)
 
 
-def slow_pairs(
-    tcp: Sequence[Mapping[str, Any]], t: Thresholds = Thresholds()
-) -> set[tuple[str, str]]:
+def slow_pairs(tcp: Sequence[TcpPair], t: Thresholds = Thresholds()) -> set[tuple[str, str]]:
     """``(src, dst)`` of the pairs that failed to connect or fell below the floor."""
     floor = tcp_floor_gbit_s(tcp, t)
-    return {
-        (str(r["src"]), str(r["dst"]))
-        for r in tcp
-        if "gbit_s" not in r or float(r["gbit_s"]) < floor
-    }
+    return {r.key for r in tcp if r.gbit_s is None or r.gbit_s < floor}
 
 
-def bandwidth_checks(result: Mapping[str, Any], t: Thresholds = Thresholds()) -> list[Check]:
+def bandwidth_checks(result: BandwidthResult, t: Thresholds = Thresholds()) -> list[Check]:
     """TCP per pair of the ring and the all-reduce sweep (``bandwidth.job``'s result)."""
     checks = []
-    tcp = result.get("tcp") or []
+    tcp = result.tcp
     floor = tcp_floor_gbit_s(tcp, t)
     slow = slow_pairs(tcp, t)
-    cleared = cleared_pairs(slow, (result.get("localise") or {}).get("tcp") or {})
+    cleared = cleared_pairs(slow, result.localise.get("tcp") or {})
     for r in tcp:
-        pair = f"{r['src']}->{r['dst']}"
-        tries = f" (best of {r['attempts']})" if int(r.get("attempts", 1)) > 1 else ""
-        measured = f"{r['gbit_s']:.2f} Gbit/s" if "gbit_s" in r else str(r.get("error"))
-        key = (r["src"], r["dst"])
-        status: Status = "fail" if key in slow else "pass"
-        if key in cleared:
+        pair = f"{r.src}->{r.dst}"
+        tries = f" (best of {r.attempts})" if r.attempts > 1 else ""
+        measured = f"{r.gbit_s:.2f} Gbit/s" if r.gbit_s is not None else str(r.error)
+        status: Status = "fail" if r.key in slow else "pass"
+        if r.key in cleared:
             status, tries = "warn", f"{tries}, fine when localisation measured it again"
         checks.append(
             Check(
@@ -260,21 +253,20 @@ def bandwidth_checks(result: Mapping[str, Any], t: Thresholds = Thresholds()) ->
                 "its negotiated speed (ethtool), errors (ip -s link), and traffic shaping (tc)",
             )
         )
-    for node in result.get("missing") or []:
+    for node in result.missing:
         checks.append(
             Check(
                 "net.bandwidth.tcp",
-                str(node),
+                node,
                 "fail",
                 "not in Ray",
                 "Ray up on the node",
                 "bandwidth is measured between Ray nodes: rtk up, then rtk status",
             )
         )
-    reduce = result.get("allreduce")
-    if reduce:
-        checks.append(_allreduce_check(reduce, t))
-    return checks + localise_checks(result.get("localise") or {})
+    if result.allreduce is not None:
+        checks.append(_allreduce_check(result.allreduce, t))
+    return checks + localise_checks(result.localise)
 
 
 def cleared_pairs(
@@ -300,29 +292,29 @@ def _mib(size_bytes: float) -> str:
     return f"{size / GiB:g} GiB" if size >= GiB else f"{size / MiB:g} MiB"
 
 
-def _allreduce_check(reduce: Mapping[str, Any], t: Thresholds) -> Check:
-    backend, ranks = reduce.get("backend"), int(reduce.get("ranks", 0))
+def _allreduce_check(reduce: AllreduceResult, t: Thresholds) -> Check:
+    backend, ranks = reduce.backend, reduce.ranks
     name = "net.bandwidth.allreduce"
     if ranks < 2:
         return Check(name, "cluster", "pass", f"{ranks} rank: skipped", ">= 2 ranks")
-    if "error" in reduce or not reduce.get("sizes"):
+    largest = reduce.largest
+    if reduce.error is not None or largest is None:
         return Check(
             name,
             "cluster",
             "fail",
-            f"{backend}, {ranks} ranks: {reduce.get('error')}",
+            f"{backend}, {ranks} ranks: {reduce.error}",
             "completes",
             "the collective failed: check NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME (rtk env) "
             "and that every node reaches the others on high ports",
         )
-    largest = max(reduce["sizes"], key=lambda s: s["bytes"])
-    value = float(largest["busbw_gb_s"])
+    value = largest.busbw_gb_s
     # the threshold, or the least the hardware should reach where the job was told
-    floor = max(t.busbw_min_gb_s, float(reduce.get("expected_min_gb_s") or 0.0))
-    flat = plateau(reduce["sizes"])
+    floor = max(t.busbw_min_gb_s, reduce.expected_min_gb_s or 0.0)
+    flat = reduce.plateau
     flat_text = (
-        f"; plateau from {_mib(flat['bytes'])} (within 10% of the best, "
-        f"{flat['best_gb_s']:.3f} GB/s)"
+        f"; plateau from {_mib(flat.size_bytes)} (within 10% of the best, "
+        f"{flat.best_gb_s:.3f} GB/s)"
         if flat
         else ""
     )
@@ -330,8 +322,8 @@ def _allreduce_check(reduce: Mapping[str, Any], t: Thresholds) -> Check:
         name,
         "cluster",
         "fail" if value < floor else "pass",
-        f"busbw {value:.3f} GB/s, algbw {largest['algbw_gb_s']:.3f} GB/s at "
-        f"{_mib(largest['bytes'])} ({backend}, {ranks} ranks){flat_text}",
+        f"busbw {value:.3f} GB/s, algbw {largest.algbw_gb_s:.3f} GB/s at "
+        f"{_mib(largest.size_bytes)} ({backend}, {ranks} ranks){flat_text}",
         f">= {floor:g} GB/s busbw",
         "below what the fabric should carry: run rtk env to see the NCCL transport chosen, "
         "and nccl-tests for detail",

@@ -15,7 +15,6 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
-from typing import Any
 
 from toolkit.cluster.plan import ClusterPlan, NodePlan
 from toolkit.cluster.ray_status import cluster_status
@@ -25,6 +24,7 @@ from toolkit.nodeinfo import FACTS
 from toolkit.nodeinfo.host_facts import NodeFacts
 from toolkit.nodeinfo.reach_request import PeerPorts, ReachRequest, script_with
 from toolkit.preflight import checks, gpu_checks
+from toolkit.preflight.bandwidth.job_result import BandwidthResult
 from toolkit.preflight.bandwidth.measure import PROGRESS_PREFIX, RESULT_PREFIX
 from toolkit.preflight.hardware import load_hardware
 from toolkit.preflight.history.grade import dcgm_timeout_s, expectation_for, history_checks
@@ -125,11 +125,12 @@ class LoadOptions:
 
 def run_bandwidth(
     plan: ClusterPlan, options: BandwidthOptions, thresholds: checks.Thresholds
-) -> dict[str, Any]:
+) -> BandwidthResult:
     """Run the bandwidth job on the cluster; its measurements (``bandwidth.job.main``).
 
     Raises:
         ClusterError: The job failed or printed no result.
+        RunDirError: Its result has a field missing or of the wrong type (named).
     """
     job_options = {
         "nodes": [n.node.name for n in plan.nodes],
@@ -142,7 +143,7 @@ def run_bandwidth(
     job = PreflightJob(
         "bandwidth", "toolkit.preflight.bandwidth.job", job_options, PROGRESS_PREFIX, RESULT_PREFIX
     )
-    return run_preflight_job(plan, options.store, job, options.echo)
+    return BandwidthResult.from_json(run_preflight_job(plan, options.store, job, options.echo))
 
 
 def run_preflight(
@@ -270,7 +271,7 @@ def _bandwidth_checks(
         ]
     try:
         result = run_bandwidth(plan, options, thresholds)
-    except ClusterError as e:
+    except (ClusterError, RunDirError) as e:
         first = str(e).splitlines()[0][:200]
         return [Check("net.bandwidth", "cluster", "fail", first, "the job runs", "see above")]
     return checks.bandwidth_checks(result, thresholds)

@@ -18,12 +18,19 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import TypeGuard
 
 from toolkit.errors import RtkError, RunDirError
 from toolkit.profile.pareto import OUTPUT_TOKEN, TOKEN, pareto_front
 from toolkit.profile.vllm_bench import SUMMARY_FILE as VLLM_SUMMARY
-from toolkit.rundir import IdleBaseline, IdleCooldown, ProfileRunRecord, RunDir
+from toolkit.rundir import (
+    IdleBaseline,
+    IdleCooldown,
+    ProfileRunRecord,
+    RunDir,
+    RunSummary,
+    read_run_summary,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -43,23 +50,6 @@ METRICS = (
 
 class SweepResultsError(RtkError):
     """The sweep directory cannot be read."""
-
-
-@dataclass(frozen=True)
-class RunSummary:
-    """The ``run`` section of a run's ``report/summary.json`` (None: not in the report)."""
-
-    duration_s: float | None
-    energy_j: float | None
-    steps: int | None
-    tokens: int | None
-    energy_per_step_j: float | None
-    energy_per_token_j: float | None
-    tokens_per_s: float | None
-    tokens_per_j: float | None
-    partial: bool
-    restarts: int
-    ranks: int
 
 
 @dataclass(frozen=True)
@@ -253,41 +243,13 @@ def _load_summary(path: Path) -> tuple[RunSummary | None, str | None]:
     if not path.is_file():
         return None, f"no {SUMMARY_JSON}: the run left no report"
     try:
-        run = _json_object(path).get("run")
-        if not isinstance(run, dict):
-            raise ValueError("no 'run' object")
-    except (OSError, ValueError) as e:
+        return read_run_summary(path), None
+    except RunDirError as e:
         return None, f"{SUMMARY_JSON} cannot be read: {e}"
-    steps, tokens = _number(run, "steps"), _number(run, "tokens")
-    return RunSummary(
-        duration_s=_number(run, "duration_s"),
-        energy_j=_number(run, "energy_j"),
-        steps=None if steps is None else int(steps),
-        tokens=None if tokens is None else int(tokens),
-        energy_per_step_j=_number(run, "energy_per_step_j"),
-        energy_per_token_j=_number(run, "energy_per_token_j"),
-        tokens_per_s=_number(run, "tokens_per_s"),
-        tokens_per_j=_number(run, "tokens_per_j"),
-        partial=bool(run.get("partial", False)),
-        restarts=int(_number(run, "restarts") or 0),
-        ranks=int(_number(run, "ranks") or 0),
-    ), None
-
-
-def _json_object(path: Path) -> dict[str, Any]:
-    data = json.loads(path.read_text(encoding="utf-8"))
-    if not isinstance(data, dict):
-        raise ValueError(f"expected a JSON object, got {type(data).__name__}")
-    return data
 
 
 def _is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _number(data: Mapping[str, Any], key: str) -> float | None:
-    value = data.get(key)
-    return float(value) if _is_number(value) else None
 
 
 def axis_names(axes: Iterable[Mapping[str, object]]) -> list[str]:

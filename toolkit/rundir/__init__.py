@@ -24,6 +24,7 @@ from toolkit.rundir.records import (
     IdleRecord,
     ProfileRunRecord,
 )
+from toolkit.rundir.summary import RunSummary, read_run_summary
 from toolkit.rundir.telemetry import Manifest, NodeManifest
 from toolkit.rundir.train import (
     MetricsLine,
@@ -49,6 +50,7 @@ __all__ = [
     "PreflightRecord",
     "ProfileRunRecord",
     "RunDir",
+    "RunSummary",
     "ThroughputSums",
     "TrainConfigRecord",
     "TrainThroughput",
@@ -58,5 +60,6 @@ __all__ = [
     "read_allocations",
     "read_markers",
     "read_metrics",
+    "read_run_summary",
     "training_progress",
 ]

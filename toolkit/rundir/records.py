@@ -6,10 +6,12 @@ by the code that writes the file and by the code that reads it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit.fields import Fields, is_number
+from toolkit.rundir.gpu_settings import NodeGpuSettings
 from toolkit.rundir.record import Record, check_version, record_fields
 
 SCHEMA_VERSION = 1
@@ -181,12 +183,12 @@ class ProfileRunRecord(Record):
         ended_wall_s: When it ended.
         baseline: The idle baseline before it (from ``idle.json``).
         cooldown: The cooldown after it (from ``idle.json``).
-        gpu_settings: The GPU settings applied for it, when any were.
+        gpu_settings: Node -> the GPU settings applied there for it, when any were.
     """
 
     run_id: str
     config_id: str
-    axes: dict[str, Any]
+    axes: dict[str, object]
     repeat: int
     status: str
     error: str | None = None
@@ -195,7 +197,7 @@ class ProfileRunRecord(Record):
     ended_wall_s: float | None = None
     baseline: IdleBaseline | None = None
     cooldown: IdleCooldown | None = None
-    gpu_settings: dict[str, Any] | None = None
+    gpu_settings: Mapping[str, NodeGpuSettings] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The record as written."""
@@ -214,7 +216,7 @@ class ProfileRunRecord(Record):
             "cooldown": None if self.cooldown is None else self.cooldown.to_json(),
         }
         if self.gpu_settings is not None:
-            out["gpu_settings"] = self.gpu_settings
+            out["gpu_settings"] = {n: s.to_json() for n, s in self.gpu_settings.items()}
         return out
 
     @classmethod
@@ -235,5 +237,11 @@ class ProfileRunRecord(Record):
             ended_wall_s=f.number_or_none("ended_wall_s"),
             baseline=_baseline(f, where),
             cooldown=_cooldown(f, where),
-            gpu_settings=f.obj_or_none("gpu_settings"),
+            gpu_settings=_gpu_settings(f),
         )
+
+
+def _gpu_settings(f: Fields) -> dict[str, NodeGpuSettings] | None:
+    if f.nested_or_none("gpu_settings") is None:
+        return None
+    return {n: NodeGpuSettings.from_fields(s) for n, s in f.children("gpu_settings").items()}

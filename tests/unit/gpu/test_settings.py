@@ -9,6 +9,7 @@ script sees what the ones before it set.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import signal
 from pathlib import Path
@@ -28,7 +29,9 @@ from toolkit.gpu.settings import (
     restore_file,
 )
 from toolkit.inventory import default_inventory
+from toolkit.rundir.gpu_settings import GpuApplied, NodeGpuSettings
 from toolkit.transport import LocalTransport
+from toolkit.transport.base import CommandResult
 
 FAKE_FILE = REPO / "tests" / "fake_nvml.py"
 
@@ -91,7 +94,9 @@ def test_gpu_settings_restore_when_the_block_raises(
         gpu_settings(plan, LocalTransport(), 500, (1200, 1500)) as applied,
     ):
         assert settings_of(state) == [(500_000, (1200, 1500), None)] * 4
-        assert applied["localhost"]["gpus"][gpu(0).uuid]["previous_power_limit_w"] == 650.0
+        settings = applied["localhost"]
+        assert settings.gpus[gpu(0).uuid] == GpuApplied(0, 500.0, 650.0, (1200, 1500))
+        assert len(settings.gpus) == 4 and settings.restore_file == restore_file(plan)
         assert Path(restore_file(plan)).exists()
         raise raised
     assert settings_of(state) == before
@@ -165,9 +170,32 @@ def test_restore_all_after_a_crash(tmp_path: Path, state: Path) -> None:
     plan = one_node_plan(tmp_path)
     # What gpu_settings does on entry; then the rtk process dies: nothing is put back.
     command = control_command(plan.head, "apply", restore_file(plan), 400, (1000, 1000))
-    call_control(LocalTransport(), plan.head, command)
+    answer = call_control(LocalTransport(), plan.head, command)
     assert settings_of(state) == [(400_000, (1000, 1000), None)] * 4
+    # The record writes what the script answered, as profile_run.json always held it.
+    assert NodeGpuSettings.from_fields(answer).to_json() == answer.data
     answers = restore_all(plan, LocalTransport())
-    assert answers["localhost"]["errors"] == {}
+    done = answers["localhost"]
+    assert not done.nothing_to_do
+    assert done.gpus == {g.uuid: ("power_limit", "gpu_clocks") for g in gpus(4)}
     assert settings_of(state) == [(650_000, None, None)] * 4
-    assert restore_all(plan, LocalTransport())["localhost"]["nothing_to_do"] is True
+    assert restore_all(plan, LocalTransport())["localhost"].nothing_to_do is True
+
+
+class MalformedAnswer(LocalTransport):
+    def run(self, node: Any, command: str, **kwargs: Any) -> Any:
+        answer = {"ok": True, "result": {"node": node.name, "restore_file": "f", "gpus": {}}}
+        answer["result"]["gpus"] = {"GPU-1": {"index": "0"}}
+        return CommandResult(node.name, command, 0, json.dumps(answer) + "\n", "", 0.1)
+
+
+def test_a_malformed_answer_is_an_error_naming_the_node_and_the_field(
+    tmp_path: Path,
+) -> None:
+    plan = one_node_plan(tmp_path)
+    with pytest.raises(GpuControlError) as caught, gpu_settings(plan, MalformedAnswer(), 500):
+        pass
+    assert (
+        "localhost: malformed GPU control answer from the node: field"
+        " 'result.gpus.GPU-1.index' should be an integer, got '0'"
+    ) in str(caught.value)

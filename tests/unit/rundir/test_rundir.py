@@ -29,6 +29,7 @@ from toolkit.rundir import (
     read_markers,
     read_metrics,
 )
+from toolkit.rundir.gpu_settings import GpuApplied, NodeGpuSettings
 from toolkit.rundir.record import Record
 
 BASELINE = IdleBaseline(10.0, 250.5, 41.0, {"n1": 120.0, "n2": None})
@@ -73,7 +74,14 @@ RECORDS: list[Record] = [
         ended_wall_s=2.0,
         baseline=BASELINE,
         cooldown=COOLDOWN,
-        gpu_settings={"n1": {"power_limit_w": 300}},
+        gpu_settings={
+            "n1": NodeGpuSettings(
+                "n1",
+                "rtk-temp/rtk/gpu-restore.json",
+                {"GPU-1": GpuApplied(0, 300.0, 700.0, (1200, 1400), (1593, 1593))},
+                ("persistence mode is off on GPU 0",),
+            )
+        },
     ),
     ProfileRunRecord("r#0", "r", {}, 0, "failed", error="job FAILED"),
     Check("host.dev_shm", "n1", "warn", "64 MiB", "1 GiB", "mount a bigger /dev/shm"),
@@ -109,6 +117,19 @@ def test_every_record_round_trips_through_json(record: Record, tmp_path: Path) -
         (IdleRecord, '{"cooldown": {"settled": "yes"}}', "cooldown: settled"),
         (ProfileRunRecord, '{"v": 1, "run_id": "a", "config_id": "a", "status": "x"}', "axes"),
         (ProfileRunRecord, '{"v": 2, "run_id": "a"}', "v: expected version 1"),
+        (
+            ProfileRunRecord,
+            '{"run_id": "a", "config_id": "a", "axes": {}, "status": "x", "gpu_settings":'
+            ' {"n1": {"node": "n1", "restore_file": "f", "gpus": {"G": {"index": 0,'
+            ' "gpu_clocks_mhz": [1200]}}}}}',
+            "gpu_settings: n1: gpus: G: gpu_clocks_mhz: expected [MIN, MAX] in MHz, got [1200]",
+        ),
+        (
+            ProfileRunRecord,
+            '{"run_id": "a", "config_id": "a", "axes": {}, "status": "x", "gpu_settings":'
+            ' {"n1": {"node": "n1", "gpus": {}}}}',
+            "gpu_settings: n1: restore_file: expected text, got None",
+        ),
         (
             PreflightRecord,
             '{"cluster": "c", "status": "ok", "duration_s": 1, "checks": []}',

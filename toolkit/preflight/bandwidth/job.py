@@ -25,15 +25,18 @@ import logging
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import ray
 
 from toolkit.preflight.bandwidth import localise as bl
 from toolkit.preflight.bandwidth import measure
+from toolkit.preflight.bandwidth.job_result import AllreduceResult, BandwidthResult, TcpPair
 from toolkit.preflight.bandwidth.measure import PROGRESS_PREFIX, RESULT_PREFIX
 from toolkit.preflight.bandwidth.probes import AllreduceProbe, Peer, TcpProbe
 from toolkit.preflight.checks import Thresholds, slow_pairs
+from toolkit.preflight.load.job_result import SweepPoint
 from toolkit.preflight.localise.find import localise
 from toolkit.preflight.ray_ranks import CALL_TIMEOUT_S, alive_nodes, pinned
 from toolkit.preflight.ray_ranks import error_text as short_error
@@ -45,7 +48,7 @@ def _say(line: str) -> None:
 
 def measure_tcp(
     nodes: dict[str, dict[str, Any]], order: list[str], options: dict[str, Any]
-) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+) -> tuple[list[TcpPair], dict[str, Any] | None]:
     """The ring, the retries of pairs below the thresholds, then localisation if any stayed."""
     names = [n for n in order if n in nodes]
     pairs = measure.ring_pairs(names)
@@ -89,36 +92,39 @@ def _ring(
     duration_s: float,
     thresholds: Thresholds,
     retries: int,
-) -> list[dict[str, Any]]:
-    def one(src: str, dst: str, attempt: int) -> dict[str, Any]:
+) -> list[TcpPair]:
+    def one(src: str, dst: str, attempt: int) -> TcpPair:
         ref = peers[src].send.remote(hosts[dst], ports[dst], duration_s)
         try:
-            result: dict[str, Any] = ray.get(ref, timeout=CALL_TIMEOUT_S)
+            answer: dict[str, Any] = ray.get(ref, timeout=CALL_TIMEOUT_S)
         except Exception as e:  # noqa: BLE001 - a failed test is a result
-            result = {"error": short_error(e)}
-        shown = f"{result['gbit_s']:.2f} Gbit/s" if "gbit_s" in result else result["error"]
+            answer = {"error": short_error(e)}
+        pair = TcpPair.measured(src, dst, answer, attempt)
+        shown = f"{pair.gbit_s:.2f} Gbit/s" if pair.gbit_s is not None else pair.error
         _say(f"tcp {src} -> {dst}: {shown}" + (f" (try {attempt})" if attempt > 1 else ""))
-        return result
+        return pair
 
-    results = [{"src": s, "dst": d, "attempts": 1, **one(s, d, 1)} for s, d in pairs]
+    results = [one(s, d, 1) for s, d in pairs]
     for _ in range(retries):
         again = slow_pairs(results, thresholds)
         if not again:
             break
-        for entry in results:
-            if (entry["src"], entry["dst"]) not in again:
+        for i, entry in enumerate(results):
+            if entry.key not in again:
                 continue
-            entry["attempts"] += 1
-            retry = one(entry["src"], entry["dst"], entry["attempts"])
-            if retry.get("gbit_s", -1.0) > entry.get("gbit_s", -1.0):
-                entry.pop("error", None)
-                entry.update(retry)
+            retry = one(entry.src, entry.dst, entry.attempts + 1)
+            best = _rate(retry) > _rate(entry)
+            results[i] = retry if best else replace(entry, attempts=retry.attempts)
     return results
+
+
+def _rate(pair: TcpPair) -> float:
+    return -1.0 if pair.gbit_s is None else pair.gbit_s
 
 
 def measure_allreduce(
     nodes: dict[str, dict[str, Any]], order: list[str], options: dict[str, Any]
-) -> tuple[dict[str, Any], dict[str, Any] | None]:
+) -> tuple[AllreduceResult, dict[str, Any] | None]:
     """All-reduce sweep over every GPU (NCCL), or every node (gloo); localise if it is bad."""
     names = [n for n in order if n in nodes]
     gpus = {n: int(nodes[n].get("Resources", {}).get("GPU", 0)) for n in names}
@@ -130,29 +136,23 @@ def measure_allreduce(
     expected = options.get("busbw_expected_min_gb_s")
     floor_gb_s = bl.allreduce_floor_gb_s(thresholds, expected)
     world = sum(per_node.values())
-    result: dict[str, Any] = {"backend": backend, "ranks": world, "floor_gb_s": floor_gb_s}
-    if expected:
-        result["expected_min_gb_s"] = float(expected)
+    result = AllreduceResult(backend, world, floor_gb_s, float(expected) if expected else None)
     if world < 2:
-        result["error"] = "fewer than 2 ranks: nothing to reduce across"
-        return result, None
+        return replace(result, error="fewer than 2 ranks: nothing to reduce across"), None
     probe = AllreduceProbe(nodes, per_node, use_gpus, max(sizes), _say)
     try:
         attempts = 0
         while True:
             attempts += 1
-            result.pop("error", None)
             sweep = _sweep(probe, names, sizes)
             if isinstance(sweep, str):
-                result["error"] = sweep
+                result = replace(result, error=sweep, attempts=attempts)
                 _say(f"all-reduce failed: {sweep}")
                 probe.restart(names)
             else:
-                result["sizes"] = sweep
-                result["plateau"] = measure.plateau(sweep)
-            if "error" not in result or attempts > min(1, int(options["retries"])):
+                result = replace(result, error=None, sizes=sweep, attempts=attempts)
+            if result.error is None or attempts > min(1, int(options["retries"])):
                 break
-        result["attempts"] = attempts
         if not bl.allreduce_is_bad(result, floor_gb_s):
             return result, None
         given = [(tuple(names), bl.allreduce_measured(result))]
@@ -171,7 +171,7 @@ def measure_allreduce(
 
 def _sweep(
     probe: AllreduceProbe, names: list[str], sizes: list[int]
-) -> list[dict[str, float]] | str:
+) -> tuple[SweepPoint, ...] | str:
     """The sweep over every rank, or why it failed."""
     deadline_s = time.monotonic() + CALL_TIMEOUT_S
     try:
@@ -181,12 +181,15 @@ def _sweep(
     if not isinstance(found, list):
         return found.error
     world = sum(probe.ranks_per_node.values())
-    for size in found:
+    points = tuple(
+        SweepPoint(int(s["bytes"]), s["seconds"], s["algbw_gb_s"], s["busbw_gb_s"]) for s in found
+    )
+    for point in points:
         _say(
-            f"all-reduce {size['bytes'] / 2**20:g} MiB over {world} ranks: "
-            f"algbw {size['algbw_gb_s']:.3f} GB/s, busbw {size['busbw_gb_s']:.3f} GB/s"
+            f"all-reduce {point.size_bytes / 2**20:g} MiB over {world} ranks: "
+            f"algbw {point.algbw_gb_s:.3f} GB/s, busbw {point.busbw_gb_s:.3f} GB/s"
         )
-    return found
+    return points
 
 
 def _localise(
@@ -206,25 +209,27 @@ def _localise(
     return section
 
 
-def main(options: dict[str, Any]) -> dict[str, Any]:
-    """Measure; the result dict that ``bandwidth_checks`` grades."""
+def main(options: dict[str, Any]) -> BandwidthResult:
+    """Measure; the result that ``bandwidth_checks`` grades."""
     ray.init(logging_level=logging.ERROR)
     order = list(options["nodes"])
     nodes = alive_nodes(order)
-    result: dict[str, Any] = {
-        "nodes": [n for n in order if n in nodes],
-        "missing": [n for n in order if n not in nodes],
-        "localise": {},
-    }
-    result["tcp"], found = measure_tcp(nodes, order, options)
+    localised: dict[str, dict[str, Any]] = {}
+    tcp, found = measure_tcp(nodes, order, options)
     if found is not None:
-        result["localise"]["tcp"] = found
-    result["allreduce"], found = measure_allreduce(nodes, order, options)
+        localised["tcp"] = found
+    reduce, found = measure_allreduce(nodes, order, options)
     if found is not None:
-        result["localise"]["allreduce"] = found
-    return result
+        localised["allreduce"] = found
+    return BandwidthResult(
+        nodes=tuple(n for n in order if n in nodes),
+        missing=tuple(n for n in order if n not in nodes),
+        tcp=tuple(tcp),
+        allreduce=reduce,
+        localise=localised,
+    )
 
 
 if __name__ == "__main__":
     outcome = main(json.loads(sys.argv[1]))
-    print(RESULT_PREFIX + json.dumps(outcome), flush=True)
+    print(RESULT_PREFIX + json.dumps(outcome.to_json()), flush=True)

@@ -32,6 +32,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from toolkit.preflight.bandwidth.job_result import AllreduceResult, TcpPair
 from toolkit.preflight.checks import Thresholds, slow_pairs, tcp_floor_gbit_s
 from toolkit.preflight.localise.find import (
     Failed,
@@ -84,7 +85,7 @@ def tcp_group_results(
     return found
 
 
-def tcp_verdict(t: Thresholds, tcp: Sequence[Mapping[str, Any]] = ()) -> Verdict:
+def tcp_verdict(t: Thresholds, tcp: Sequence[TcpPair] = ()) -> Verdict:
     """Bad below a floor, or below ``tcp_min_fraction`` of the round's median.
 
     The floor is ``tcp_min_gbit_s``, or a share (``RING_SHARE``) of the floor the ring
@@ -98,7 +99,7 @@ def tcp_verdict(t: Thresholds, tcp: Sequence[Mapping[str, Any]] = ()) -> Verdict
 
 
 def tcp_measured(
-    tcp: Sequence[Mapping[str, Any]], t: Thresholds
+    tcp: Sequence[TcpPair], t: Thresholds
 ) -> list[tuple[tuple[str, ...], ProbeResult]]:
     """What the ring showed, as localisation's starting results (see the module doc).
 
@@ -110,14 +111,13 @@ def tcp_measured(
     rates: dict[str, list[float]] = {}
     suspects: set[str] = set()
     for r in tcp:
-        src, dst = str(r["src"]), str(r["dst"])
-        if (src, dst) in slow:
-            suspects |= {src, dst}
-            value: ProbeResult = float(r["gbit_s"]) if "gbit_s" in r else Failed(str(r["error"]))
-            measured.append(((src, dst), value))
+        if r.key in slow or r.gbit_s is None:
+            suspects |= {r.src, r.dst}
+            value: ProbeResult = r.gbit_s if r.gbit_s is not None else Failed(str(r.error))
+            measured.append((r.key, value))
         else:
-            for node in (src, dst):
-                rates.setdefault(node, []).append(float(r["gbit_s"]))
+            for node in r.key:
+                rates.setdefault(node, []).append(r.gbit_s)
     measured += [((node,), min(own)) for node, own in rates.items() if node not in suspects]
     return measured
 
@@ -127,22 +127,20 @@ def allreduce_floor_gb_s(t: Thresholds, expected_min_gb_s: float | None) -> floa
     return max(t.busbw_min_gb_s, expected_min_gb_s or 0.0)
 
 
-def allreduce_is_bad(reduce: Mapping[str, Any], floor_gb_s: float) -> bool:
+def allreduce_is_bad(reduce: AllreduceResult, floor_gb_s: float) -> bool:
     """Whether the all-reduce over every rank failed, or its busbw fell below the floor."""
-    if int(reduce.get("ranks", 0)) < 2:
+    if reduce.ranks < 2:
         return False
-    if "error" in reduce or not reduce.get("sizes"):
-        return True
-    largest = max(reduce["sizes"], key=lambda s: s["bytes"])
-    return float(largest["busbw_gb_s"]) < floor_gb_s
+    largest = reduce.largest
+    return reduce.error is not None or largest is None or largest.busbw_gb_s < floor_gb_s
 
 
-def allreduce_measured(reduce: Mapping[str, Any]) -> ProbeResult:
+def allreduce_measured(reduce: AllreduceResult) -> ProbeResult:
     """The all-reduce over every node as localisation's starting result."""
-    if "error" in reduce or not reduce.get("sizes"):
-        return Failed(str(reduce.get("error", "no sizes measured")))
-    largest = max(reduce["sizes"], key=lambda s: s["bytes"])
-    return float(largest["busbw_gb_s"])
+    largest = reduce.largest
+    if reduce.error is not None or largest is None:
+        return Failed(reduce.error or "no sizes measured")
+    return largest.busbw_gb_s
 
 
 def allreduce_verdict(floor_gb_s: float) -> Verdict:

@@ -18,7 +18,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 RESULT_PREFIX = "rtk-bandwidth: "  # the job's last line: this, then the result as JSON
@@ -29,7 +29,6 @@ CONNECT_TIMEOUT_S = 5.0
 CPU_SIZES_BYTES = (1 << 20, 1 << 22, 1 << 24, 1 << 26)  # gloo: 1 to 64 MiB, kept short
 GPU_SIZES_BYTES = (1 << 20, 1 << 22, 1 << 24, 1 << 26, 1 << 28, 1 << 30)  # NCCL: to 1 GiB
 MAX_SIZE_BYTES = 1 << 34  # 16 GiB: past any GPU's share of an all-reduce
-PLATEAU_FRACTION = 0.9  # busbw within 10% of the best has reached its plateau
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 SWEEP_BYTES = 1 << 27  # per message size, about this much data is reduced (2..20 times)
 
@@ -78,26 +77,6 @@ def parse_sizes(text: str) -> tuple[int, ...]:
             )
         found.add(size)
     return tuple(sorted(found))
-
-
-def plateau(sizes: Sequence[Mapping[str, Any]]) -> dict[str, float] | None:
-    """Where busbw plateaus: the smallest size within 10% of the best busbw.
-
-    ``sizes`` are ``allreduce_sweep``'s entries. Returns ``bytes`` (that size),
-    ``busbw_gb_s`` (its busbw) and ``best_gb_s``; None for no sizes.
-    """
-    if not sizes:
-        return None
-    best = max(float(s["busbw_gb_s"]) for s in sizes)
-    first = min(
-        (s for s in sizes if float(s["busbw_gb_s"]) >= PLATEAU_FRACTION * best),
-        key=lambda s: int(s["bytes"]),
-    )
-    return {
-        "bytes": int(first["bytes"]),
-        "busbw_gb_s": float(first["busbw_gb_s"]),
-        "best_gb_s": best,
-    }
 
 
 def iterations(size_bytes: int) -> int:

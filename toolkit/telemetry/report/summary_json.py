@@ -7,6 +7,7 @@ from dataclasses import asdict
 from typing import Any
 
 from toolkit.rundir import TrainThroughput
+from toolkit.rundir.summary import SCHEMA_VERSION, RunSummary
 from toolkit.telemetry.report.build import Report
 from toolkit.telemetry.report.figures.crosscheck import TOLERANCE, CrossCheck
 from toolkit.telemetry.report.figures.curves import Gap
@@ -15,8 +16,6 @@ from toolkit.telemetry.report.figures.outliers import Outliers
 from toolkit.telemetry.report.terminal import outliers_of
 
 __all__ = ["summary_dict"]
-
-SCHEMA_VERSION = 1
 
 
 def summary_dict(report: Report) -> dict[str, Any]:
@@ -53,22 +52,11 @@ def _summary(report: Report) -> dict[str, Any]:
             "duration_s": window.duration_s,
             "basis": window.basis,
         },
-        "run": {
-            "duration_s": run.duration_s,
-            "energy_j": run.energy_j,
-            "energy_wh": run.energy_wh,
-            "steps": run.steps,
-            "tokens": run.tokens,
-            "energy_per_step_j": run.energy_per_step_j,
-            "energy_per_token_j": run.energy_per_token_j,
-            "tokens_per_s": run.tokens_per_s,
-            "tokens_per_j": run.tokens_per_j,
-            "partial": run.partial,
-            "restarts": run.restarts,
-            "ranks": run.ranks,
-            # Seconds the trainer's steps spent compiling (torch.compile); None: eager.
-            "compile_s": TrainThroughput.of(report.data.metrics).compile_s,
-        },
+        # RunFigures' fields, and the seconds the trainer's steps spent compiling
+        # (torch.compile; None: eager): the record the sweep's results read back.
+        "run": RunSummary(
+            **asdict(run), compile_s=TrainThroughput.of(report.data.metrics).compile_s
+        ).to_json(),
         "nodes": {name: _node(report, node) for name, node in report.nodes.items()},
         "cross_check": {
             "tolerance": TOLERANCE,

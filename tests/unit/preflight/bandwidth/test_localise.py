@@ -18,8 +18,10 @@ from typing import Any
 import pytest
 
 from toolkit.preflight.bandwidth import localise as bl
+from toolkit.preflight.bandwidth.job_result import AllreduceResult, TcpPair
 from toolkit.preflight.bandwidth.measure import ring_pairs
 from toolkit.preflight.checks import Thresholds, slow_pairs
+from toolkit.preflight.load.job_result import SweepPoint
 from toolkit.preflight.localise.find import Failed, ProbeResult, localise
 
 HEALTHY_GBIT_S = 9.8
@@ -55,16 +57,15 @@ class Network:
             rate = SHAPED_GBIT_S  # the shaper's rate, whatever else runs
         return {"gbit_s": rate * self.rng.uniform(1 - self.noise, 1 + self.noise)}
 
-    def ring(self, t: Thresholds, retries: int = 1) -> list[dict[str, Any]]:
+    def ring(self, t: Thresholds, retries: int = 1) -> list[TcpPair]:
         """The job's ring: one pair at a time, slow pairs measured again, the best kept."""
-        results = [{"src": s, "dst": d, **self.send(s, d)} for s, d in ring_pairs(self.nodes)]
+        results = [TcpPair.measured(s, d, self.send(s, d)) for s, d in ring_pairs(self.nodes)]
         for _ in range(retries):
-            for entry in results:
-                if (entry["src"], entry["dst"]) in slow_pairs(results, t):
-                    again = self.send(entry["src"], entry["dst"])
-                    if again.get("gbit_s", -1.0) > entry.get("gbit_s", -1.0):
-                        entry.pop("error", None)
-                        entry.update(again)
+            for i, entry in enumerate(results):
+                if entry.key in slow_pairs(results, t):
+                    again = TcpPair.measured(entry.src, entry.dst, self.send(*entry.key))
+                    if (again.gbit_s or -1.0) > (entry.gbit_s or -1.0):
+                        results[i] = again
         return results
 
     def probe(self, groups: Sequence[tuple[str, ...]]) -> list[ProbeResult]:
@@ -81,7 +82,7 @@ class Network:
 DEFAULT = Thresholds()
 
 
-def localise_tcp(net: Network, t: Thresholds = DEFAULT) -> tuple[Any, list[dict[str, Any]]]:
+def localise_tcp(net: Network, t: Thresholds = DEFAULT) -> tuple[Any, list[TcpPair]]:
     ring = net.ring(t)
     assert slow_pairs(ring, t), "the ring should have caught something"
     verdict = bl.tcp_verdict(t, ring)
@@ -122,7 +123,7 @@ def test_the_ring_starts_the_search_with_slow_pairs_and_nodes_good_both_ways() -
     assert measured[("node1", "node2")] == pytest.approx(SHAPED_GBIT_S)
     assert set(measured) == {("node1", "node2"), ("node3",), ("node4",), ("node5",)}
     assert measured[("node4",)] == pytest.approx(HEALTHY_GBIT_S)
-    failed = [{"src": "a", "dst": "b", "error": "refused"}, {"src": "b", "dst": "a", "gbit_s": 9}]
+    failed = [TcpPair("a", "b", error="refused"), TcpPair("b", "a", gbit_s=9.0)]
     assert isinstance(dict(bl.tcp_measured(failed, Thresholds()))[("a", "b")], Failed)
 
 
@@ -194,15 +195,17 @@ def test_a_slow_link_between_two_good_nodes_is_named_as_the_link() -> None:
 
 
 def test_the_allreduce_is_localised_when_it_fails_or_falls_below_its_floor() -> None:
-    sizes = [{"bytes": 1 << 20, "busbw_gb_s": 9.0}, {"bytes": 1 << 30, "busbw_gb_s": 40.0}]
+    sizes = (SweepPoint(1 << 20, 1.0, 9.0, 9.0), SweepPoint(1 << 30, 1.0, 40.0, 40.0))
+    measured = AllreduceResult("nccl", 8, sizes=sizes)
+    failed = AllreduceResult("nccl", 8, error="NCCL error")
     assert bl.allreduce_floor_gb_s(Thresholds(busbw_min_gb_s=30), None) == 30
     assert bl.allreduce_floor_gb_s(Thresholds(busbw_min_gb_s=30), 80.0) == 80
-    assert not bl.allreduce_is_bad({"ranks": 8, "sizes": sizes}, 30.0)  # graded at 1 GiB
-    assert bl.allreduce_is_bad({"ranks": 8, "sizes": sizes}, 80.0)
-    assert bl.allreduce_is_bad({"ranks": 8, "error": "NCCL error"}, 0.0)
-    assert not bl.allreduce_is_bad({"ranks": 1, "error": "fewer than 2 ranks"}, 0.0)
-    assert bl.allreduce_measured({"sizes": sizes}) == 40.0
-    assert isinstance(bl.allreduce_measured({"error": "NCCL error"}), Failed)
+    assert not bl.allreduce_is_bad(measured, 30.0)  # graded at 1 GiB
+    assert bl.allreduce_is_bad(measured, 80.0)
+    assert bl.allreduce_is_bad(failed, 0.0)
+    assert not bl.allreduce_is_bad(AllreduceResult("gloo", 1, error="fewer than 2 ranks"), 0.0)
+    assert bl.allreduce_measured(measured) == 40.0
+    assert isinstance(bl.allreduce_measured(failed), Failed)
     verdict = bl.allreduce_verdict(0.0)
     assert verdict.floor is None and verdict.is_bad(4.0, [10.0, 11.0])
 
@@ -220,7 +223,9 @@ def test_a_node_that_slows_or_breaks_every_allreduce_it_is_in_is_named() -> None
             found.append(Failed("NCCL timeout") if "node4" in g else min(link_gb_s[n] for n in g))
         return found
 
-    given = [(tuple(nodes), bl.allreduce_measured({"error": "NCCL timeout"}))]
+    given = [
+        (tuple(nodes), bl.allreduce_measured(AllreduceResult("nccl", 16, error="NCCL timeout")))
+    ]
     found = localise(nodes, probe, bl.allreduce_verdict(0.0), given, bl.OPTIONS)
     assert blamed(found) == {("node", ("node4",)), ("node", ("node11",))}
     assert len(rounds) <= 12

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from toolkit.preflight.bandwidth import measure
+from toolkit.preflight.bandwidth.job_result import (
+    AllreduceResult,
+    BandwidthResult,
+    Plateau,
+    TcpPair,
+    plateau,
+)
 from toolkit.preflight.checks import Thresholds, bandwidth_checks, slow_pairs
+from toolkit.preflight.load.job_result import SweepPoint
 
 
 def test_busbw_follows_nccl_tests() -> None:
@@ -82,19 +89,15 @@ def test_an_allreduce_sweep_on_two_gloo_ranks(tmp_path: Path) -> None:
         assert s["busbw_gb_s"] == pytest.approx(s["algbw_gb_s"])  # 2(n-1)/n = 1 for n = 2
 
 
-def tcp(src: str, dst: str, gbit_s: float | None, attempts: int = 1) -> dict[str, Any]:
-    entry: dict[str, Any] = {"src": src, "dst": dst, "attempts": attempts}
-    if gbit_s is None:
-        entry["error"] = "TimeoutError: timed out"
-    else:
-        entry["gbit_s"] = gbit_s
-    return entry
+def tcp(src: str, dst: str, gbit_s: float | None, attempts: int = 1) -> TcpPair:
+    error = "TimeoutError: timed out" if gbit_s is None else None
+    return TcpPair(src, dst, attempts, gbit_s, error)
 
 
 def test_one_slow_pair_among_healthy_ones_fails_by_name() -> None:
     ring = [tcp("n1", "n2", 0.48, attempts=3), tcp("n2", "n3", 18.5), tcp("n3", "n1", 19.7)]
     assert slow_pairs(ring) == {("n1", "n2")}
-    checks = {c.scope: c for c in bandwidth_checks({"tcp": ring})}
+    checks = {c.scope: c for c in bandwidth_checks(BandwidthResult(tcp=tuple(ring)))}
     assert checks["n1->n2"].status == "fail"
     assert checks["n1->n2"].measured == "0.48 Gbit/s (best of 3)"
     assert checks["n1->n2"].threshold.startswith(">= 9.25 Gbit/s")
@@ -107,16 +110,13 @@ def test_an_absolute_floor_fails_uniformly_slow_links_and_errors_fail() -> None:
     assert slow_pairs(ring, Thresholds(tcp_min_gbit_s=10)) == {("n1", "n2"), ("n2", "n1")}
     broken = [tcp("n1", "n2", None), tcp("n2", "n1", 9.0)]
     assert slow_pairs(broken) == {("n1", "n2")}
-    check = bandwidth_checks({"tcp": broken})[0]
+    check = bandwidth_checks(BandwidthResult(tcp=tuple(broken)))[0]
     assert (check.status, check.measured) == ("fail", "TimeoutError: timed out")
 
 
 def test_allreduce_is_graded_at_its_largest_size() -> None:
-    sizes = [
-        {"bytes": 1 << 20, "algbw_gb_s": 0.2, "busbw_gb_s": 0.27},
-        {"bytes": 1 << 26, "algbw_gb_s": 0.74, "busbw_gb_s": 0.99},
-    ]
-    result = {"tcp": [], "allreduce": {"backend": "gloo", "ranks": 3, "sizes": sizes}}
+    sizes = (SweepPoint(1 << 20, 0.005, 0.2, 0.27), SweepPoint(1 << 26, 0.09, 0.74, 0.99))
+    result = BandwidthResult(allreduce=AllreduceResult("gloo", 3, sizes=sizes, attempts=1))
     (check,) = bandwidth_checks(result)
     assert check.status == "pass"
     assert check.measured == (
@@ -125,7 +125,7 @@ def test_allreduce_is_graded_at_its_largest_size() -> None:
     )
     (strict,) = bandwidth_checks(result, Thresholds(busbw_min_gb_s=5))
     assert strict.status == "fail"
-    failed = {"tcp": [], "allreduce": {"backend": "nccl", "ranks": 8, "error": "NCCL error"}}
+    failed = BandwidthResult(allreduce=AllreduceResult("nccl", 8, error="NCCL error"))
     (check,) = bandwidth_checks(failed)
     assert check.status == "fail" and "NCCL error" in check.measured
 
@@ -155,12 +155,8 @@ def test_a_bad_size_is_named_with_what_is_wanted(text: str, words: str) -> None:
 
 def test_busbw_plateaus_at_the_smallest_size_within_ten_percent_of_the_best() -> None:
     curve = [(1, 5.0), (4, 21.0), (16, 60.0), (64, 130.0), (256, 171.0), (1024, 180.0)]
-    sizes = [{"bytes": mib << 20, "busbw_gb_s": gb_s} for mib, gb_s in curve]
-    assert measure.plateau(sizes) == {
-        "bytes": 256 << 20,
-        "busbw_gb_s": 171.0,
-        "best_gb_s": 180.0,
-    }
-    dip = [*sizes[:-1], {"bytes": 1 << 30, "busbw_gb_s": 150.0}]  # the best need not be last
-    assert measure.plateau(dip) == {"bytes": 256 << 20, "busbw_gb_s": 171.0, "best_gb_s": 171.0}
-    assert measure.plateau([]) is None
+    sizes = [SweepPoint(mib << 20, 1.0, gb_s, gb_s) for mib, gb_s in curve]
+    assert plateau(sizes) == Plateau(256 << 20, 171.0, 180.0)
+    dip = [*sizes[:-1], SweepPoint(1 << 30, 1.0, 150.0, 150.0)]  # the best need not be last
+    assert plateau(dip) == Plateau(256 << 20, 171.0, 171.0)
+    assert plateau([]) is None

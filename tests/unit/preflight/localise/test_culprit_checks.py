@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from toolkit.preflight.bandwidth import localise as bl
+from toolkit.preflight.bandwidth.job_result import BandwidthResult, TcpPair
 from toolkit.preflight.checks import bandwidth_checks
 from toolkit.preflight.localise.culprit_checks import kind_checks, link_scope, localise_checks
 from toolkit.preflight.localise.find import Culprit, Flake, Localisation, Reading
@@ -84,25 +83,25 @@ def test_no_culprit_is_one_warning_for_the_cluster() -> None:
 
 
 def test_the_bandwidth_checks_carry_the_localise_section() -> None:
-    ring: list[dict[str, Any]] = [
-        {"src": "node1", "dst": "node2", "gbit_s": 0.48, "attempts": 2},
-        {"src": "node2", "dst": "node3", "gbit_s": 9.9},
-        {"src": "node3", "dst": "node4", "gbit_s": 9.7},
-        {"src": "node4", "dst": "node1", "gbit_s": 9.8},
-    ]
+    ring = (
+        TcpPair("node1", "node2", 2, 0.48),
+        TcpPair("node2", "node3", gbit_s=9.9),
+        TcpPair("node3", "node4", gbit_s=9.7),
+        TcpPair("node4", "node1", gbit_s=9.8),
+    )
     section = {"tcp": bl.localisation_json(found_node2(), "Gbit/s")}
-    found = bandwidth_checks({"tcp": ring, "localise": section})
+    found = bandwidth_checks(BandwidthResult(tcp=ring, localise=section))
     failed = {(c.name, c.scope) for c in found if c.status == "fail"}
     assert failed == {("net.bandwidth.tcp", "node1->node2"), ("net.localise.tcp", "node2")}
 
 
 def test_a_slow_ring_pair_measured_fine_again_by_localisation_only_warns() -> None:
-    ring = [
-        {"src": "n1", "dst": "n2", "gbit_s": 0.4, "attempts": 2},
-        {"src": "n2", "dst": "n3", "gbit_s": 9.0, "attempts": 1},
-        {"src": "n3", "dst": "n4", "gbit_s": 1.0, "attempts": 2},
-        {"src": "n4", "dst": "n1", "gbit_s": 9.5, "attempts": 1},
-    ]
+    ring = (
+        TcpPair("n1", "n2", 2, 0.4),
+        TcpPair("n2", "n3", 1, 9.0),
+        TcpPair("n3", "n4", 2, 1.0),
+        TcpPair("n4", "n1", 1, 9.5),
+    )
     found = {
         "conclusion": "localised",
         "culprits": [{"kind": "node", "nodes": ["n2"], "summary": "slow in 2 of 2 tests"}],
@@ -111,14 +110,14 @@ def test_a_slow_ring_pair_measured_fine_again_by_localisation_only_warns() -> No
             {"round": 1, "group": ["n3", "n4"], "role": "test", "value": 8.0, "bad": False},
         ],
     }
-    checks = bandwidth_checks({"tcp": ring, "localise": {"tcp": found}})
+    checks = bandwidth_checks(BandwidthResult(tcp=ring, localise={"tcp": found}))
     status = {(c.name, c.scope): c.status for c in checks}
     assert status[("net.bandwidth.tcp", "n1->n2")] == "fail"  # its end is the culprit
     assert status[("net.bandwidth.tcp", "n3->n4")] == "warn"  # measured fine again
     assert status[("net.localise.tcp", "n2")] == "fail"
     # Without a good reading of both ends, a slow pair stays failed.
     found["readings"] = found["readings"][:1]
-    checks = bandwidth_checks({"tcp": ring, "localise": {"tcp": found}})
+    checks = bandwidth_checks(BandwidthResult(tcp=ring, localise={"tcp": found}))
     assert {(c.scope, c.status) for c in checks if c.name == "net.bandwidth.tcp"} >= {
         ("n3->n4", "fail")
     }
