@@ -54,7 +54,7 @@ from toolkit.rundir import RunDir
 from toolkit.rundir.preflight import Exclusion
 from toolkit.state.store import StateStore
 from toolkit.telemetry.fetch import fetch_run
-from toolkit.train.submit import remember_run
+from toolkit.train.job_spec import remember_run
 from toolkit.transport.base import Transport
 
 Log = Callable[[str], None]

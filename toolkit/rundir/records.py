@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit.fields import Fields, is_number
-from toolkit.rundir.record import Record, check_version, record_fields
+from toolkit.rundir.record_base import Record, check_version, record_fields
 
 SCHEMA_VERSION = 1
 
