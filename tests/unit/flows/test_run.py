@@ -21,7 +21,7 @@ from toolkit.cli import main
 from toolkit.errors import JobError
 from toolkit.flows.run import RunResult, observe_runs
 from toolkit.flows.run_plan import RunPlan, Step
-from toolkit.flows.session import jobs_from, transports_from
+from toolkit.flows.stand_ins import jobs_from, transports_from
 from toolkit.flows.workload import JobRequest
 from toolkit.inventory import Inventory
 from toolkit.jobs.client import JobOutcome
