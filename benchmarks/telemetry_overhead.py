@@ -38,7 +38,7 @@ from toolkit.telemetry.sampler import Sampler
 from toolkit.telemetry.sensors.base import SensorError
 from toolkit.telemetry.sensors.nvml import NvmlSensor
 from toolkit.train.config import TrainConfig
-from toolkit.train.local import run_local
+from toolkit.train.local_processes import run_local
 
 WARMUP_S = 3.0
 # What the energy comparison runs: full readings, power, and the new counter rate.

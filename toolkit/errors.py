@@ -123,3 +123,9 @@ class RunDirError(RtkError):
 
 class HardwareError(FileProblemsError):
     """The hardware expectations file is missing or invalid, or names no such model."""
+
+
+class SandboxError(RtkError):
+    """A sandbox could not be created, reached or removed on this machine."""
+
+    exit_code = 7

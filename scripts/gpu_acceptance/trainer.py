@@ -1,10 +1,10 @@
 """rtk's trainer without Ray: ``python -m gpu_acceptance.trainer CONFIG RESULT [--kernels N]``.
 
 CONFIG is a ``TrainConfig`` as JSON. The process is rank 0 of a world of one: it sets
-up the process group (NCCL on a GPU; ``toolkit/train/local.py``'s ``run_local`` uses
-gloo, which FSDP2's collectives on CUDA tensors do not have) and runs the same
-``train_worker`` loop with ``local.py``'s ``LocalContext`` that Ray Train workers run,
-so markers and metrics land in the run directory as rtk writes them. RESULT gets the
+up the process group (NCCL on a GPU; ``toolkit/train/local_processes.py``'s
+``run_local`` uses gloo, which FSDP2's collectives on CUDA tensors do not have) and runs
+the same ``train_worker`` loop with its ``LocalContext`` that Ray Train workers run, so
+markers and metrics land in the run directory as rtk writes them. RESULT gets the
 last step's metrics and the peak GPU memory; with ``--kernels N``, the whole run is
 under ``torch.profiler`` and RESULT also gets its N heaviest CUDA kernels.
 """
@@ -48,7 +48,7 @@ def train(config: dict[str, Any], kernels: int = 0) -> dict[str, Any]:
     import torch.distributed as dist
 
     from toolkit.train.config import TrainConfig
-    from toolkit.train.local import LocalContext
+    from toolkit.train.local_processes import LocalContext
     from toolkit.train.loop import train_worker
 
     cfg = TrainConfig.from_json(config).check()

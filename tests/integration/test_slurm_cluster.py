@@ -23,7 +23,7 @@ from conftest import require, require_sandbox_host
 
 from toolkit.sandbox import Sandbox, create, destroy
 from toolkit.sandbox.hostcheck import find_tools
-from toolkit.sandbox.slurm_host import TOOLS
+from toolkit.sandbox.slurm.daemons import TOOLS
 
 pytestmark = pytest.mark.ray
 

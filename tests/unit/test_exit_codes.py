@@ -42,7 +42,7 @@ def documented_codes() -> set[int]:
 def test_the_scan_finds_the_error_classes_and_the_cli_exits() -> None:
     codes = used_codes()
     assert "toolkit/errors.py" in codes[3]  # FileProblemsError
-    assert "toolkit/sandbox/errors.py" in codes[7]
+    assert "toolkit/errors.py" in codes[7]  # SandboxError
     assert "toolkit/cli/__init__.py" in codes[130]
 
 

@@ -15,8 +15,8 @@ import pytest
 
 from toolkit.errors import ClusterError, RtkError, RunDirError
 from toolkit.fields import MISSING, Errors, FieldPath, Fields, is_integer, is_number
-from toolkit.nodeinfo.fields import answer_fields
-from toolkit.rundir.record import check_version, record_fields
+from toolkit.nodeinfo.answer_errors import answer_fields
+from toolkit.rundir.record_base import check_version, record_fields
 
 
 class ReportedError(RtkError):

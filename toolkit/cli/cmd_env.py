@@ -12,7 +12,7 @@ from toolkit.credentials.client_env import SHELLS, detect_shell, local_client_en
 from toolkit.errors import ClusterError
 from toolkit.flows import Session
 from toolkit.netenv.detect import detect_network
-from toolkit.netenv.render import render_network
+from toolkit.netenv.report_text import render_network
 from toolkit.state.store import StateStore
 
 ENV_HELP = """Show each node's network and the NCCL/Gloo variables rtk gives Ray there.

@@ -16,8 +16,8 @@ from toolkit.cluster.exclude import asked_exclusions
 from toolkit.inventory import load_inventory
 from toolkit.rundir import RunDir
 from toolkit.slurm.options import DEFAULT_MAX_RESTARTS, PREFLIGHT_MODES, merge_options
-from toolkit.slurm.render import TEMPLATES, render_script
 from toolkit.slurm.requeue import ENDED_BY, Allocation, end_allocation
+from toolkit.slurm.sbatch_script import TEMPLATES, render_script
 from toolkit.slurm.submit import exit_status, expand_output_pattern, follow, submit
 
 F = TypeVar("F", bound=Callable[..., Any])

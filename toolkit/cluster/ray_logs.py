@@ -29,7 +29,7 @@ from typing import Any
 
 from toolkit.cluster.plan import ClusterPlan, NodePlan
 from toolkit.errors import ClusterError, RtkError, TransportError
-from toolkit.nodeinfo.fields import answer_fields
+from toolkit.nodeinfo.answer_errors import answer_fields
 from toolkit.nodeinfo.script import NodeScript
 from toolkit.shell import join
 from toolkit.telemetry.fetch import unpack

@@ -17,7 +17,8 @@ from toolkit.flows.outcome import (
     WorkloadOutcome,
 )
 from toolkit.flows.run_plan import RunPlan
-from toolkit.flows.session import Session, TransportFactory, transports_from
+from toolkit.flows.session import Session
+from toolkit.flows.stand_ins import TransportFactory, transports_from
 from toolkit.flows.workload import (
     CommandWorkload,
     Driver,

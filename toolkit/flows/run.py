@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from toolkit.cluster.down import DownResult
 from toolkit.cluster.ray_status import ClusterStatus
+from toolkit.flows.driver_placement import DriverAhead
 from toolkit.flows.outcome import (
     BringUpOutcome,
     CollectOutcome,
@@ -25,7 +26,7 @@ from toolkit.flows.outcome import (
     WorkloadOutcome,
 )
 from toolkit.flows.run_plan import RunPlan, Step
-from toolkit.flows.session import DriverAhead, Session
+from toolkit.flows.session import Session
 from toolkit.flows.timings import TrainClock
 from toolkit.flows.workload import Workload
 

@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -29,6 +26,7 @@ from toolkit.cluster.progress_reporter import QuietReporter, Reporter
 from toolkit.cluster.ray_status import ClusterStatus, cluster_status
 from toolkit.errors import JobError, RtkError
 from toolkit.flows import bringup
+from toolkit.flows.driver_placement import DriverAhead, gated, place_driver
 from toolkit.flows.outcome import (
     BringUpOutcome,
     CollectOutcome,
@@ -38,6 +36,11 @@ from toolkit.flows.outcome import (
     WorkloadOutcome,
 )
 from toolkit.flows.run_plan import RunPlan
+from toolkit.flows.stand_ins import (
+    TransportFactory,
+    current_job_runner,
+    current_transport_factory,
+)
 from toolkit.flows.workload import (
     Driver,
     ExecRequest,
@@ -49,68 +52,15 @@ from toolkit.flows.workload import (
 from toolkit.inventory import Inventory
 from toolkit.jobs import shipped_code
 from toolkit.jobs.client import JobOutcome, job_client, run_job, submit_job
-from toolkit.jobs.local_driver import LocalDriver, is_local_address, run_local_driver
+from toolkit.jobs.local_driver import LocalDriver, run_local_driver
 from toolkit.rundir import RunDir
 from toolkit.rundir.preflight import Exclusion
 from toolkit.state.store import StateStore
 from toolkit.telemetry.fetch import fetch_run
-from toolkit.train.submit import remember_run
+from toolkit.train.job_spec import remember_run
 from toolkit.transport.base import Transport
 
 Log = Callable[[str], None]
-TransportFactory = Callable[[Inventory], Transport]
-
-# What a Session reaches its nodes with when none is given: the inventory's transport,
-# unless ``transports_from`` says otherwise for a stretch of code (the CLI sets it from
-# click's ``ctx.obj``, so a simulation can stand in for the nodes of a whole command).
-_FACTORY: ContextVar[TransportFactory | None] = ContextVar("rtk_transport_factory", default=None)
-
-
-# What runs a Ray job to its end when not the cluster's Jobs API or local driver: set by
-# ``jobs_from`` for a stretch of code, so a simulated cluster's runs can hold a job too.
-JobRunner = Callable[[JobRequest], JobOutcome]
-_JOBS: ContextVar[JobRunner | None] = ContextVar("rtk_job_runner", default=None)
-
-
-@contextmanager
-def jobs_from(runner: JobRunner) -> Iterator[None]:
-    """Jobs that sessions run inside the block (in this thread) go to ``runner``."""
-    token = _JOBS.set(runner)
-    try:
-        yield
-    finally:
-        _JOBS.reset(token)
-
-
-@contextmanager
-def transports_from(factory: TransportFactory) -> Iterator[None]:
-    """Sessions opened inside the block (in this thread) use ``factory`` for transports."""
-    token = _FACTORY.set(factory)
-    try:
-        yield
-    finally:
-        _FACTORY.reset(token)
-
-
-@dataclass(frozen=True)
-class DriverAhead:
-    """A job's local driver, started while its cluster comes up (``Session.driver_ahead``)."""
-
-    request: JobRequest
-    driver: LocalDriver
-
-    def start(self) -> None:
-        """Start it, held at the gate (a ``bring_up`` ``head_ready`` callback)."""
-        self.driver.start(gated=True)
-
-    def cancel(self) -> None:
-        """Stop it: the bring-up failed or was interrupted."""
-        self.driver.cancel()
-
-
-def _gated(workload: Workload, request: JobRequest) -> bool:
-    """Whether ``request``'s driver can start ahead: the trainer's, run locally."""
-    return isinstance(workload, TrainWorkload) and request.driver is Driver.LOCAL
 
 
 class Session:
@@ -161,7 +111,7 @@ class Session:
         self.reporter: Reporter = reporter or QuietReporter()
         self.log: Log = log or (lambda line: None)
         self._make_transport: TransportFactory = (
-            transport_factory or _FACTORY.get() or make_transport
+            transport_factory or current_transport_factory() or make_transport
         )
         self._transport: Transport | None = None
         self._parent: Session | None = None
@@ -235,27 +185,12 @@ class Session:
         return dataclasses.replace(request, driver=self.place_driver(driver))
 
     def place_driver(self, driver: Driver, environ: Mapping[str, str] | None = None) -> Driver:
-        """Where the driver runs: ``AUTO`` decided, ``LOCAL`` checked.
-
-        ``AUTO`` is ``LOCAL`` inside a SLURM allocation (``SLURM_JOB_ID`` in
-        ``environ``, default this process's) on the head, else ``JOB``.
+        """Where the driver runs: ``AUTO`` decided, ``LOCAL`` checked (``place_driver``).
 
         Raises:
             JobError: ``LOCAL`` asked for, but the head's address is not this machine's.
         """
-        if driver is Driver.JOB:
-            return driver
-        here = is_local_address(self.plan.head.node.address)
-        if driver is Driver.LOCAL:
-            if not here:
-                raise JobError(
-                    f"--driver local runs the job's driver on this machine, but the head "
-                    f"of {self.inventory.name!r} is {self.plan.head.node.address}, not "
-                    "here: run it on the head, or use --driver job"
-                )
-            return driver
-        in_allocation = "SLURM_JOB_ID" in (os.environ if environ is None else environ)
-        return Driver.LOCAL if here and in_allocation else Driver.JOB
+        return place_driver(self.plan, driver, environ)
 
     def exec_request(
         self, argv: Sequence[str], with_env: bool = True, timeout_s: float = 600.0
@@ -297,7 +232,7 @@ class Session:
             request,
             report,
             self.plan.excluded,
-            driver_ahead=bring_up and _gated(workload, request),
+            driver_ahead=bring_up and gated(workload, request),
             bring_up=bring_up,
             **steps,
         )
@@ -317,7 +252,7 @@ class Session:
                 job's runtime environment needs the Jobs API.
         """
         request = request or self.job_request(workload, driver)
-        if not _gated(workload, request):
+        if not gated(workload, request):
             return None
         local = LocalDriver(
             self.plan, request.entrypoint, request.runtime_env, request.submission_id, self.log
@@ -418,7 +353,7 @@ class Session:
             RtkError: The Jobs API cannot be reached, or the driver cannot run here.
             KeyboardInterrupt: Interrupted; the job was stopped first.
         """
-        runner = _JOBS.get()
+        runner = current_job_runner()
         if runner is not None:
             return runner(request)
         if request.driver is Driver.LOCAL:

@@ -23,7 +23,7 @@ from toolkit.state.store import state_root
 from toolkit.telemetry.options import TelemetryOptions
 from toolkit.telemetry.record_submission import record_job
 from toolkit.train.config import TrainConfig
-from toolkit.train.submit import train_job
+from toolkit.train.job_spec import train_job
 
 VLLM_BENCH_MODULE = "toolkit.profile.vllm_bench"
 

@@ -23,7 +23,7 @@ from toolkit.cluster.plan import ClusterPlan, NodePlan
 from toolkit.errors import GpuControlError
 from toolkit.fields import Fields
 from toolkit.nodeinfo import NodeScript
-from toolkit.nodeinfo.fields import answer_fields
+from toolkit.nodeinfo.answer_errors import answer_fields
 from toolkit.rundir.gpu_settings import NodeGpuSettings
 from toolkit.transport.base import Transport
 from toolkit.transport.group import GroupResult, run_each

@@ -21,6 +21,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from toolkit.errors import RtkError
+
 # Variables a job must not change, and why: Ray's token auth (a job's ray.init()
 # must reach its own cluster), and the marker rtk down finds the job's processes by.
 PROTECTED_ENV: Mapping[str, str] = {
@@ -36,7 +38,7 @@ PROTECTED_ENV: Mapping[str, str] = {
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-class RuntimeEnvError(ValueError):
+class RuntimeEnvError(RtkError):
     """A runtime environment option is malformed; the message is one line, naming it."""
 
 

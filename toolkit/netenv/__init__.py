@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from toolkit.netenv.facts import HcaPort, Link, NetworkFacts
+from toolkit.netenv.network_facts import HcaPort, Link, NetworkFacts
 from toolkit.netenv.profiles import (
     FORBIDDEN,
     PROFILES,

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from toolkit.errors import NetEnvError
 from toolkit.inventory import Inventory, Node
-from toolkit.netenv.facts import NetworkFacts
+from toolkit.netenv.network_facts import NetworkFacts
 from toolkit.netenv.profiles import NetEnv, env_for_node
 from toolkit.nodeinfo import call_agent
 from toolkit.nodeinfo.probe import ProbeFacts, RouteFacts

@@ -4,7 +4,7 @@
 script's text with ``python - ARGS`` and reads its JSON answer. What comes back is
 read once into frozen records: the agent's probe (``probe.py``), preflight's facts
 (``host_facts.py``, ``gpu_facts.py``, ``history_facts.py``), each malformed field an
-error naming the node (``fields.py``). ``reach_request.py`` is what preflight's facts
+error naming the node (``answer_errors.py``). ``reach_request.py`` is what preflight's facts
 script is asked to connect to.
 """
 

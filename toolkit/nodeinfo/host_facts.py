@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit.fields import Fields
-from toolkit.nodeinfo.fields import answer_fields
+from toolkit.nodeinfo.answer_errors import answer_fields
 from toolkit.nodeinfo.gpu_facts import GpuFacts
 from toolkit.nodeinfo.history_facts import DcgmFacts, KernelLogFacts
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from toolkit.errors import RunDirError
 from toolkit.rundir.layout import RunDir
-from toolkit.rundir.record import Record, record_fields
+from toolkit.rundir.record_base import Record, record_fields
 from toolkit.rundir.train import TrainConfigRecord, metrics_step
 
 

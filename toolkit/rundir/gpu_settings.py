@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit.fields import Fields
-from toolkit.rundir.record import Record, record_fields
+from toolkit.rundir.record_base import Record, record_fields
 
 ClocksMhz = tuple[int, int]
 """A clock lock: ``(min, max)`` in MHz."""

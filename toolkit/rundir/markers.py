@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from toolkit.rundir.layout import RunDir
-from toolkit.rundir.record import Record, check_version, record_fields
+from toolkit.rundir.record_base import Record, check_version, record_fields
 from toolkit.wallclock import wall_s
 
 SCHEMA_VERSION = 1

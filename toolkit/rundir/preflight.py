@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from toolkit.fields import Fields
-from toolkit.rundir.record import Record, record_fields
+from toolkit.rundir.record_base import Record, record_fields
 
 Status = Literal["pass", "warn", "fail"]
 STATUSES: tuple[Status, ...] = ("pass", "warn", "fail")

@@ -12,7 +12,7 @@ from typing import Any
 
 from toolkit.fields import Fields, is_number
 from toolkit.rundir.gpu_settings import NodeGpuSettings
-from toolkit.rundir.record import Record, check_version, record_fields
+from toolkit.rundir.record_base import Record, check_version, record_fields
 
 SCHEMA_VERSION = 1
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from toolkit.rundir.record import Record, check_version, read_object, record_fields
+from toolkit.rundir.record_base import Record, check_version, read_object, record_fields
 
 SCHEMA_VERSION = 1  # of summary.json
 

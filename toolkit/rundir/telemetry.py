@@ -12,7 +12,7 @@ from typing import Any
 
 from toolkit.errors import RunDirError
 from toolkit.fields import is_number
-from toolkit.rundir.record import Record, record_fields
+from toolkit.rundir.record_base import Record, record_fields
 
 MANIFEST_VERSION = 1
 

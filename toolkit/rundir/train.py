@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.errors import RunDirError
-from toolkit.rundir.record import Record, record_fields
+from toolkit.rundir.record_base import Record, record_fields
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ With ``slurm=True`` the nodes also form a real SLURM cluster (``toolkit.sandbox.
 
 from __future__ import annotations
 
-from toolkit.sandbox.bringup import create
-from toolkit.sandbox.errors import SandboxError
+from toolkit.errors import SandboxError
+from toolkit.sandbox.creation import create
 from toolkit.sandbox.hostcheck import check_host
 from toolkit.sandbox.sandbox import Sandbox, SandboxNode
 from toolkit.sandbox.status import (

@@ -7,7 +7,7 @@ import platform
 import shutil
 from collections.abc import Callable, Mapping
 
-from toolkit.sandbox.errors import SandboxError
+from toolkit.errors import SandboxError
 
 # Each tool the sandbox runs, with the Debian package that provides it.
 TOOLS: dict[str, str] = {

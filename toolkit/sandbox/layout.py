@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolkit.sandbox.errors import SandboxError
+from toolkit.errors import SandboxError
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,7}$"
 MAX_NODES = 64

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from toolkit.sandbox.errors import SandboxError
+from toolkit.errors import SandboxError
 from toolkit.sandbox.layout import Layout, NodeLayout
 
 logger = logging.getLogger(__name__)

@@ -11,8 +11,8 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from toolkit.errors import SandboxError
 from toolkit.sandbox import cpu_share
-from toolkit.sandbox.errors import SandboxError
 from toolkit.sandbox.layout import NodeLayout
 
 logger = logging.getLogger(__name__)

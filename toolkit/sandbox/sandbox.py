@@ -9,12 +9,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolkit.sandbox import procs, render
-from toolkit.sandbox.errors import SandboxError
+from toolkit.errors import SandboxError
+from toolkit.sandbox import config_files, procs
 from toolkit.sandbox.layout import Layout, NodeLayout, sandbox_dir, validate_name
-from toolkit.sandbox.record import SandboxRecord
-from toolkit.sandbox.slurm import SlurmLayout
-from toolkit.sandbox.ssh import port_open, ssh_argv, wait_for_login
+from toolkit.sandbox.sandbox_json import SandboxRecord
+from toolkit.sandbox.slurm.conf import SlurmLayout
+from toolkit.sandbox.ssh_login import port_open, ssh_argv, wait_for_login
 from toolkit.sandbox.teardown import destroy
 
 logger = logging.getLogger(__name__)
@@ -167,7 +167,7 @@ class Sandbox:
             SandboxError: The port still accepts connections after ``timeout_s``.
         """
         node = self.node(node_name)
-        pid_file = render.SSHD_PID_FILE
+        pid_file = config_files.SSHD_PID_FILE
         script = f"if [ -f {pid_file} ]; then kill $(cat {pid_file}) || true; rm -f {pid_file}; fi"
         self.run_in(node_name, ["sh", "-c", script], timeout_s)
         deadline = time.monotonic() + timeout_s
@@ -185,7 +185,7 @@ class Sandbox:
         """
         node = self.node(node_name)
         if not port_open(node.address, 22, timeout_s=0.5):
-            command = render.start_sshd_command(self._layout_of(node_name), self.record.sshd)
+            command = config_files.start_sshd_command(self._layout_of(node_name), self.record.sshd)
             done = self.run_in(node_name, ["sh", "-c", command], timeout_s)
             if done.returncode != 0:
                 raise SandboxError(f"{node_name}: sshd did not start: {done.stderr.strip()}")

@@ -6,8 +6,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toolkit.sandbox import network, procs, slurm_host
-from toolkit.sandbox.errors import SandboxError
+from toolkit.errors import SandboxError
+from toolkit.sandbox import network, procs
 from toolkit.sandbox.layout import (
     DIR_PREFIX,
     RECORD_FILE,
@@ -18,9 +18,10 @@ from toolkit.sandbox.layout import (
     sandbox_dir,
     validate_name,
 )
-from toolkit.sandbox.record import SandboxRecord
-from toolkit.sandbox.slurm import SlurmLayout
-from toolkit.sandbox.ssh import port_open
+from toolkit.sandbox.sandbox_json import SandboxRecord
+from toolkit.sandbox.slurm import daemons as slurm_daemons
+from toolkit.sandbox.slurm.conf import SlurmLayout
+from toolkit.sandbox.ssh_login import port_open
 
 
 def list_sandboxes() -> list[str]:
@@ -76,14 +77,16 @@ class SlurmStatus:
             self.munged_pid
             and self.slurmctld_pid
             and self.nodes
-            and all(state in slurm_host.READY_STATES for state in self.nodes.values())
+            and all(state in slurm_daemons.READY_STATES for state in self.nodes.values())
         )
 
 
 def slurm_status(record: SandboxRecord) -> SlurmStatus:
     """The SLURM daemons of the sandbox in ``record`` and its node states."""
     layout = SlurmLayout.of(Layout.build(record.name, record.subnet, len(record.nodes)))
-    daemons = {p: pid for pid, p in slurm_host.find_daemons(Path(record.directory), record).items()}
+    daemons = {
+        p: pid for pid, p in slurm_daemons.find_daemons(Path(record.directory), record).items()
+    }
     slurmctld = daemons.get("slurmctld")
     states: dict[str, str] = {}
     error = None
@@ -91,7 +94,7 @@ def slurm_status(record: SandboxRecord) -> SlurmStatus:
         error = "slurmctld is not running"
     else:
         try:
-            states = slurm_host.node_states(layout.conf, timeout_s=10.0)
+            states = slurm_daemons.node_states(layout.conf, timeout_s=10.0)
         except SandboxError as e:
             error = str(e)
     return SlurmStatus(daemons.get("munged"), slurmctld, states, error)

@@ -6,8 +6,8 @@ import logging
 import shutil
 from pathlib import Path
 
-from toolkit.sandbox import cpu_share, network, procs, slurm_host
-from toolkit.sandbox.errors import SandboxError
+from toolkit.errors import SandboxError
+from toolkit.sandbox import cpu_share, network, procs
 from toolkit.sandbox.hostcheck import check_host
 from toolkit.sandbox.layout import (
     RECORD_FILE,
@@ -17,7 +17,8 @@ from toolkit.sandbox.layout import (
     validate_name,
     veth_pattern,
 )
-from toolkit.sandbox.record import SandboxRecord
+from toolkit.sandbox.sandbox_json import SandboxRecord
+from toolkit.sandbox.slurm import daemons as slurm_daemons
 from toolkit.sandbox.status import list_sandboxes
 
 logger = logging.getLogger(__name__)
@@ -80,7 +81,7 @@ def destroy(name: str) -> list[str]:
     procs.reap_starters(starters)
     # SLURM's host daemons, after the slurmds (which went with their nodes).
     try:
-        removed += slurm_host.stop(directory, record)
+        removed += slurm_daemons.stop(directory, record)
     except SandboxError as e:
         failures.append(str(e))
 

@@ -13,7 +13,7 @@ from toolkit.cluster.start import up
 from toolkit.errors import ClusterError
 from toolkit.inventory import load_inventory
 from toolkit.state.store import StateStore
-from toolkit.transport.simulated import LatencyModel, SimulatedCluster, SimulatedTransport
+from toolkit.transport.simulation import LatencyModel, SimulatedCluster, SimulatedTransport
 
 
 def plan_for(tmp_path: Path) -> ClusterPlan:

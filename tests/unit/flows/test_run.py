@@ -21,11 +21,11 @@ from toolkit.cli import main
 from toolkit.errors import JobError
 from toolkit.flows.run import RunResult, observe_runs
 from toolkit.flows.run_plan import RunPlan, Step
-from toolkit.flows.session import jobs_from, transports_from
+from toolkit.flows.stand_ins import jobs_from, transports_from
 from toolkit.flows.workload import JobRequest
 from toolkit.inventory import Inventory
 from toolkit.jobs.client import JobOutcome
-from toolkit.transport.simulated import LatencyModel, SimulatedCluster, SimulatedTransport
+from toolkit.transport.simulation import LatencyModel, SimulatedCluster, SimulatedTransport
 
 STEP_LINE = re.compile(r"^(\d+)\. (\w+)[: ]")
 

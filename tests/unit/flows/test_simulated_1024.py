@@ -23,7 +23,7 @@ import yaml
 
 from toolkit.cli import TRANSPORT_FACTORY, main
 from toolkit.inventory.hostrange import expand_hosts
-from toolkit.transport.simulated import (
+from toolkit.transport.simulation import (
     Faults,
     LatencyModel,
     SimulatedCluster,

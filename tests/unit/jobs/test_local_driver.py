@@ -178,8 +178,8 @@ def test_only_a_local_trainer_starts_ahead_and_the_dry_run_says_so(
         ahead = session.driver_ahead(workload, Driver.LOCAL)
         assert ahead is not None and ahead.request.driver is Driver.LOCAL
         assert session.driver_ahead(workload, Driver.JOB) is None
-        local = session.run_plan(workload, PreflightPolicy.SKIP, driver=Driver.LOCAL, ahead=True)
-        job = session.run_plan(workload, PreflightPolicy.SKIP, driver=Driver.JOB, ahead=True)
+        local = session.run_plan(workload, PreflightPolicy.SKIP, driver=Driver.LOCAL, bring_up=True)
+        job = session.run_plan(workload, PreflightPolicy.SKIP, driver=Driver.JOB, bring_up=True)
     assert "waits until the cluster is up" in local.render()
     assert "waits until the cluster is up" not in job.render()
 

@@ -31,7 +31,7 @@ from toolkit.nodeinfo import agent_source
 from toolkit.state.cluster_state import ClusterState
 from toolkit.state.store import StateStore
 from toolkit.train.config import TrainConfig
-from toolkit.transport.simulated import (
+from toolkit.transport.simulation import (
     Faults,
     LatencyModel,
     SimulatedCluster,

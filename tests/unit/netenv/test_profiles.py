@@ -35,7 +35,7 @@ from toolkit.netenv import (
 )
 from toolkit.netenv.detect import detect_network
 from toolkit.netenv.profiles import DEPRECATED_NAMES, OVERRIDE_REASON
-from toolkit.netenv.render import render_network
+from toolkit.netenv.report_text import render_network
 from toolkit.node.agent import network_facts
 from toolkit.shell import parse_env_file
 

@@ -13,7 +13,7 @@ from toolkit.inventory import load_inventory
 from toolkit.preflight.runner import run_preflight
 from toolkit.preflight.security import NodeSecurity, security_checks
 from toolkit.state.store import StateStore
-from toolkit.transport.simulated import LatencyModel, SimulatedCluster, SimulatedTransport
+from toolkit.transport.simulation import LatencyModel, SimulatedCluster, SimulatedTransport
 
 NOW = datetime.datetime(2026, 11, 26, 8, 0, tzinfo=datetime.UTC)
 

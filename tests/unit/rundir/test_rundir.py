@@ -30,7 +30,7 @@ from toolkit.rundir import (
     read_metrics,
 )
 from toolkit.rundir.gpu_settings import GpuApplied, NodeGpuSettings
-from toolkit.rundir.record import Record
+from toolkit.rundir.record_base import Record
 
 BASELINE = IdleBaseline(10.0, 250.5, 41.0, {"n1": 120.0, "n2": None})
 COOLDOWN = IdleCooldown(12.5, True, 260.0, 45.0, 250.5, 120.0)

@@ -14,7 +14,7 @@ from toolkit.inventory.hostrange import compress_hosts
 from toolkit.preflight.result import PreflightReport
 from toolkit.rundir.preflight import Check
 from toolkit.slurm.options import SbatchOptionError, merge_options
-from toolkit.slurm.render import render_script
+from toolkit.slurm.sbatch_script import render_script
 
 INVENTORY = """\
 cluster: h100

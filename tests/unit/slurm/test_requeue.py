@@ -26,8 +26,8 @@ from toolkit.rundir import (
     training_progress,
 )
 from toolkit.slurm.options import DEFAULT_MAX_RESTARTS, SbatchOptionError, merge_options
-from toolkit.slurm.render import render_script
 from toolkit.slurm.requeue import Allocation, decide, end_allocation
+from toolkit.slurm.sbatch_script import render_script
 
 INVENTORY = "cluster: plain\nnodes:\n  - host: cpu[1-2]\n"
 

@@ -11,7 +11,7 @@ from toolkit.errors import StateError
 from toolkit.rundir.preflight import Exclusion
 from toolkit.state.cluster_state import ClusterState, RecordedRun
 from toolkit.state.store import StateStore
-from toolkit.train.submit import remember_run
+from toolkit.train.job_spec import remember_run
 
 # What rtk up wrote before state.json had a type (plus a run, and a key of its own).
 WRITTEN_BY_AN_OLDER_RTK = {

@@ -25,7 +25,7 @@ from toolkit.train import compiling
 from toolkit.train.compiling import CompileClock
 from toolkit.train.config import AUTO_COMPILE_MIN_STEPS, PRESETS, TrainConfig
 from toolkit.train.data import SyntheticTokens
-from toolkit.train.local import run_local
+from toolkit.train.local_processes import run_local
 from toolkit.train.model import GPT
 from toolkit.train.strategies import Strategy
 

@@ -21,7 +21,7 @@ import torch  # noqa: F401
 from conftest import require
 
 from toolkit.train.config import TrainConfig
-from toolkit.train.local import run_local
+from toolkit.train.local_processes import run_local
 
 STRATEGIES = {
     "ddp": {"strategy": "ddp"},

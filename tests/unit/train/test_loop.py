@@ -18,7 +18,7 @@ from conftest import require
 from toolkit.errors import RtkError
 from toolkit.rundir import RunDir, read_markers
 from toolkit.train.config import PRESETS, TrainConfig
-from toolkit.train.local import run_local
+from toolkit.train.local_processes import run_local
 
 
 def metrics(run_dir: Path) -> list[dict[str, float]]:

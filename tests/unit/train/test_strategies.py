@@ -10,7 +10,7 @@ import torch
 
 from toolkit.train.config import PRESETS, TrainConfig
 from toolkit.train.data import SyntheticTokens
-from toolkit.train.local import run_local
+from toolkit.train.local_processes import run_local
 from toolkit.train.model import GPT
 from toolkit.train.strategies import Strategy
 

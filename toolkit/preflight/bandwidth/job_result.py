@@ -15,7 +15,7 @@ from typing import Any
 
 from toolkit.fields import Fields
 from toolkit.preflight.load.job_result import SweepPoint
-from toolkit.rundir.record import record_fields
+from toolkit.rundir.record_base import record_fields
 
 PLATEAU_FRACTION = 0.9  # busbw within 10% of the best has reached its plateau
 

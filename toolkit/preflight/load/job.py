@@ -50,7 +50,7 @@ from toolkit.preflight.ray_ranks import (
     pinned,
     start_sweeps,
 )
-from toolkit.rundir.record import record_fields
+from toolkit.rundir.record_base import record_fields
 
 MiB = 1 << 20
 CPU_SIZES_BYTES = (MiB, 4 * MiB)

@@ -14,7 +14,7 @@ from typing import Any
 
 from toolkit.fields import Fields
 from toolkit.preflight.load.node import NodeLoad
-from toolkit.rundir.record import record_fields
+from toolkit.rundir.record_base import record_fields
 
 RESULT_PREFIX = "rtk-load: "  # the job's last line: this, then the result as JSON
 PROGRESS_PREFIX = "rtk load: "  # the job's progress lines, shown to the user

@@ -28,7 +28,7 @@ from typing import Any
 
 from toolkit.errors import PreflightError
 from toolkit.fields import Fields
-from toolkit.rundir.record import record_fields
+from toolkit.rundir.record_base import record_fields
 
 log = logging.getLogger(__name__)
 

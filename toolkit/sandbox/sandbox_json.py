@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toolkit.sandbox.errors import SandboxError
+from toolkit.errors import SandboxError
 
 
 @dataclass

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from toolkit.netenv.detect import NetworkReport, NodeNetwork
-from toolkit.netenv.facts import HcaPort, Link, NetworkFacts
+from toolkit.netenv.network_facts import HcaPort, Link, NetworkFacts
 from toolkit.netenv.profiles import found_text
 from toolkit.nodeinfo.probe import RouteFacts
 

@@ -25,7 +25,7 @@ from toolkit.cli import cli
 from toolkit.cluster.containers.slurm_step import batch_script_note
 from toolkit.inventory import load_inventory
 from toolkit.slurm.options import SbatchOptionError, SbatchOptions, merge_options
-from toolkit.slurm.render import render_script
+from toolkit.slurm.sbatch_script import render_script
 from toolkit.slurm.submit import (
     UNKNOWN,
     JobState,

@@ -13,15 +13,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import toolkit
-from toolkit.sandbox import network, procs, render, slurm_host
-from toolkit.sandbox.errors import SandboxError
+from toolkit.errors import SandboxError
+from toolkit.sandbox import config_files, network, procs
 from toolkit.sandbox.hostcheck import check_host
 from toolkit.sandbox.layout import Layout, NodeLayout, netns_pattern
 from toolkit.sandbox.node_mounts import read_cgroup_mounts
-from toolkit.sandbox.record import NodeRecord, SandboxRecord
 from toolkit.sandbox.sandbox import Sandbox
-from toolkit.sandbox.slurm import SlurmLayout, node_init_lines
-from toolkit.sandbox.ssh import keygen, wait_for_login
+from toolkit.sandbox.sandbox_json import NodeRecord, SandboxRecord
+from toolkit.sandbox.slurm import daemons as slurm_daemons
+from toolkit.sandbox.slurm.conf import SlurmLayout, node_init_lines
+from toolkit.sandbox.ssh_login import keygen, wait_for_login
 from toolkit.sandbox.status import list_sandboxes
 from toolkit.sandbox.teardown import destroy
 
@@ -108,25 +109,25 @@ def _write_files(
     client_pub = keygen(layout.key_path, f"rtk-sandbox-{layout.name}")
     _write(layout.authorized_keys, client_pub + "\n", 0o600)
     host_keys = {n.name: keygen(n.host_key, f"{n.name}.{layout.name}") for n in layout.nodes}
-    _write(layout.known_hosts, render.known_hosts(layout, host_keys))
-    _write(layout.resolv_conf, render.resolv_conf(layout))
+    _write(layout.known_hosts, config_files.known_hosts(layout, host_keys))
+    _write(layout.resolv_conf, config_files.resolv_conf(layout))
     if record.slurm:
         controller = socket.gethostname().split(".")[0]
-        slurm_host.write_files(layout, controller, os.cpu_count() or 1)
+        slurm_daemons.write_files(layout, controller, os.cpu_count() or 1)
     cgroups = read_cgroup_mounts()
     # A node's own container storage only where podman could use it (no empty
     # /var/lib/containers made on a host without it).
     storage = shutil.which("podman") is not None
     for node in layout.nodes:
-        _write(node.sshd_config, render.sshd_config(layout, node, sshd_options))
+        _write(node.sshd_config, config_files.sshd_config(layout, node, sshd_options))
         services = node_init_lines(layout, node, slurm_tools["slurmd"]) if record.slurm else []
         if storage:
             node.container_storage.mkdir(mode=0o700, exist_ok=True)
-        script = render.init_script(
+        script = config_files.init_script(
             layout, node, record.sshd, shared, services, cgroups, container_storage=storage
         )
         _write(node.init_script, script, 0o700)
-        _write(node.hosts_file, render.hosts_file(layout, node))
+        _write(node.hosts_file, config_files.hosts_file(layout, node))
 
 
 def _disable_bridge_netfilter(record: SandboxRecord) -> None:
@@ -168,9 +169,9 @@ def _start_slurm_daemons(
     layout: Layout, record: SandboxRecord, slurm_tools: dict[str, str], say: Progress
 ) -> None:
     paths = SlurmLayout.of(layout)
-    record.munged_pid = slurm_host.start_munged(paths, slurm_tools["munged"])
+    record.munged_pid = slurm_daemons.start_munged(paths, slurm_tools["munged"])
     record.save(layout.record_path)
-    record.slurmctld_pid = slurm_host.start_slurmctld(
+    record.slurmctld_pid = slurm_daemons.start_slurmctld(
         paths, slurm_tools["slurmctld"], layout.gateway
     )
     record.save(layout.record_path)
@@ -270,10 +271,10 @@ def create(
     tools = check_host()
     python = python or sys.executable
     shared = _check_python(python)
-    slurm_tools = slurm_host.find_slurm_tools() if slurm else {}
+    slurm_tools = slurm_daemons.find_slurm_tools() if slurm else {}
     _refuse_existing(layout)
     if slurm:
-        slurm_host.check_port_free(SlurmLayout.of(layout).slurmctld_port)
+        slurm_daemons.check_port_free(SlurmLayout.of(layout).slurmctld_port)
     _claim_directory(layout)
     try:
         record = SandboxRecord(
@@ -299,12 +300,12 @@ def create(
         say("node-to-node TCP works")
         slurm_conf = None
         if slurm:
-            waited_s = slurm_host.wait_for_nodes(
+            waited_s = slurm_daemons.wait_for_nodes(
                 layout, record, slurm_tools["sinfo"], ready_timeout_s
             )
             slurm_conf = SlurmLayout.of(layout).conf
             say(f"SLURM: all {nodes} nodes idle in sinfo (after {waited_s:.1f} s more)")
-        _write(layout.inventory_path, render.inventory(layout, python, slurm_conf))
+        _write(layout.inventory_path, config_files.inventory(layout, python, slurm_conf))
         sandbox = Sandbox(layout, record)
     except BaseException as e:
         logger.info("creating sandbox %s failed (%s); removing what was created", name, e)

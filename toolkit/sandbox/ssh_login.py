@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from toolkit.sandbox.errors import SandboxError
+from toolkit.errors import SandboxError
 
 logger = logging.getLogger(__name__)
 

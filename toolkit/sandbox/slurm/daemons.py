@@ -19,13 +19,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from toolkit.errors import SandboxError
 from toolkit.sandbox import procs
-from toolkit.sandbox.errors import SandboxError
 from toolkit.sandbox.hostcheck import Which, find_tools
 from toolkit.sandbox.layout import Layout
-from toolkit.sandbox.record import SandboxRecord
-from toolkit.sandbox.slurm import SlurmLayout, cgroup_conf, slurm_conf, slurmd_log
-from toolkit.sandbox.ssh import port_open
+from toolkit.sandbox.sandbox_json import SandboxRecord
+from toolkit.sandbox.slurm.conf import SlurmLayout, cgroup_conf, slurm_conf, slurmd_log
+from toolkit.sandbox.ssh_login import port_open
 
 logger = logging.getLogger(__name__)
 
