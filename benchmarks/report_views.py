@@ -31,11 +31,11 @@ import numpy as np
 
 def synthetic_report(nodes: int, gpus: int, seconds: float, root: Path) -> Any:
     """A Report with the figures and views of a run of that size (nothing on disk)."""
-    from toolkit.rundir import Manifest
+    from toolkit.rundir import Manifest, RunSummary
     from toolkit.telemetry.report.build import Report
     from toolkit.telemetry.report.figures.crosscheck import CheckWindow, CrossCheck
     from toolkit.telemetry.report.figures.energy import DeviceReport, NodeReport
-    from toolkit.telemetry.report.figures.steps import Phase, RunFigures, StepEnergy, StepStats
+    from toolkit.telemetry.report.figures.steps import Phase, StepEnergy, StepStats
     from toolkit.telemetry.report.figures.views import Buckets, DeviceView
     from toolkit.telemetry.report.inputs.load import RunData
     from toolkit.telemetry.report.inputs.timeline import Barrier, Timeline, Window
@@ -156,7 +156,7 @@ def synthetic_report(nodes: int, gpus: int, seconds: float, root: Path) -> Any:
         data=RunData(root, manifest, {}, {}, [], [], []),
         timeline=timeline,
         nodes=node_reports,
-        run=RunFigures(
+        run=RunSummary(
             seconds,
             energy_j,
             steps,

@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from toolkit.rundir import RunSummary
 from toolkit.telemetry.report.figures.crosscheck import CrossCheck, check_windows, cross_checks
 from toolkit.telemetry.report.figures.curves import gap_threshold_s
 from toolkit.telemetry.report.figures.energy import NodeReport, node_report
 from toolkit.telemetry.report.figures.steps import (
     Phase,
-    RunFigures,
     StepEnergy,
     StepStats,
     phase_sums,
@@ -57,7 +57,7 @@ class Report:
     data: RunData
     timeline: Timeline
     nodes: dict[str, NodeReport]
-    run: RunFigures
+    run: RunSummary
     steps: list[StepEnergy]
     step_stats: StepStats | None
     phases: list[Phase]
@@ -137,13 +137,13 @@ def build_report(run_dir: Path) -> Report:
         step_stats=step_stats(steps),
         phases=phases(timeline, phase_energy),
         cross_checks=checks,
-        stragglers=stragglers(timeline.waits, wait_energy, run.energy_j),
+        stragglers=stragglers(timeline.waits, wait_energy, run.energy_j or 0.0),
         notes=notes,
     )
 
 
 def _notes(
-    nodes: dict[str, NodeReport], timeline: Timeline, run: RunFigures, checks: list[CrossCheck]
+    nodes: dict[str, NodeReport], timeline: Timeline, run: RunSummary, checks: list[CrossCheck]
 ) -> list[str]:
     notes: list[str] = []
     window = timeline.window

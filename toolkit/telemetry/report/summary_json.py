@@ -6,8 +6,7 @@ import math
 from dataclasses import asdict
 from typing import Any
 
-from toolkit.rundir import TrainThroughput
-from toolkit.rundir.summary import SCHEMA_VERSION, RunSummary
+from toolkit.rundir.summary import SCHEMA_VERSION
 from toolkit.telemetry.report.build import Report
 from toolkit.telemetry.report.figures.crosscheck import TOLERANCE, CrossCheck
 from toolkit.telemetry.report.figures.curves import Gap
@@ -52,11 +51,8 @@ def _summary(report: Report) -> dict[str, Any]:
             "duration_s": window.duration_s,
             "basis": window.basis,
         },
-        # RunFigures' fields, and the seconds the trainer's steps spent compiling
-        # (torch.compile; None: eager): the record the sweep's results read back.
-        "run": RunSummary(
-            **asdict(run), compile_s=TrainThroughput.of(report.data.metrics).compile_s
-        ).to_json(),
+        # The record the sweep's results read back (toolkit/rundir/summary.py).
+        "run": run.to_json(),
         "nodes": {name: _node(report, node) for name, node in report.nodes.items()},
         "cross_check": {
             "tolerance": TOLERANCE,

@@ -96,10 +96,11 @@ def _run_lines(report: Report) -> list[str]:
     steps = f"{run.steps} steps" if run.steps is not None else "no steps"
     tokens = f", {run.tokens:,} tokens" if run.tokens is not None else ""
     rate = f" ({run.tokens_per_s:,.1f} tokens/s)" if run.tokens_per_s is not None else ""
+    energy_j = run.energy_j or 0.0
     lines = [
-        f"run: {run.duration_s:.1f} s, {steps}{tokens}{rate}, {run.ranks} rank(s)"
+        f"run: {run.duration_s or 0.0:.1f} s, {steps}{tokens}{rate}, {run.ranks} rank(s)"
         + (f", {run.restarts} restart(s)" if run.restarts else ""),
-        f"energy: {run.energy_j:,.1f} J ({run.energy_wh:.3f} Wh)"
+        f"energy: {energy_j:,.1f} J ({energy_j / 3600.0:.3f} Wh)"
         + (" partial" if run.partial else ""),
     ]
     per = []

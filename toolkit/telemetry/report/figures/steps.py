@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from toolkit.rundir import MetricsLine
+from toolkit.rundir import MetricsLine, RunSummary, TrainThroughput
 from toolkit.telemetry.report.figures.energy import NodeReport
 from toolkit.telemetry.report.inputs.timeline import FloatArray, Timeline
 
@@ -96,45 +96,6 @@ class Phase:
     def avg_power_w(self) -> float:
         """Energy over duration."""
         return self.energy_j / self.duration_s if self.duration_s > 0 else 0.0
-
-
-@dataclass(frozen=True)
-class RunFigures:
-    """The run as a whole.
-
-    Step and token figures are None without markers: the window is then the span of
-    the samples, not of the training, and dividing by it would mislead.
-
-    Attributes:
-        duration_s: The window's length.
-        energy_j: All nodes' energy over the window.
-        steps: Optimizer steps (each counted once, latest attempt).
-        tokens: Tokens trained on (``metrics.jsonl``, else the markers).
-        energy_per_step_j: ``energy_j / steps``.
-        energy_per_token_j: ``energy_j / tokens``.
-        tokens_per_s: ``tokens / duration_s``.
-        tokens_per_j: ``tokens / energy_j``.
-        partial: Whether some node or device misses part of the window.
-        restarts: Resumed attempts.
-        ranks: Ranks that wrote markers.
-    """
-
-    duration_s: float
-    energy_j: float
-    steps: int | None
-    tokens: int | None
-    energy_per_step_j: float | None
-    energy_per_token_j: float | None
-    tokens_per_s: float | None
-    tokens_per_j: float | None
-    partial: bool
-    restarts: int
-    ranks: int
-
-    @property
-    def energy_wh(self) -> float:
-        """``energy_j`` in watt-hours."""
-        return self.energy_j / 3600.0
 
 
 def interval_energy(
@@ -262,8 +223,8 @@ def phases(timeline: Timeline, sums: IntervalSums) -> list[Phase]:
 
 def run_figures(
     nodes: dict[str, NodeReport], timeline: Timeline, metrics: list[MetricsLine]
-) -> RunFigures:
-    """Totals and rates over the window."""
+) -> RunSummary:
+    """Totals and rates over the window (``summary.json``'s ``run``, as the sweep reads it)."""
     energy_j = float(sum(n.energy_j for n in nodes.values()))
     duration_s = timeline.window.duration_s
     steps: int | None = None
@@ -272,7 +233,7 @@ def run_figures(
         steps = len(timeline.steps) or None
         metric_tokens = [m.tokens for m in metrics]
         tokens = sum(metric_tokens) if metric_tokens else timeline.marker_tokens
-    return RunFigures(
+    return RunSummary(
         duration_s=duration_s,
         energy_j=energy_j,
         steps=steps,
@@ -284,4 +245,5 @@ def run_figures(
         partial=any(n.partial for n in nodes.values()),
         restarts=timeline.restarts,
         ranks=timeline.ranks,
+        compile_s=TrainThroughput.of(metrics).compile_s,
     )
