@@ -215,14 +215,16 @@ class Sampler:
                 continue
             wall_s, mono_s = wallclock.wall_s(), time.monotonic()
             for reading in readings:
-                row = {"wall_s": wall_s, "mono_s": mono_s, **reading}
-                out.write(row)
+                out.write_reading(reading, wall_s, mono_s)
                 self.stats.samples += 1
-                device = str(reading.get("device"))
-                self.latest[device] = {**self.latest.get(device, {}), **row}
-                self.recent.append(
-                    (wall_s, device, reading.get("power_w"), reading.get("temperature_c"))
-                )
+                device = reading.device
+                self.latest[device] = {
+                    **self.latest.get(device, {}),
+                    "wall_s": wall_s,
+                    "mono_s": mono_s,
+                    **reading.to_json(),
+                }
+                self.recent.append((wall_s, device, reading.power_w, reading.temperature_c))
             if readings:
                 if self.stats.first_wall_s is None:
                     self.stats.first_wall_s = wall_s
