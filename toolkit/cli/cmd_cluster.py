@@ -273,7 +273,7 @@ def down_cmd(
     if as_json:
         print_json(result.to_json())
     else:
-        count = sum(int(a.get("stopped", 0)) for a in result.stopped.values())
+        count = sum(a.stopped for a in result.stopped.values())
         click.echo(
             f"cluster {inv.name}: stopped {count} process(es) on {len(result.stopped)} node(s)"
         )

@@ -34,6 +34,7 @@ from typing import IO, Any
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from toolkit.rundir.reading import Reading
 from toolkit.rundir.trace_files import TRACE_SUFFIX
 
 COMPACT_ROWS = 65_536
@@ -123,6 +124,29 @@ class _Columns:
         self.rows += 1
         return True
 
+    def add_reading(self, reading: Reading, wall_s: float, mono_s: float) -> None:
+        """Add one sensor reading taken at ``wall_s``/``mono_s`` (the sampler's path)."""
+        values = self.values
+        values["wall_s"].append(wall_s)
+        values["mono_s"].append(mono_s)
+        values["device"].append(reading.device)
+        values["kind"].append(reading.kind)
+        values["power_source"].append(reading.power_source)
+        extra: dict[str, object] | None = None
+        for name in READINGS:
+            value = getattr(reading, name)
+            if value is None:
+                values[name].append(None)
+            elif math.isfinite(value):
+                values[name].append(float(value))
+            else:  # kept as said, as ``add`` keeps a reading that is no finite number
+                values[name].append(None)
+                extra = {**(extra or {}), name: value}
+        if reading.extra:
+            extra = {**(extra or {}), **reading.extra}
+        values[EXTRA].append(json.dumps(extra, default=str) if extra else None)
+        self.rows += 1
+
     def batch(self) -> pa.RecordBatch:
         """The gathered rows as one record batch; the gatherer starts empty again."""
         arrays = [pa.array(self.values[f.name], type=f.type) for f in SCHEMA]
@@ -149,9 +173,17 @@ class TraceWriter:
         self.rows_rejected = 0
 
     def write(self, row: Mapping[str, Any]) -> None:
-        """Buffer one sample (a dict as the sensors read it, plus ``wall_s``/``mono_s``)."""
+        """Buffer one sample given as JSON (a reading's fields plus ``wall_s``/``mono_s``).
+
+        A row without a number ``wall_s`` and a text ``device`` is counted in
+        ``rows_rejected``, not written.
+        """
         if not self._columns.add(row):
             self.rows_rejected += 1
+
+    def write_reading(self, reading: Reading, wall_s: float, mono_s: float) -> None:
+        """Buffer one sensor reading taken at ``wall_s``/``mono_s``."""
+        self._columns.add_reading(reading, wall_s, mono_s)
 
     @property
     def pending(self) -> int:

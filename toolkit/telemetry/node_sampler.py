@@ -14,6 +14,8 @@ import os
 import re
 import socket
 import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ import ray
 
 from toolkit import wallclock
 from toolkit.rundir.traces import ReadStats, compact, live_files, read_table
-from toolkit.telemetry.sampler import Sampler
+from toolkit.telemetry.sampler import PowerWindow, Sampler, SamplerStats
 from toolkit.telemetry.sensors.base import DEFAULT_ENERGY_RATE_HZ
 from toolkit.telemetry.sensors.factory import make_sensors
 
@@ -47,6 +49,48 @@ def live_trace_path(key: str, node: str) -> Path:
     return node_local_dir(key) / f"{safe}.arrows"
 
 
+@dataclass(frozen=True)
+class SamplerInfo:
+    """Who and what a node's sampler is (``NodeSampler.info``).
+
+    Attributes:
+        hostname: The node's host name.
+        node: The inventory name rtk gave the node (``RTK_NODE``), when it did.
+        pid: The sampler's process id.
+        sensors: The sensors it opened.
+        devices: Device key -> the sensor's static, JSON-ready information about it.
+        path: Its live trace on the node.
+    """
+
+    hostname: str
+    node: str | None
+    pid: int
+    sensors: tuple[str, ...]
+    devices: Mapping[str, Mapping[str, Any]]
+    path: str
+
+
+@dataclass(frozen=True)
+class CompactedTrace:
+    """A node's trace compacted beside the live one (``compact_node_trace``).
+
+    Attributes:
+        path: The compacted file on the node.
+        size_bytes: Its size.
+        samples: The samples in it.
+        first_wall_s: The first sample's time (None without samples).
+        last_wall_s: The last sample's time (None without samples).
+        truncated: What reading the live files found cut or damaged.
+    """
+
+    path: str
+    size_bytes: int
+    samples: int
+    first_wall_s: float | None
+    last_wall_s: float | None
+    truncated: tuple[str, ...]
+
+
 @ray.remote(num_cpus=0, max_restarts=0)
 class NodeSampler:
     """One node's sampler, as a Ray actor pinned to that node."""
@@ -70,19 +114,19 @@ class NodeSampler:
         self.prometheus_port = prometheus_port
         self.server: Any = None
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> SamplerInfo:
         """Who and what this sampler is: host, pid, sensors and their devices."""
-        devices: dict[str, Any] = {}
+        devices: dict[str, Mapping[str, Any]] = {}
         for sensor in self.sensors:
             devices.update(sensor.devices())
-        return {
-            "hostname": socket.gethostname(),
-            "node": os.environ.get("RTK_NODE"),
-            "pid": os.getpid(),
-            "sensors": [s.name for s in self.sensors],
-            "devices": devices,
-            "path": str(self.path),
-        }
+        return SamplerInfo(
+            hostname=socket.gethostname(),
+            node=os.environ.get("RTK_NODE"),
+            pid=os.getpid(),
+            sensors=tuple(s.name for s in self.sensors),
+            devices=devices,
+            path=str(self.path),
+        )
 
     def wall_s(self) -> float:
         """This node's wall clock (for offset estimates), as its samples are stamped."""
@@ -108,11 +152,11 @@ class NodeSampler:
             self.server = serve(self.sampler, endpoint(self.prometheus_port, host), node)
         self.sampler.start()
 
-    def window(self, seconds: float) -> dict[str, Any]:
+    def window(self, seconds: float) -> PowerWindow:
         """This node's power and hottest temperature over the last ``seconds``."""
         return self.sampler.window(seconds)
 
-    def stop(self) -> dict[str, Any]:
+    def stop(self) -> SamplerStats:
         """Stop sampling and close the sensors; return the sampler's statistics."""
         if self.server is not None:
             self.server.shutdown()
@@ -120,11 +164,11 @@ class NodeSampler:
         stats = self.sampler.stop()
         for sensor in self.sensors:
             sensor.close()
-        return stats.to_json()
+        return stats
 
 
 @ray.remote(num_cpus=0)
-def compact_node_trace(live: str) -> dict[str, Any] | None:
+def compact_node_trace(live: str) -> CompactedTrace | None:
     """Compact this node's live trace beside it; its path, size and first/last times.
 
     None when the node has no trace. A compacted file already there (an interrupted
@@ -140,14 +184,14 @@ def compact_node_trace(live: str) -> dict[str, Any] | None:
     times = read_table([target], columns=["wall_s"]).column("wall_s")
     first = times[0].as_py() if len(times) else None
     last = times[-1].as_py() if len(times) else None
-    return {
-        "path": str(target),
-        "size_bytes": target.stat().st_size,
-        "samples": len(times),
-        "first_wall_s": first,
-        "last_wall_s": last,
-        "truncated": stats.truncated,
-    }
+    return CompactedTrace(
+        path=str(target),
+        size_bytes=target.stat().st_size,
+        samples=len(times),
+        first_wall_s=first,
+        last_wall_s=last,
+        truncated=tuple(stats.truncated),
+    )
 
 
 @ray.remote(num_cpus=0)

@@ -54,6 +54,22 @@ class SamplerStats:
         return dict(vars(self))
 
 
+@dataclass(frozen=True)
+class PowerWindow:
+    """A node's power and temperature over a recent window (``Sampler.window``).
+
+    Attributes:
+        seconds: How far back the window looked.
+        power_w: The sum over the node's devices of each one's mean power; None
+            without a power reading in the window.
+        temperature_c: The hottest reading in the window, None without one.
+    """
+
+    seconds: float
+    power_w: float | None
+    temperature_c: float | None
+
+
 class EnergySchedule:
     """Which full readings also read the energy counters: the first, then one a period.
 
@@ -130,7 +146,7 @@ class Sampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def window(self, seconds: float) -> dict[str, Any]:
+    def window(self, seconds: float) -> PowerWindow:
         """Power and temperature over the last ``seconds``.
 
         The node's total power is the sum over its devices of each one's mean; the
@@ -147,7 +163,7 @@ class Sampler:
             if temp_c is not None:
                 temperature_c = max(float(temp_c), temperature_c or float(temp_c))
         total = sum(sum(v) / len(v) for v in power.values()) if power else None
-        return {"seconds": seconds, "power_w": total, "temperature_c": temperature_c}
+        return PowerWindow(seconds, total, temperature_c)
 
     def start(self) -> None:
         """Open the trace and start sampling in a daemon thread."""
@@ -215,14 +231,16 @@ class Sampler:
                 continue
             wall_s, mono_s = wallclock.wall_s(), time.monotonic()
             for reading in readings:
-                row = {"wall_s": wall_s, "mono_s": mono_s, **reading}
-                out.write(row)
+                out.write_reading(reading, wall_s, mono_s)
                 self.stats.samples += 1
-                device = str(reading.get("device"))
-                self.latest[device] = {**self.latest.get(device, {}), **row}
-                self.recent.append(
-                    (wall_s, device, reading.get("power_w"), reading.get("temperature_c"))
-                )
+                device = reading.device
+                self.latest[device] = {
+                    **self.latest.get(device, {}),
+                    "wall_s": wall_s,
+                    "mono_s": mono_s,
+                    **reading.to_json(),
+                }
+                self.recent.append((wall_s, device, reading.power_w, reading.temperature_c))
             if readings:
                 if self.stats.first_wall_s is None:
                     self.stats.first_wall_s = wall_s

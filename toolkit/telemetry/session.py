@@ -21,7 +21,7 @@ import socket
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +33,15 @@ from toolkit.rundir import Manifest, NodeManifest, RunDir
 from toolkit.rundir.trace_files import next_segment
 from toolkit.telemetry.clock import ClockOffset, combine, estimate_offset
 from toolkit.telemetry.node_sampler import (
+    CompactedTrace,
     NodeSampler,
+    SamplerInfo,
     compact_node_trace,
     read_chunk,
     remove_node_files,
 )
 from toolkit.telemetry.options import TelemetryOptions
-from toolkit.telemetry.sampler import DEFAULT_RATE_HZ
+from toolkit.telemetry.sampler import DEFAULT_RATE_HZ, PowerWindow, SamplerStats
 from toolkit.telemetry.sensors.base import DEFAULT_ENERGY_RATE_HZ
 
 logger = logging.getLogger(__name__)
@@ -76,10 +78,11 @@ class _Node:
     node_id: str
     by_host: bool = False  # the name is an rtk_host resource
     actor: Any = None
-    info: dict[str, Any] = field(default_factory=dict)
+    info: SamplerInfo | None = None
     start_clock: ClockOffset | None = None
     end_clock: ClockOffset | None = None
-    stats: dict[str, Any] | None = None
+    stats: SamplerStats | None = None  # what its sampler said when it stopped
+    collected: CompactedTrace | None = None  # its trace, as copied from the node
     status: str = "starting"
     error: str | None = None
 
@@ -185,7 +188,7 @@ class TelemetrySession:
             flush=True,
         )
 
-    def window(self, seconds: float) -> dict[str, dict[str, Any]]:
+    def window(self, seconds: float) -> dict[str, PowerWindow]:
         """Per running node, its power and hottest temperature over the last ``seconds``."""
         running = [n for n in self.nodes if n.status == "running"]
         refs = {n.name: n.actor.window.remote(seconds) for n in running}
@@ -236,9 +239,9 @@ class TelemetrySession:
         return estimate_offset(remote_wall_s, self.clock_rounds)
 
     def _collect(self, node: _Node) -> None:
-        path = node.info.get("path")
-        if not path:
+        if node.info is None:
             return
+        path = node.info.path
         # By host resource where there is one: a node whose Ray was restarted during
         # the run has a new node id but still holds the file in its filesystem.
         where: dict[str, Any] = (
@@ -259,14 +262,10 @@ class TelemetrySession:
         except Exception as e:  # noqa: BLE001 - what was copied stays in the .part file
             node.status, node.error = "missing", f"could not copy its trace: {e}"
             return
-        remove_node_files.options(**where).remote(path, found["path"])
-        node.stats = node.stats or {}
-        for key in ("samples", "first_wall_s", "last_wall_s"):
-            node.stats[key] = found[key]
-        if found["truncated"]:
-            node.stats["truncated"] = found["truncated"]
+        remove_node_files.options(**where).remote(path, found.path)
+        node.collected = found
 
-    def _copy(self, found: dict[str, Any], name: str, where: dict[str, Any]) -> None:
+    def _copy(self, found: CompactedTrace, name: str, where: dict[str, Any]) -> None:
         """Copy a compacted trace from its node in chunks, resuming a partial copy.
 
         The copy becomes the node's next ``trace-NNN.arrows`` once complete (a resumed
@@ -275,7 +274,7 @@ class TelemetrySession:
         node_dir = RunDir(self.run_dir).node_dir(name)
         node_dir.mkdir(parents=True, exist_ok=True)
         partial = node_dir / "trace.arrows.part"
-        size = int(found["size_bytes"])
+        size = found.size_bytes
         offset = partial.stat().st_size if partial.exists() else 0
         if offset > size:
             offset = 0  # a different trace's leftovers
@@ -284,7 +283,7 @@ class TelemetrySession:
             out.truncate()
             while offset < size:
                 data: bytes = ray.get(
-                    read_chunk.options(**where).remote(found["path"], offset, CHUNK_BYTES),
+                    read_chunk.options(**where).remote(found.path, offset, CHUNK_BYTES),
                     timeout=CALL_TIMEOUT_S,
                 )
                 if not data:
@@ -294,7 +293,7 @@ class TelemetrySession:
         os.replace(partial, next_segment(node_dir))
 
     def _sensor_names(self) -> set[str]:
-        return {s for n in self.nodes for s in n.info.get("sensors", [])}
+        return {s for n in self.nodes if n.info is not None for s in n.info.sensors}
 
     def manifest(self) -> Manifest:
         """The manifest as it stands (docs/telemetry.md)."""
@@ -315,24 +314,41 @@ class TelemetrySession:
 def _node_manifest(node: _Node) -> NodeManifest:
     """A node's manifest entry as the session knows it now."""
     clock = combine(node.start_clock, node.end_clock)
-    stats = node.stats or {}
+    sampler = _sampler_json(node)
+    stats = sampler or {}
+    info = node.info
     return NodeManifest(
         name=node.name,
-        hostname=str(node.info.get("hostname") or node.name),
+        hostname=(info.hostname if info is not None else "") or node.name,
         offset_s=float(clock["offset_s"]),
         uncertainty_s=float(clock["uncertainty_s"] or 0.0),
         status=node.status,
-        devices=node.info.get("devices", {}),
+        devices={k: dict(v) for k, v in info.devices.items()} if info is not None else {},
         samples_expected=stats.get("samples", 0),
         error=node.error,
         node_id=node.node_id,
-        pid=node.info.get("pid"),
-        sensors=tuple(node.info.get("sensors", [])),
+        pid=info.pid if info is not None else None,
+        sensors=info.sensors if info is not None else (),
         clock=clock,
         first_wall_s=stats.get("first_wall_s"),
         last_wall_s=stats.get("last_wall_s"),
-        sampler=node.stats,
+        sampler=sampler,
     )
+
+
+def _sampler_json(node: _Node) -> dict[str, Any] | None:
+    """The manifest's ``sampler``: the stop statistics, the copied trace's counts over them."""
+    if node.stats is None and node.collected is None:
+        return None
+    out = node.stats.to_json() if node.stats is not None else {}
+    found = node.collected
+    if found is not None:
+        out.update(
+            samples=found.samples, first_wall_s=found.first_wall_s, last_wall_s=found.last_wall_s
+        )
+        if found.truncated:
+            out["truncated"] = list(found.truncated)
+    return out
 
 
 def _node_name(node: dict[str, Any]) -> tuple[str, bool]:

@@ -14,16 +14,17 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from toolkit.rundir import IdleBaseline, IdleCooldown, IdleRecord, RunDir
+from toolkit.telemetry.sampler import PowerWindow
 
 
 class Windows(Protocol):
     """Something that reports per node power and temperature over a recent window."""
 
-    def window(self, seconds: float) -> Mapping[str, Mapping[str, Any]]:
-        """Node -> {"power_w": float | None, "temperature_c": float | None}."""
+    def window(self, seconds: float) -> Mapping[str, PowerWindow]:
+        """Node -> its power and hottest temperature over the last ``seconds``."""
 
 
 @dataclass(frozen=True)
@@ -36,15 +37,15 @@ class CooldownRule:
     temperature_tolerance_c: float = 2.0  # change of the hottest reading between windows
 
 
-def total_power_w(window: Mapping[str, Mapping[str, Any]]) -> float | None:
+def total_power_w(window: Mapping[str, PowerWindow]) -> float | None:
     """The cluster's power: the sum of every node's that reported one."""
-    values = [float(w["power_w"]) for w in window.values() if w.get("power_w") is not None]
+    values = [w.power_w for w in window.values() if w.power_w is not None]
     return sum(values) if values else None
 
 
-def hottest_c(window: Mapping[str, Mapping[str, Any]]) -> float | None:
+def hottest_c(window: Mapping[str, PowerWindow]) -> float | None:
     """The hottest temperature any node reported (None: no sensor gives one)."""
-    values = [float(w["temperature_c"]) for w in window.values() if w.get("temperature_c")]
+    values = [w.temperature_c for w in window.values() if w.temperature_c]
     return max(values) if values else None
 
 
@@ -78,7 +79,7 @@ def measure_baseline(
         duration_s=seconds,
         power_w=total_power_w(window),
         temperature_c=hottest_c(window),
-        per_node_power_w={n: w.get("power_w") for n, w in window.items()},
+        per_node_power_w={n: w.power_w for n, w in window.items()},
     )
 
 

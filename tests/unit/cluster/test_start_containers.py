@@ -285,7 +285,7 @@ def test_down_removes_exactly_rtks_containers(tmp_path: Path, nodes: Nodes) -> N
     assert result.failed == {}
     for name in ADDRESSES:
         assert set(nodes.containers(name)) == set(foreign)
-        assert len(result.stopped[name]["containers_removed"]) == 1
+        assert len(result.stopped[name].containers_removed or ()) == 1
         removal, stop = calls_on(transport, name)
         assert removal == next(n.container for n in plan.nodes if n.name == name).remove_command(8)
         assert " - stop " in stop

@@ -209,8 +209,8 @@ def test_down_stops_every_node_even_those_that_never_started(
     with session(inv, tmp_path, cluster) as s:
         down = s.tear_down()
     assert sorted(down.stopped) == NAMES and not down.failed
-    assert down.stopped["n0002"]["stopped"] == 0
-    assert down.stopped["n0003"]["stopped"] == 3
+    assert down.stopped["n0002"].stopped == 0
+    assert down.stopped["n0003"].stopped == 3
     assert cluster.running() == set()
     assert cluster.operations["stop"] == NODES
     assert store.load() is None

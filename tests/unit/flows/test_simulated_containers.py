@@ -85,8 +85,8 @@ def test_64_containers_come_up_take_commands_and_are_removed(tmp_path: Path) -> 
     with session(inv, tmp_path, Recording(cluster, sent)) as s:
         down = s.tear_down()
     assert sorted(down.stopped) == NAMES and not down.failed
-    assert {n: a["containers_removed"] for n, a in down.stopped.items()} == {
-        name: [f"rtk-sim-{name}"] for name in NAMES
+    assert {n: a.containers_removed for n, a in down.stopped.items()} == {
+        name: (f"rtk-sim-{name}",) for name in NAMES
     }
     assert cluster.containers == {} and cluster.running() == set()
     assert cluster.operations["remove container"] == NODES

@@ -14,9 +14,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from toolkit.rundir.reading import NUMBER_FIELDS, Reading
 from toolkit.rundir.trace_files import next_segment, node_trace_files
 from toolkit.rundir.traces import (
     COMPACT_ROWS,
+    READINGS,
     SCHEMA,
     ReadStats,
     TraceWriter,
@@ -214,3 +216,20 @@ def test_a_damaged_batch_ends_the_read_and_the_report_says_so(
     stats = ReadStats()
     read_table([trace], stats)
     assert any("damaged batch" in note or "inside a batch" in note for note in stats.truncated)
+
+
+def test_a_reading_has_every_documented_column_and_writes_as_its_json(tmp_path: Path) -> None:
+    assert NUMBER_FIELDS == READINGS
+    readings = [
+        Reading("GPU-abc", "gpu", "nvml_instant", power_w=301.5, sm_clock_mhz=1980),
+        Reading("host", "host", cpu_util_pct=12.5, extra={"zone": "x"}),
+        Reading("GPU-abc", "gpu_power", power_w=math.inf),
+    ]
+    writer = TraceWriter(tmp_path / "r.arrows")
+    for i, reading in enumerate(readings):
+        writer.write_reading(reading, 1000.0 + i, 5.0 + i)
+    writer.close()
+    back = [r for b in read_table([writer.path]).to_batches() for r in row_dicts(b)]
+    assert back == [
+        {"wall_s": 1000.0 + i, "mono_s": 5.0 + i, **r.to_json()} for i, r in enumerate(readings)
+    ]

@@ -21,6 +21,7 @@ from conftest import REPO
 from fake_nvml import FakeGpu, FakeNvml
 
 from toolkit.errors import RtkError
+from toolkit.rundir.reading import Reading
 from toolkit.telemetry.sensors import (
     HostSensor,
     NvmlSensor,
@@ -99,11 +100,16 @@ def add_uj(root: Path, zone: str, delta_uj: int) -> None:
     path.write_text(f"{int(path.read_text()) + delta_uj}\n")
 
 
+def as_json(readings: list[Reading]) -> list[dict[str, Any]]:
+    """Readings as JSON (fields that are None left out), to compare and index."""
+    assert all(isinstance(r, Reading) for r in readings)
+    return [r.to_json() for r in readings]
+
+
 def host_row(sensor: HostSensor) -> dict[str, Any]:
-    rows = sensor.read()
+    rows = as_json(sensor.read())
     assert len(rows) == 1
     assert rows[0]["device"] == "host" and rows[0]["kind"] == "host"
-    assert None not in rows[0].values()
     json.dumps(rows[0])
     return rows[0]
 
@@ -140,7 +146,7 @@ def test_intel_two_sockets_package_and_dram(tmp_path: Path) -> None:
     assert row["energy_j"] == pytest.approx(2.5)
     # RAPL gives energy, not power: power_w is left out rather than modelled.
     assert "power_w" not in row and "power_source" not in row
-    assert sensor.read_power() == []
+    assert as_json(sensor.read_power()) == []
 
 
 def test_rapl_wraparound_is_corrected(tmp_path: Path) -> None:
@@ -288,7 +294,7 @@ def test_missing_proc_leaves_fields_out(tmp_path: Path) -> None:
     sensor = HostSensor(str(empty), ipmi_runner=no_ipmi)
     info = sensor.devices()["host"]
     assert info["power_source"] is None and "cpus" not in info
-    assert sensor.read() == [{"device": "host", "kind": "host"}]
+    assert as_json(sensor.read()) == [{"device": "host", "kind": "host"}]
 
 
 # -- host: IPMI --------------------------------------------------------------------------
@@ -466,8 +472,8 @@ def test_devices_keyed_by_uuid() -> None:
         "unsupported": [],
     }
     json.dumps(devices)
-    assert [r["device"] for r in sensor.read()] == uuids
-    assert [r["device"] for r in sensor.read_power()] == uuids
+    assert [r["device"] for r in as_json(sensor.read())] == uuids
+    assert [r["device"] for r in as_json(sensor.read_power())] == uuids
 
 
 def test_bytes_from_old_bindings_are_decoded() -> None:
@@ -479,7 +485,7 @@ def test_bytes_from_old_bindings_are_decoded() -> None:
 def test_full_reading_units() -> None:
     gpu = h100(0, power_mw=lambda t: 312_345, energy_mj=5_000_123, clocks_event_reasons=0x4)
     fake = FakeNvml([gpu])
-    row = NvmlSensor(fake, pcie_interval_s=0).read()[0]
+    row = as_json(NvmlSensor(fake, pcie_interval_s=0).read())[0]
     assert row == {
         "device": gpu.uuid,
         "kind": "gpu",
@@ -506,7 +512,7 @@ def test_full_reading_units() -> None:
 def test_instant_power_follows_nvml_time_and_energy_counts_up() -> None:
     fake = FakeNvml([h100(0)])
     sensor = NvmlSensor(fake)
-    first = sensor.read_power()[0]
+    first = as_json(sensor.read_power())[0]
     assert first == {
         "device": h100(0).uuid,
         "kind": "gpu_power",
@@ -514,22 +520,22 @@ def test_instant_power_follows_nvml_time_and_energy_counts_up() -> None:
         "power_source": "nvml_instant",
         "nvml_ts_us": 1_795_250_000_000_000,
     }
-    energy_before = sensor.read()[0]["energy_j"]
+    energy_before = as_json(sensor.read())[0]["energy_j"]
     fake.fake_advance(0.5)
-    second = sensor.read_power()[0]
+    second = as_json(sensor.read_power())[0]
     assert second["nvml_ts_us"] - first["nvml_ts_us"] == 500_000
     assert second["power_w"] == 175.0
-    assert sensor.read()[0]["energy_j"] - energy_before == pytest.approx(100.0 * 0.5)
+    assert as_json(sensor.read())[0]["energy_j"] - energy_before == pytest.approx(100.0 * 0.5)
 
 
 def test_a_reading_without_energy_leaves_the_counter_out_and_uncalled() -> None:
     fake = FakeNvml([h100(0), h100(1)])
     sensor = NvmlSensor(fake, pcie_interval_s=0)
-    without = sensor.read(energy=False)
+    without = as_json(sensor.read(energy=False))
     assert [r["device"] for r in without] == [h100(0).uuid, h100(1).uuid]
     assert all("energy_j" not in r and r["power_w"] > 0 for r in without)
     assert fake.fake_count("nvmlDeviceGetTotalEnergyConsumption") == 0
-    with_energy = sensor.read()
+    with_energy = as_json(sensor.read())
     assert [r["energy_j"] for r in with_energy] == [5000.0, 5000.0]
     assert fake.fake_count("nvmlDeviceGetTotalEnergyConsumption") == 2
     # Apart from the counter, both readings have the same fields.
@@ -560,7 +566,7 @@ def test_average_power_when_instant_field_unsupported() -> None:
     fake = FakeNvml([h100(0, unsupported_fields={pynvml.NVML_FI_DEV_POWER_INSTANT})])
     sensor = NvmlSensor(fake)
     for _ in range(3):
-        assert sensor.read_power() == [
+        assert as_json(sensor.read_power()) == [
             {
                 "device": h100(0).uuid,
                 "kind": "gpu_power",
@@ -575,7 +581,7 @@ def test_average_power_when_instant_field_unsupported() -> None:
 
 def test_average_power_when_field_values_unsupported() -> None:
     fake = FakeNvml([h100(0, unsupported={"nvmlDeviceGetFieldValues"})])
-    row = NvmlSensor(fake).read()[0]
+    row = as_json(NvmlSensor(fake).read())[0]
     assert row["power_source"] == "nvml_average" and "nvml_ts_us" not in row
     assert "nvlink_tx_kib" not in row
 
@@ -597,8 +603,7 @@ def test_unsupported_fields_left_out_and_not_asked_again() -> None:
     fake = FakeNvml([gpu])
     sensor = NvmlSensor(fake, pcie_interval_s=0)
     for _ in range(3):
-        row = sensor.read()[0]
-        assert None not in row.values()
+        row = as_json(sensor.read())[0]
         for key in ("temperature_c", "pcie_tx_kbs", "pcie_rx_kbs", "clocks_event_reasons"):
             assert key not in row
         assert "energy_j" not in row and "nvlink_tx_kib" not in row
@@ -620,7 +625,7 @@ def test_unexpected_nvml_error_raises_sensor_error() -> None:
     assert gpu.uuid in str(caught.value)
     assert isinstance(caught.value, RtkError)
     assert isinstance(caught.value.__cause__, pynvml.NVMLError_GpuIsLost)
-    assert sensor.read_power()  # the power path still works
+    assert as_json(sensor.read_power())  # the power path still works
 
 
 def test_mig_readings_stay_on_the_parent() -> None:
@@ -634,7 +639,7 @@ def test_mig_readings_stay_on_the_parent() -> None:
     assert devices[parent.uuid]["mig_mode"] == "enabled"
     assert devices[parent.uuid]["mig_devices"] == migs
     assert "mig_mode" not in devices[l4.uuid] and "mig_devices" not in devices[l4.uuid]
-    rows = {r["device"]: r for r in sensor.read()}
+    rows = {r["device"]: r for r in as_json(sensor.read())}
     assert set(rows) == {parent.uuid, l4.uuid}
     mig_row = rows[parent.uuid]
     for key in ("power_w", "energy_j", "sm_clock_mhz", "temperature_c", "memory_used_bytes"):
@@ -647,7 +652,7 @@ def test_mig_readings_stay_on_the_parent() -> None:
 def test_clocks_event_reasons_bitmask() -> None:
     reasons = pynvml.nvmlClocksEventReasonSwPowerCap | pynvml.nvmlClocksEventReasonHwSlowdown
     row = NvmlSensor(FakeNvml([h100(0, clocks_event_reasons=reasons)])).read()[0]
-    assert row["clocks_event_reasons"] == 0x4 | 0x8
+    assert row.clocks_event_reasons == 0x4 | 0x8
 
 
 def test_pcie_read_round_robin_at_most_once_per_interval() -> None:
@@ -656,12 +661,12 @@ def test_pcie_read_round_robin_at_most_once_per_interval() -> None:
     sensor = NvmlSensor(fake, pcie_interval_s=1.0, clock=clock)
     seen = []
     for _ in range(4):
-        rows = sensor.read()
+        rows = as_json(sensor.read())
         seen.append([r["device"] for r in rows if "pcie_tx_kbs" in r])
         clock.advance(0.1)
     assert seen == [[h100(0).uuid], [h100(1).uuid], [h100(2).uuid], []]
     clock.advance(1.0)
-    assert [r["device"] for r in sensor.read() if "pcie_rx_kbs" in r] == [h100(0).uuid]
+    assert [r["device"] for r in as_json(sensor.read()) if "pcie_rx_kbs" in r] == [h100(0).uuid]
     assert fake.fake_count("nvmlDeviceGetPcieThroughput") == 8
 
 
@@ -690,13 +695,12 @@ def test_nvml_on_a_real_gpu() -> None:
         devices = sensor.devices()
         json.dumps(devices)
         assert devices and all(k.startswith("GPU-") for k in devices)
-        for row in sensor.read():
+        for row in as_json(sensor.read()):
             json.dumps(row)
-            assert None not in row.values()
             assert row["power_w"] > 0 and row["power_source"] in ("nvml_instant", "nvml_average")
             assert row.get("energy_j", 1.0) > 0
             assert 0 < row["memory_used_bytes"] <= row["memory_total_bytes"]
-        for row in sensor.read_power():
+        for row in as_json(sensor.read_power()):
             assert row["kind"] == "gpu_power" and row["power_w"] > 0
     finally:
         sensor.close()

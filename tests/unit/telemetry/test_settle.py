@@ -5,11 +5,10 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from toolkit.telemetry.sampler import Sampler
+from toolkit.telemetry.sampler import PowerWindow, Sampler
 from toolkit.telemetry.sensors.factory import make_sensors
 from toolkit.telemetry.settle import (
     CooldownRule,
@@ -40,13 +39,13 @@ def test_the_temperature_must_stop_moving_over_two_windows() -> None:
 
 def test_cluster_totals_sum_nodes_and_take_the_hottest() -> None:
     window = {
-        "a": {"power_w": 100.0, "temperature_c": 50.0},
-        "b": {"power_w": 50.0, "temperature_c": 70.0},
-        "c": {"power_w": None, "temperature_c": None},
+        "a": PowerWindow(1.0, 100.0, 50.0),
+        "b": PowerWindow(1.0, 50.0, 70.0),
+        "c": PowerWindow(1.0, None, None),
     }
     assert total_power_w(window) == 150.0
     assert hottest_c(window) == 70.0
-    assert total_power_w({"c": {"power_w": None}}) is None
+    assert total_power_w({"c": PowerWindow(1.0, None, None)}) is None
 
 
 class Local:
@@ -55,7 +54,7 @@ class Local:
     def __init__(self, sampler: Sampler) -> None:
         self.sampler = sampler
 
-    def window(self, seconds: float) -> Mapping[str, Mapping[str, Any]]:
+    def window(self, seconds: float) -> Mapping[str, PowerWindow]:
         return {"local": self.sampler.window(seconds)}
 
 
@@ -72,7 +71,7 @@ def test_a_window_averages_the_samples_of_its_last_seconds(local: Local) -> None
     window = local.window(1.0)["local"]
     rows = [r for r in local.sampler.recent if r[0] >= time.time() - 1.0]
     assert rows, "the sampler kept no recent readings"
-    assert window["power_w"] == pytest.approx(
+    assert window.power_w == pytest.approx(
         sum(r[2] for r in rows if r[2] is not None) / len(rows), rel=0.2
     )
 

@@ -1,8 +1,8 @@
 """The sensor interface: static device info, full readings and a fast power-only path.
 
-A reading is one dict per device, ``{"device": key, "kind": ..., <fields>}``, with the
-field names and units of ``docs/telemetry.md``. A field the device does not support is
-left out (never ``None``); the sampler adds ``wall_s`` and ``mono_s``. A full reading
+A reading is one ``Reading`` per device (``toolkit/rundir/reading.py``), with the field
+names and units of ``docs/telemetry.md``. A field the device does not support is None;
+the sampler stamps each reading with ``wall_s`` and ``mono_s``. A full reading
 may leave out an energy counter that is costly to read (``read(energy=False)``): the
 sampler reads those at their own, lower rate.
 """
@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from toolkit.errors import RtkError
+from toolkit.rundir.reading import Reading
 
 # The fastest a sampler reads instant power (the power-only path below), per second.
 MAX_POWER_RATE_HZ = 50.0
@@ -37,8 +38,8 @@ class Sensor(ABC):
         """Static information per device key (GPU UUID or ``"host"``), JSON-ready."""
 
     @abstractmethod
-    def read(self, *, energy: bool = True) -> list[dict[str, Any]]:
-        """Take a full reading: one dict per device, without ``wall_s``/``mono_s``.
+    def read(self, *, energy: bool = True) -> list[Reading]:
+        """Take a full reading: one per device.
 
         Args:
             energy: Whether to read the energy counters too. False leaves out those
@@ -51,7 +52,7 @@ class Sensor(ABC):
         """
 
     @abstractmethod
-    def read_power(self) -> list[dict[str, Any]]:
+    def read_power(self) -> list[Reading]:
         """Take a fast power-only reading (may be empty when the sensor has none).
 
         Raises:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from toolkit.rundir.reading import Reading
 from toolkit.telemetry.sensors.base import Sensor, SensorError
 
 logger = logging.getLogger(__name__)
@@ -231,47 +232,62 @@ class HostSensor(Sensor):
         """``{"host": {...}}``: CPUs, the power source in use and why, RAPL domains."""
         return {"host": dict(self._info)}
 
-    def read(self, *, energy: bool = True) -> list[dict[str, Any]]:
+    def read(self, *, energy: bool = True) -> list[Reading]:
         """One ``kind: "host"`` reading: CPU, memory, RAPL energy, power where available.
 
         ``energy`` is ignored: RAPL counters are files that cost microseconds to read,
         and a host without power samples draws its power curve from them.
         """
         now_s = self._clock()
-        row: dict[str, Any] = {"device": "host", "kind": "host"}
         util_pct, interval_s = self._cpu_util(now_s)
-        if util_pct is not None:
-            row["cpu_util_pct"] = round(util_pct, 2)
         memory = self._read_meminfo()
+        used_bytes: int | None = None
+        total_bytes: int | None = None
         if "MemTotal" in memory:
             available = memory.get("MemAvailable")
             if available is None:  # kernels before 3.14
                 available = sum(memory.get(k, 0) for k in ("MemFree", "Buffers", "Cached"))
-            row["memory_used_bytes"] = memory["MemTotal"] - available
-            row["memory_total_bytes"] = memory["MemTotal"]
+            total_bytes = memory["MemTotal"]
+            used_bytes = total_bytes - available
+        power_w: float | None = None
+        power_source: str | None = None
+        energy_j: float | None = None
+        package_j: float | None = None
+        dram_j: float | None = None
         if self._power_source == "ipmi":
             power_w = self._ipmi_power_w(now_s)
             if power_w is not None:
-                row.update(power_w=power_w, power_source="ipmi")
+                power_source = "ipmi"
         elif self._power_source == "model":
             if util_pct is not None and self._cpus:
-                power_w = model_power_w(self._cpus, util_pct)
-                self._model_energy_j += power_w * interval_s
-                row.update(power_w=round(power_w, 3), power_source="model")
-            row["energy_j"] = self._model_energy_j
+                model_w = model_power_w(self._cpus, util_pct)
+                self._model_energy_j += model_w * interval_s
+                power_w, power_source = round(model_w, 3), "model"
+            energy_j = self._model_energy_j
         if self._zones:
             for zone in self._zones:
                 zone.advance()
             package_j = sum(z.total_uj for z in self._zones if z.domain == "package") / 1e6
-            row["energy_j"] = package_j
-            row["rapl_package_j"] = package_j
+            energy_j = package_j
             if any(z.domain == "dram" for z in self._zones):
                 dram_j = sum(z.total_uj for z in self._zones if z.domain == "dram") / 1e6
-                row["rapl_dram_j"] = dram_j
-                row["energy_j"] = package_j + dram_j
-        return [row]
+                energy_j = package_j + dram_j
+        return [
+            Reading(
+                device="host",
+                kind="host",
+                power_source=power_source,
+                power_w=power_w,
+                energy_j=energy_j,
+                rapl_package_j=package_j,
+                rapl_dram_j=dram_j,
+                memory_used_bytes=used_bytes,
+                memory_total_bytes=total_bytes,
+                cpu_util_pct=None if util_pct is None else round(util_pct, 2),
+            )
+        ]
 
-    def read_power(self) -> list[dict[str, Any]]:
+    def read_power(self) -> list[Reading]:
         """Nothing: host power only comes with ``read()``."""
         return []
 

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from toolkit.rundir.reading import Reading
 from toolkit.telemetry.sensors.base import Sensor, SensorError
 
 logger = logging.getLogger(__name__)
@@ -129,7 +130,7 @@ class NvmlSensor(Sensor):
         """
         return {g.uuid: {**g.info, "unsupported": sorted(g.unsupported)} for g in self._gpus}
 
-    def read(self, *, energy: bool = True) -> list[dict[str, Any]]:
+    def read(self, *, energy: bool = True) -> list[Reading]:
         """One ``kind: "gpu"`` reading per GPU with every field it supports.
 
         Args:
@@ -137,54 +138,67 @@ class NvmlSensor(Sensor):
                 GPU on an H200, where every other field takes microseconds.
         """
         nvml = self._nvml
+        query = self._query
         pcie_due = self._pcie_due()
         rows = []
         for gpu in self._gpus:
-            row: dict[str, Any] = {"device": gpu.uuid, "kind": "gpu"}
-            row.update(self._power(gpu))
+            power_w, power_source, nvml_ts_us = self._power(gpu)
+            energy_j = None
             if energy:
-                energy_mj = self._query(gpu, "energy", nvml.nvmlDeviceGetTotalEnergyConsumption)
+                energy_mj = query(gpu, "energy", nvml.nvmlDeviceGetTotalEnergyConsumption)
                 if energy_mj is not None:
-                    row["energy_j"] = energy_mj / 1000.0
-            limit_mw = self._query(gpu, "power_limit", nvml.nvmlDeviceGetEnforcedPowerLimit)
-            if limit_mw is not None:
-                row["power_limit_w"] = limit_mw / 1000.0
-            for key, clock_type in (
-                ("sm_clock", nvml.NVML_CLOCK_SM),
-                ("mem_clock", nvml.NVML_CLOCK_MEM),
-            ):
-                mhz = self._query(gpu, key, nvml.nvmlDeviceGetClockInfo, clock_type)
-                if mhz is not None:
-                    row[f"{key}_mhz"] = int(mhz)
-            temp = self._query(
+                    energy_j = energy_mj / 1000.0
+            limit_mw = query(gpu, "power_limit", nvml.nvmlDeviceGetEnforcedPowerLimit)
+            sm_mhz = query(gpu, "sm_clock", nvml.nvmlDeviceGetClockInfo, nvml.NVML_CLOCK_SM)
+            mem_mhz = query(gpu, "mem_clock", nvml.nvmlDeviceGetClockInfo, nvml.NVML_CLOCK_MEM)
+            temp = query(
                 gpu, "temperature", nvml.nvmlDeviceGetTemperature, nvml.NVML_TEMPERATURE_GPU
             )
-            if temp is not None:
-                row["temperature_c"] = int(temp)
-            util = self._query(gpu, "utilization", nvml.nvmlDeviceGetUtilizationRates)
-            if util is not None:
-                row["gpu_util_pct"] = int(util.gpu)
-                row["mem_util_pct"] = int(util.memory)
-            memory = self._query(gpu, "memory", nvml.nvmlDeviceGetMemoryInfo)
-            if memory is not None:
-                row["memory_used_bytes"] = int(memory.used)
-                row["memory_total_bytes"] = int(memory.total)
-            reasons = self._query(gpu, "clocks_event_reasons", self._clocks_event_reasons_fn())
-            if reasons is not None:
-                row["clocks_event_reasons"] = int(reasons)
-            if gpu in pcie_due:
-                row.update(self._pcie(gpu))
-            row.update(self._nvlink(gpu))
-            rows.append(row)
+            util = query(gpu, "utilization", nvml.nvmlDeviceGetUtilizationRates)
+            memory = query(gpu, "memory", nvml.nvmlDeviceGetMemoryInfo)
+            reasons = query(gpu, "clocks_event_reasons", self._clocks_event_reasons_fn())
+            pcie_tx, pcie_rx = self._pcie(gpu) if gpu in pcie_due else (None, None)
+            nvlink_tx, nvlink_rx = self._nvlink(gpu)
+            rows.append(
+                Reading(
+                    device=gpu.uuid,
+                    kind="gpu",
+                    power_source=power_source,
+                    power_w=power_w,
+                    nvml_ts_us=nvml_ts_us,
+                    energy_j=energy_j,
+                    power_limit_w=None if limit_mw is None else limit_mw / 1000.0,
+                    sm_clock_mhz=None if sm_mhz is None else int(sm_mhz),
+                    mem_clock_mhz=None if mem_mhz is None else int(mem_mhz),
+                    temperature_c=None if temp is None else int(temp),
+                    gpu_util_pct=None if util is None else int(util.gpu),
+                    mem_util_pct=None if util is None else int(util.memory),
+                    memory_used_bytes=None if memory is None else int(memory.used),
+                    memory_total_bytes=None if memory is None else int(memory.total),
+                    clocks_event_reasons=None if reasons is None else int(reasons),
+                    pcie_tx_kbs=pcie_tx,
+                    pcie_rx_kbs=pcie_rx,
+                    nvlink_tx_kib=nvlink_tx,
+                    nvlink_rx_kib=nvlink_rx,
+                )
+            )
         return rows
 
-    def read_power(self) -> list[dict[str, Any]]:
+    def read_power(self) -> list[Reading]:
         """One ``kind: "gpu_power"`` reading per GPU: power only, instant where supported."""
         rows = []
         for gpu in self._gpus:
-            power = self._power(gpu)
-            if power:
-                rows.append({"device": gpu.uuid, "kind": "gpu_power", **power})
+            power_w, power_source, nvml_ts_us = self._power(gpu)
+            if power_w is not None:
+                rows.append(
+                    Reading(
+                        device=gpu.uuid,
+                        kind="gpu_power",
+                        power_source=power_source,
+                        power_w=power_w,
+                        nvml_ts_us=nvml_ts_us,
+                    )
+                )
         return rows
 
     def close(self) -> None:
@@ -280,31 +294,33 @@ class NvmlSensor(Sensor):
         member = self._value_members.get(field_value.valueType, "ullVal")
         return getattr(field_value.value, member)
 
-    def _power(self, gpu: _Gpu) -> dict[str, Any]:
+    def _power(self, gpu: _Gpu) -> tuple[float | None, str | None, int | None]:
+        """Power in watts, its source and NVML's timestamp (None where there is none)."""
         nvml = self._nvml
         fields = self._field_values(
             gpu, "field_values", {"power_instant": nvml.NVML_FI_DEV_POWER_INSTANT}
         )
         instant = fields.get("power_instant")
         if instant is not None:
-            return {
-                "power_w": self._value(instant) / 1000.0,
-                "power_source": "nvml_instant",
-                "nvml_ts_us": int(instant.timestamp),
-            }
+            return self._value(instant) / 1000.0, "nvml_instant", int(instant.timestamp)
         usage_mw = self._query(gpu, "power_usage", nvml.nvmlDeviceGetPowerUsage)
         if usage_mw is None:
-            return {}
-        return {"power_w": usage_mw / 1000.0, "power_source": "nvml_average"}
+            return None, None, None
+        return usage_mw / 1000.0, "nvml_average", None
 
-    def _nvlink(self, gpu: _Gpu) -> dict[str, Any]:
+    def _nvlink(self, gpu: _Gpu) -> tuple[int | None, int | None]:
+        """NVLink data sent and received (KiB, over all links), where supported."""
         nvml = self._nvml
         wanted = {
             "nvlink_tx": (nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, ALL_LINKS_SCOPE),
             "nvlink_rx": (nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, ALL_LINKS_SCOPE),
         }
         fields = self._field_values(gpu, "nvlink_field_values", wanted)
-        return {f"{key}_kib": int(self._value(v)) for key, v in fields.items()}
+        tx, rx = fields.get("nvlink_tx"), fields.get("nvlink_rx")
+        return (
+            None if tx is None else int(self._value(tx)),
+            None if rx is None else int(self._value(rx)),
+        )
 
     def _pcie_due(self) -> list[_Gpu]:
         """The GPUs whose PCIe throughput this ``read()`` takes."""
@@ -315,18 +331,17 @@ class NvmlSensor(Sensor):
         due = [g for g in able if now - g.pcie_read_s >= self._pcie_interval_s]
         return [min(due, key=lambda g: g.pcie_read_s)] if due else []
 
-    def _pcie(self, gpu: _Gpu) -> dict[str, Any]:
+    def _pcie(self, gpu: _Gpu) -> tuple[int | None, int | None]:
+        """PCIe throughput sent and received (KB/s), where supported."""
         nvml = self._nvml
         gpu.pcie_read_s = self._clock()
-        row = {}
-        for key, counter in (
-            ("pcie_tx", nvml.NVML_PCIE_UTIL_TX_BYTES),
-            ("pcie_rx", nvml.NVML_PCIE_UTIL_RX_BYTES),
-        ):
-            kbs = self._query(gpu, key, nvml.nvmlDeviceGetPcieThroughput, counter)
-            if kbs is not None:
-                row[f"{key}_kbs"] = int(kbs)
-        return row
+        tx = self._query(
+            gpu, "pcie_tx", nvml.nvmlDeviceGetPcieThroughput, nvml.NVML_PCIE_UTIL_TX_BYTES
+        )
+        rx = self._query(
+            gpu, "pcie_rx", nvml.nvmlDeviceGetPcieThroughput, nvml.NVML_PCIE_UTIL_RX_BYTES
+        )
+        return (None if tx is None else int(tx), None if rx is None else int(rx))
 
     def _clocks_event_reasons_fn(self) -> Callable[..., Any]:
         # nvidia-ml-py before 12.535 only has the older name of the same call.
