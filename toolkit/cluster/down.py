@@ -17,7 +17,7 @@ from toolkit.cluster.plan import STOP_GRACE_S, ClusterPlan, NodePlan
 from toolkit.cluster.progress_reporter import Reporter
 from toolkit.errors import ClusterError
 from toolkit.nodeinfo import call_agent
-from toolkit.nodeinfo.fields import answer_fields
+from toolkit.nodeinfo.answer_errors import answer_fields
 from toolkit.state.store import StateStore
 from toolkit.transport.base import Transport
 from toolkit.transport.group import DEFAULT_PARALLEL, GroupResult, run_each
