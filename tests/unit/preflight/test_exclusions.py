@@ -98,11 +98,26 @@ def test_a_single_bad_pair_is_a_link_not_an_exclusion() -> None:
     ]
 
 
-def test_one_peer_is_too_few_to_blame_a_node() -> None:
-    assert MIN_PEERS == 2
-    checks = mesh(("n1", "n2"), failing={("n1", "n2")})  # n2's only pair in
-    assert exclusions(checks) == []
-    assert [link.pair for link in bad_links(checks)] == ["n1->n2"]
+def test_fewer_than_min_peers_are_too_few_to_blame_a_node() -> None:
+    def every_pair_into_n0_failing(peers: int) -> list[Check]:
+        # n0 was paired with `peers` nodes only; the others' pairs among themselves
+        # pass, so n0 is the only node that can stand out.
+        nodes = tuple(f"n{i}" for i in range(MIN_PEERS + 2))
+        paired = set(nodes[1 : peers + 1])
+        checks = mesh(nodes, failing={(src, "n0") for src in paired})
+        return [
+            c
+            for c in checks
+            if "n0" not in (ends := c.scope.split("->"))
+            or len(ends) == 1
+            or set(ends) - {"n0"} <= paired
+        ]
+
+    enough = every_pair_into_n0_failing(MIN_PEERS)
+    assert [e.node for e in exclusions(enough)] == ["n0"]
+    too_few = every_pair_into_n0_failing(MIN_PEERS - 1)
+    assert exclusions(too_few) == []
+    assert [link.pair for link in bad_links(too_few)] == [f"n{i}->n0" for i in range(1, MIN_PEERS)]
 
 
 def test_when_every_pair_fails_no_node_stands_out() -> None:
