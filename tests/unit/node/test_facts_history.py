@@ -154,17 +154,19 @@ def test_a_slow_journal_times_out_and_dmesg_answers(
 def test_the_last_lines_are_kept_and_long_ones_cut(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    total = facts.XID_LINES_MAX + 50
     lines = [
-        f"2024-06-03T14:{i // 60:02d}:{i % 60:02d}+0000 h kernel: {XID} #{i}" for i in range(250)
+        f"2024-06-03T{14 + i // 3600:02d}:{i // 60 % 60:02d}:{i % 60:02d}+0000 h kernel: {XID} #{i}"
+        for i in range(total)
     ]
     lines[-1] += " x" * 400
     fake_program(tmp_path, "journalctl", stdout="\n".join(["boot", *lines]) + "\n")
     monkeypatch.setenv("PATH", str(tmp_path))
     log = kernel_xids()
-    assert log["xid_lines_total"] == 250 and len(log["xid_lines"]) == facts.XID_LINES_MAX == 200
+    assert log["xid_lines_total"] == total and len(log["xid_lines"]) == facts.XID_LINES_MAX
     assert log["xid_lines"][0].endswith("#50")
     assert log["xid_lines"][-1] == lines[-1][: facts.LINE_CHARS_MAX]
-    assert len(json.dumps(log)) < 200 * (facts.LINE_CHARS_MAX + 10)
+    assert len(json.dumps(log)) < facts.XID_LINES_MAX * (facts.LINE_CHARS_MAX + 10)
 
 
 # -- DCGM ---------------------------------------------------------------------------------
