@@ -321,7 +321,7 @@ def test_overrides_win_and_say_so() -> None:
     env = choose_env("ib", facts_of("ib"), overrides)
     for key, value in overrides.items():
         assert env.settings[key].value == value
-        assert env.settings[key].reason == OVERRIDE_REASON == "inventory override"
+        assert env.settings[key].reason == OVERRIDE_REASON
     assert env.variables["GLOO_SOCKET_IFNAME"] == "ib0"  # not overridden
     assert env.settings["NCCL_IB_RETRY_CNT"].reason != OVERRIDE_REASON
     notes = " ".join(env.notes)

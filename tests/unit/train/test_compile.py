@@ -63,10 +63,11 @@ def test_auto_compiles_long_runs_on_cuda_and_on_off_say_so(
     assert config.compiles(device) is compiles
 
 
-def test_the_default_is_auto_and_so_eager_on_cpu() -> None:
+def test_the_default_compiles_long_runs_on_cuda_and_so_is_eager_on_cpu() -> None:
     torch.manual_seed(0)
     strategy = Strategy(GPT(SHAPE), TrainConfig(run_dir="r"), CPU, 0)
-    assert TrainConfig(run_dir="r").compile == "auto"
+    assert TrainConfig(run_dir="r", max_steps=10_000).compiles("cuda")  # not "off"
+    assert not TrainConfig(run_dir="r", max_steps=1).compiles("cuda")  # not "on"
     assert strategy.compiled is False
 
 

@@ -59,8 +59,8 @@ def test_every_trainer_option_defaults_to_the_configs_default() -> None:
     assert differing == {}
 
 
-def test_compile_defaults_to_auto_and_reaches_the_job() -> None:
-    assert _dry_run_config().compile == TrainConfig(run_dir="r").compile == "auto"
+def test_the_compile_default_is_the_configs_and_compile_options_reach_the_job() -> None:
+    assert _dry_run_config().compile == TrainConfig(run_dir="r").compile
     config = _dry_run_config("--compile", "on", "--compile-backend", "aot_eager")
     assert (config.compile, config.compile_backend) == ("on", "aot_eager")
     assert _dry_run_config("--compile", "off").compile == "off"
