@@ -23,6 +23,9 @@ from typing import Any
 import pytest
 from fake_nvml import FakeGpu, FakeNvml
 
+from toolkit.train.config import STRATEGIES as TRAIN_STRATEGIES
+from toolkit.train.config import TrainConfig
+
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "scripts"))
 
@@ -759,7 +762,9 @@ def test_context_round_trips_and_puts_rtk_on_the_path(tmp_path: Path) -> None:
     assert StageContext.load(path) == ctx
     assert not ctx.ray and ctx.has("torch") and not ctx.has("vllm")
     assert ctx.env()["PYTHONPATH"].split(os.pathsep)[:2] == [str(REPO / "scripts"), str(REPO)]
-    assert set(STRATEGIES) == {"ddp", "fsdp2", "zero2", "zero3", "zero3-offload"}
+    # Stage 4 trains with every strategy rtk offers, each with options rtk accepts.
+    configs = [TrainConfig(run_dir="r", **options).check() for options in STRATEGIES.values()]
+    assert {config.strategy for config in configs} == set(TRAIN_STRATEGIES)
 
 
 # -- training without Ray, with telemetry and the report ------------------------------
