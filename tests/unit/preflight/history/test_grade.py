@@ -306,7 +306,10 @@ def test_the_expectation_comes_from_the_inventory(tmp_path: Path) -> None:
 
 def test_the_node_and_the_host_give_dcgm_the_same_time() -> None:
     assert dict(grade.DCGM_TIMEOUT_S) == facts.DCGM_TIMEOUT_S
-    assert grade.dcgm_timeout_s(0) == 0.0 and grade.dcgm_timeout_s(2) == 600.0
+    assert grade.dcgm_timeout_s(0) == 0.0  # no diag asked: no time for it
+    for level, node_s in facts.DCGM_TIMEOUT_S.items():
+        assert grade.dcgm_timeout_s(level) == node_s
+    assert grade.dcgm_timeout_s(4) == max(facts.DCGM_TIMEOUT_S.values())  # a level it lacks
 
 
 def test_the_runner_passes_the_level_and_grades_each_nodes_history(tmp_path: Path) -> None:
