@@ -178,13 +178,6 @@ def test_time_since_uses_the_given_now() -> None:
     assert undated[0].since_last_s(now) is None and undated[0].first is None
 
 
-def test_the_codes_the_issue_names_have_a_severity() -> None:
-    for code in (13, 31, 43, 45, 48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120):
-        assert XIDS[code].severity in ("fatal", "app", "info"), code
-    assert {c for c, i in XIDS.items() if i.severity == "fatal"} >= {48, 64, 74, 79, 95, 119}
-    assert XIDS[63].severity == "info" and XIDS[92].severity == "info"
-
-
 # -- grading ---------------------------------------------------------------------------
 
 
@@ -221,6 +214,21 @@ def test_an_undated_fatal_xid_warns() -> None:
     assert status == "warn"
     assert "XID 62 PMU_HALT_ERROR x1 (undated; reset the GPU)" in measured
     assert "XID 32 XID_32" in measured  # not in the table: unknown, warns
+
+
+def xid_line(code: int) -> str:
+    return f"2024-06-03T12:00:00+00:00 h kernel: NVRM: Xid (PCI:0000:3b:00): {code}, pid=1, x\n"
+
+
+@pytest.mark.parametrize("code", [13, 31, 43, 45, 48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120])
+def test_the_codes_the_issue_names_are_known_by_name(code: int) -> None:
+    _, measured = grade(xid_line(code), at("2024-06-03T12:00:30+00:00"))
+    assert f"XID {code} " in measured and f"XID_{code}" not in measured  # not "unknown"
+
+
+@pytest.mark.parametrize("code", [48, 64, 74, 79, 95, 119])
+def test_a_recent_xid_the_issue_calls_fatal_fails_the_node(code: int) -> None:
+    assert grade(xid_line(code), at("2024-06-03T12:00:30+00:00"))[0] == "fail"
 
 
 def test_application_faults_warn_while_recent_then_pass() -> None:
