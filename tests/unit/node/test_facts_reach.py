@@ -88,7 +88,9 @@ def test_the_host_waits_for_the_waves_the_node_may_take() -> None:
     assert runner.CONNECT_TIMEOUT_S == CONNECT_TIMEOUT_S
     assert runner.REACH_CONCURRENCY == REACH_CONCURRENCY
     assert runner.facts_limit_s(0, 0) == runner.FACTS_TIMEOUT_S
-    assert runner.facts_limit_s(0, REACH_CONCURRENCY + 1) == runner.FACTS_TIMEOUT_S + 2 * 2.0
+    # One connection over a wave: two waves of the node's connect timeout.
+    two_waves_s = 2 * CONNECT_TIMEOUT_S
+    assert runner.facts_limit_s(0, REACH_CONCURRENCY + 1) == runner.FACTS_TIMEOUT_S + two_waves_s
 
 
 def request(listening: int, closed: int) -> ReachRequest:
