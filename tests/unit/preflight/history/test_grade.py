@@ -326,7 +326,7 @@ def test_the_runner_passes_the_level_and_grades_each_nodes_history(tmp_path: Pat
     assert time.monotonic() - began < 30
     for call in (c for c in transport.calls if c.kind == "run"):
         assert call.command.endswith(f"/run 1 {plan.paths.env_file}")
-        assert call.timeout_s == FACTS_TIMEOUT_S + 120
+        assert call.timeout_s == FACTS_TIMEOUT_S + facts.DCGM_TIMEOUT_S[1]  # the node's level 1
     found = {(c.name, c.scope): c.status for c in report.checks}
     # g1 expects 8 GPUs: its unreadable log and missing dcgmi warn; c1 has none.
     assert found[("gpu.xid", "g1")] == found[("gpu.dcgm_diag", "g1")] == "warn"
