@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import json
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -100,6 +101,9 @@ def script_with(source: str, request: ReachRequest) -> str:
     return f"{head}PEERS_JSON = {text!r}\n{tail}"
 
 
+_PARSING = threading.Lock()
+
+
 def request_in(source: str, text: str) -> ReachRequest | None:
     """The request ``text`` carries if it is ``source`` made by ``script_with``, else None."""
     head, found, tail = source.partition(PLACEHOLDER)
@@ -109,7 +113,8 @@ def request_in(source: str, text: str) -> ReachRequest | None:
     name, _, literal = line.partition(" = ")
     if name != "PEERS_JSON":
         return None
-    value = ast.literal_eval(literal)
+    with _PARSING:  # ast is not thread-safe in CPython 3.11 before 3.11.5 (gh-106905)
+        value = ast.literal_eval(literal)
     if not isinstance(value, str):
         return None
     return ReachRequest.from_json(json.loads(value)) if value else ReachRequest({})

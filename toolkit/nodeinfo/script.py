@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import json
+import threading
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -39,9 +40,20 @@ def script_source(package: str, file: str) -> str:
     return resources.files(package).joinpath(file).read_text(encoding="utf-8")
 
 
-@cache
+# ast.parse is not thread-safe in CPython 3.11 before 3.11.5 (gh-106905: "AST
+# constructor recursion depth mismatch"), and the first sends of a fan-out ask for a
+# script's text from many threads at once: it is assembled once, under this lock.
+_ASSEMBLING = threading.Lock()
+
+
 def sent_source(package: str, file: str) -> str:
     """The text ``file`` is sent as: ``common.py``'s, then the script's (``assemble``)."""
+    with _ASSEMBLING:
+        return _assembled(package, file)
+
+
+@cache
+def _assembled(package: str, file: str) -> str:
     common = script_source(SCRIPTS_PACKAGE, f"{COMMON}.py")
     return assemble(script_source(package, file), common)
 

@@ -142,3 +142,20 @@ def test_control_needs_ok_and_raises_its_own_error(node: Node) -> None:
     with pytest.raises(GpuControlError, match=f"^{node.name}: "):
         CONTROL.call(transport, node, "restore", 5)
     assert CONTROL.call(transport, node, "query", 5)["result"] == {"GPU-1": {"power_limit_w": 300}}
+
+
+def test_a_fan_out_asking_for_a_scripts_text_at_once_gets_one_text() -> None:
+    """Every thread of a fan-out's first sends gets the same text, parsed once.
+
+    ast.parse from many threads at once fails in CPython 3.11 before 3.11.5
+    ("AST constructor recursion depth mismatch"), which a node's facts call once
+    reported as that node's failure.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from toolkit.nodeinfo import script
+
+    script._assembled.cache_clear()
+    with ThreadPoolExecutor(32) as threads:
+        texts = list(threads.map(lambda _: FACTS.source(), range(256)))
+    assert len(set(texts)) == 1 and script._assembled.cache_info().misses == 1
