@@ -136,3 +136,19 @@ def sandbox_train() -> Iterator[Sandbox]:
         yield sandbox
     finally:
         sandbox.destroy()
+
+
+def pids_mentioning(text: str) -> list[int]:
+    """Live (not zombie) processes whose command line contains ``text``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if text.encode() in cmdline and state != "Z":
+            found.append(int(entry))
+    return found

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import LIST_NODES, rtk
+from conftest import LIST_NODES, pids_mentioning, rtk
 
 from toolkit.cluster.plan import build_plan
 from toolkit.inventory import default_inventory
@@ -31,20 +31,6 @@ pytestmark = pytest.mark.ray
 
 OTHER_DIR = "/tmp/rtk-test-other"
 OTHER_GCS = 6679
-
-
-def _pids_with(text: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
-                state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
-            except OSError:
-                continue
-            if text.encode() in cmdline and state != "Z":
-                found.append(int(entry))
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -80,10 +66,12 @@ def other_ray(ray_available: None) -> Iterator[list[int]]:
         capture_output=True,
         timeout=120,
     )
-    raylets = [p for p in _pids_with(OTHER_DIR) if "raylet" in Path(f"/proc/{p}/comm").read_text()]
+    raylets = [
+        p for p in pids_mentioning(OTHER_DIR) if "raylet" in Path(f"/proc/{p}/comm").read_text()
+    ]
     assert raylets, "the other Ray did not start a raylet"
     yield raylets
-    for pid in _pids_with(OTHER_DIR):
+    for pid in pids_mentioning(OTHER_DIR):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, 9)
     subprocess.run(["rm", "-rf", OTHER_DIR], check=False)

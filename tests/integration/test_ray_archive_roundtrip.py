@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import require
+from conftest import pids_mentioning, require
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
@@ -127,22 +127,6 @@ def free_ports(names: list[str], worker_range: int = 40) -> dict[str, int]:
     finally:
         for s in held:
             s.close()
-
-
-def pids_mentioning(text: str) -> list[int]:
-    """Live processes on this machine whose command line holds ``text``."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
-            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if text.encode() in cmdline and state != "Z":
-            found.append(int(entry))
-    return found
 
 
 @pytest.fixture(scope="module")
