@@ -35,6 +35,7 @@ LAYERS: dict[str, int] = {
     "": 0,  # the package itself (toolkit/__init__.py)
     "errors": 0,
     "fields": 0,  # the typed reader of JSON objects, for records and node answers
+    "json_types": 0,  # the type of a JSON document
     "shell": 0,
     "resources": 0,
     "ray_resources": 0,
