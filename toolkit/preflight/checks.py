@@ -12,9 +12,10 @@ import statistics
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from toolkit.preflight.bandwidth.job_result import AllreduceResult, BandwidthResult, TcpPair
+from toolkit.preflight.bandwidth.localise_section import LocaliseSection
 from toolkit.preflight.localise.culprit_checks import localise_checks
 from toolkit.preflight.result import Check, Status
 
@@ -233,7 +234,7 @@ def bandwidth_checks(result: BandwidthResult, t: Thresholds = Thresholds()) -> l
     tcp = result.tcp
     floor = tcp_floor_gbit_s(tcp, t)
     slow = slow_pairs(tcp, t)
-    cleared = cleared_pairs(slow, result.localise.get("tcp") or {})
+    cleared = cleared_pairs(slow, result.localise.get("tcp") or LocaliseSection())
     for r in tcp:
         pair = f"{r.src}->{r.dst}"
         tries = f" (best of {r.attempts})" if r.attempts > 1 else ""
@@ -270,7 +271,7 @@ def bandwidth_checks(result: BandwidthResult, t: Thresholds = Thresholds()) -> l
 
 
 def cleared_pairs(
-    slow: Collection[tuple[str, str]], found: Mapping[str, Any]
+    slow: Collection[tuple[str, str]], found: LocaliseSection
 ) -> set[tuple[str, str]]:
     """The ring's slow pairs that localisation measured fine again and blamed no one for.
 
@@ -278,8 +279,8 @@ def cleared_pairs(
     when no test of localisation holding both ends came out good: a slow pair is only
     forgiven on the evidence of a later good measurement (a flake on a busy node).
     """
-    blamed = {n for c in found.get("culprits") or [] for n in c.get("nodes") or []}
-    good = [set(r.get("group") or []) for r in found.get("readings") or [] if r.get("bad") is False]
+    blamed = {n for c in found.culprits for n in c.nodes}
+    good = [set(r.group) for r in found.readings if r.bad is False]
     return {
         (src, dst)
         for src, dst in slow

@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 import shlex
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from toolkit.cluster.plan import ClusterPlan
 from toolkit.errors import ClusterError
 from toolkit.jobs.client import job_client, run_job
+from toolkit.json_types import JsonObject
 from toolkit.state.store import StateStore
 
 
@@ -29,14 +29,15 @@ class PreflightJob:
     Attributes:
         label: What it measures, in its name and errors (``bandwidth``, ``load``).
         module: The job's entrypoint, run as ``python -m``.
-        options: Its options, passed as one JSON argument.
+        options: Its options, passed as one JSON argument (the job's options record's
+            ``to_json``).
         progress_prefix: Its lines that start with this are shown as they come.
         result_prefix: Its last line with this prefix carries the result.
     """
 
     label: str
     module: str
-    options: Mapping[str, Any]
+    options: JsonObject
     progress_prefix: str
     result_prefix: str
 
@@ -45,8 +46,11 @@ class PreflightJob:
         return shlex.join([python, "-m", self.module, json.dumps(self.options)])
 
 
-def job_result(lines: Iterable[str], result_prefix: str) -> dict[str, Any] | None:
-    """The JSON object on the last line that starts with ``result_prefix``; None if none."""
+def job_result(lines: Iterable[str], result_prefix: str) -> JsonObject | None:
+    """The JSON object on the last line that starts with ``result_prefix``; None if none.
+
+    It is the job's answer as printed, for its result record's ``from_json`` to read.
+    """
     found = [line[len(result_prefix) :] for line in lines if line.startswith(result_prefix)]
     if not found:
         return None
@@ -56,8 +60,8 @@ def job_result(lines: Iterable[str], result_prefix: str) -> dict[str, Any] | Non
 
 def run_preflight_job(
     plan: ClusterPlan, store: StateStore, job: PreflightJob, echo: Callable[[str], None]
-) -> dict[str, Any]:
-    """Run ``job`` on the cluster's head and return its result.
+) -> JsonObject:
+    """Run ``job`` on the cluster's head and return its result, as printed.
 
     Raises:
         ClusterError: The job failed or printed no result; the message has its status.

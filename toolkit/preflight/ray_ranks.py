@@ -1,10 +1,11 @@
 """What the preflight's Ray jobs share: the inventory's nodes in Ray, and all-reduce ranks.
 
 ``alive_nodes`` finds the Ray node of each inventory node by the resource rtk gives
-it (``toolkit.ray_resources.host_resource``); ``pinned`` places an actor or a task
-on one of them and nowhere else. ``Rank`` is one rank of an all-reduce sweep and
-``RankGroup`` one process group of them: ``start_sweeps`` starts several groups at
-once (each its own rendezvous), so that groups on disjoint nodes run concurrently.
+it (``toolkit.ray_resources.host_resource``), read once into a ``RayNode``;
+``pinned`` places an actor or a task on one of them and nowhere else. ``Rank`` is one
+rank of an all-reduce sweep and ``RankGroup`` one process group of them:
+``start_sweeps`` starts several groups at once (each its own rendezvous), so that
+groups on disjoint nodes run concurrently.
 
 On a node, every GPU rank of a group sees all of the group's GPUs on that node (as
 Ray Train arranges), so NCCL may use NVLink and P2P between them.
@@ -15,14 +16,16 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from toolkit.errors import ClusterError
+from toolkit.fields import is_number
 from toolkit.preflight.bandwidth import measure
 from toolkit.ray_resources import host_resource
 
@@ -30,27 +33,67 @@ CALL_TIMEOUT_S = 300.0
 RENDEZVOUS_TIMEOUT_S = 120.0
 
 
-def alive_nodes(names: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """Inventory name -> Ray node record, for the named nodes that are alive."""
+@dataclass(frozen=True)
+class RayNode:
+    """What rtk uses of one inventory node's record in Ray (``ray.nodes()``).
+
+    Attributes:
+        name: The inventory node it is.
+        node_id: Ray's id of the node: where ``pinned`` places work.
+        address: The address Ray reaches it at (``NodeManagerAddress``): a TCP
+            receiver's, an all-reduce rendezvous's.
+        resources: Ray's resources on it (``CPU``, ``GPU``, rtk's own per host).
+    """
+
+    name: str
+    node_id: str
+    address: str
+    resources: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def gpu_count(self) -> int:
+        """How many whole GPUs Ray knows on the node."""
+        return int(self.resources.get("GPU", 0))
+
+    @classmethod
+    def from_ray(cls, name: str, node: Mapping[str, object]) -> RayNode:
+        """The node from its record in ``ray.nodes()``.
+
+        Raises:
+            ClusterError: The record lacks its id, address or resources.
+        """
+        node_id, address = node.get("NodeID"), node.get("NodeManagerAddress")
+        resources = node.get("Resources")
+        if not (
+            isinstance(node_id, str) and isinstance(address, str) and isinstance(resources, Mapping)
+        ):
+            raise ClusterError(
+                f"Ray's record of {name} lacks NodeID, NodeManagerAddress or Resources: {node!r}"
+            )
+        amounts = {str(key): float(value) for key, value in resources.items() if is_number(value)}
+        return cls(name, node_id, address, amounts)
+
+
+def alive_nodes(names: Sequence[str]) -> dict[str, RayNode]:
+    """Inventory name -> its Ray node, for the named nodes that are alive.
+
+    Raises:
+        ClusterError: Ray's record of a named node lacks what rtk uses of it.
+    """
     wanted = {host_resource(name): name for name in names}
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, RayNode] = {}
     for node in ray.nodes():  # type: ignore[no-untyped-call]
-        if not node.get("Alive"):
+        if not isinstance(node, Mapping) or not node.get("Alive"):
             continue
-        for resource in node.get("Resources", {}):
+        for resource in node.get("Resources") or {}:
             if resource in wanted:
-                found[wanted[resource]] = node
+                found[wanted[resource]] = RayNode.from_ray(wanted[resource], node)
     return found
 
 
-def pinned(node: dict[str, Any]) -> NodeAffinitySchedulingStrategy:
+def pinned(node: RayNode) -> NodeAffinitySchedulingStrategy:
     """Run on ``node`` only: never elsewhere, even when it has no room."""
-    return NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
-
-
-def gpu_count(node: dict[str, Any]) -> int:
-    """How many whole GPUs Ray knows on ``node``."""
-    return int(node.get("Resources", {}).get("GPU", 0))
+    return NodeAffinitySchedulingStrategy(node.node_id, soft=False)
 
 
 def error_text(e: BaseException, limit: int = 300) -> str:
@@ -124,7 +167,7 @@ class RankGroup:
     @classmethod
     def place(
         cls,
-        nodes: dict[str, dict[str, Any]],
+        nodes: Mapping[str, RayNode],
         counts: Sequence[tuple[str, int]],
         use_gpus: bool,
         sizes_bytes: Sequence[int],
@@ -140,7 +183,7 @@ class RankGroup:
             for name, count in counts
             for _ in range(count)
         ]
-        master = nodes[counts[0][0]]["NodeManagerAddress"] if counts else ""
+        master = nodes[counts[0][0]].address if counts else ""
         return cls(ranks, master, use_gpus, tuple(sizes_bytes))
 
     @property

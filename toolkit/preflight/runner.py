@@ -14,7 +14,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 from toolkit.cluster.plan import ClusterPlan, NodePlan
 from toolkit.cluster.ray_status import cluster_status
@@ -24,12 +24,14 @@ from toolkit.nodeinfo import FACTS
 from toolkit.nodeinfo.host_facts import NodeFacts
 from toolkit.nodeinfo.reach_request import PeerPorts, ReachRequest, script_with
 from toolkit.preflight import checks, gpu_checks
+from toolkit.preflight.bandwidth.job_options import BandwidthJobOptions
 from toolkit.preflight.bandwidth.job_result import BandwidthResult
 from toolkit.preflight.bandwidth.measure import PROGRESS_PREFIX, RESULT_PREFIX
 from toolkit.preflight.hardware import load_hardware
 from toolkit.preflight.history.grade import dcgm_timeout_s, expectation_for, history_checks
 from toolkit.preflight.load import job_result
 from toolkit.preflight.load.intra_checks import load_result_checks, model_limits
+from toolkit.preflight.load.job_options import LoadJobOptions
 from toolkit.preflight.measurement_jobs import PreflightJob, run_preflight_job
 from toolkit.preflight.peers import DEFAULT_SEED, PeerMode, PeerPlan, choose_mode, select_peers
 from toolkit.preflight.port_reach import ReachTally
@@ -132,16 +134,20 @@ def run_bandwidth(
         ClusterError: The job failed or printed no result.
         RunDirError: Its result has a field missing or of the wrong type (named).
     """
-    job_options = {
-        "nodes": [n.node.name for n in plan.nodes],
-        "duration_s": options.duration_s,
-        "retries": options.retries,
-        "sizes_bytes": None if options.sizes_bytes is None else list(options.sizes_bytes),
-        "busbw_expected_min_gb_s": options.busbw_expected_min_gb_s,
-        "thresholds": asdict(thresholds),
-    }
+    job_options = BandwidthJobOptions(
+        nodes=tuple(n.node.name for n in plan.nodes),
+        duration_s=options.duration_s,
+        retries=options.retries,
+        thresholds=thresholds,
+        sizes_bytes=options.sizes_bytes,
+        busbw_expected_min_gb_s=options.busbw_expected_min_gb_s,
+    )
     job = PreflightJob(
-        "bandwidth", "toolkit.preflight.bandwidth.job", job_options, PROGRESS_PREFIX, RESULT_PREFIX
+        "bandwidth",
+        "toolkit.preflight.bandwidth.job",
+        job_options.to_json(),
+        PROGRESS_PREFIX,
+        RESULT_PREFIX,
     )
     return BandwidthResult.from_json(run_preflight_job(plan, options.store, job, options.echo))
 
@@ -289,15 +295,13 @@ def _load_checks(plan: ClusterPlan, up: set[str], options: LoadOptions) -> list[
                 "the load test is a Ray job: rtk up first",
             )
         ]
-    job_options = {
-        "nodes": [n.node.name for n in plan.nodes],
-        "precision": options.precision,
-        "duration_s": options.duration_s,
-    }
+    job_options = LoadJobOptions(
+        tuple(n.node.name for n in plan.nodes), options.precision, options.duration_s
+    )
     job = PreflightJob(
         "load",
         "toolkit.preflight.load.job",
-        job_options,
+        job_options.to_json(),
         job_result.PROGRESS_PREFIX,
         job_result.RESULT_PREFIX,
     )

@@ -15,7 +15,7 @@ are the options' ``sizes_bytes``, or by backend (``measure.default_sizes``).
 When a pair is still slow after its retries, or the all-reduce fails or falls below
 its floor, the job localises (``toolkit.preflight.localise.find``): rounds of tests on
 disjoint groups at once (``probes``) until the node or link is named. What
-it found goes in the result's ``localise`` section, per test kind.
+it found goes in the result's ``localise`` section, per test kind (``LocaliseSection``).
 """
 
 from __future__ import annotations
@@ -24,21 +24,22 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
 
 import ray
 
 from toolkit.preflight.bandwidth import localise as bl
 from toolkit.preflight.bandwidth import measure
+from toolkit.preflight.bandwidth.job_options import BandwidthJobOptions
 from toolkit.preflight.bandwidth.job_result import AllreduceResult, BandwidthResult, TcpPair
+from toolkit.preflight.bandwidth.localise_section import LocaliseSection
 from toolkit.preflight.bandwidth.measure import PROGRESS_PREFIX, RESULT_PREFIX
-from toolkit.preflight.bandwidth.probes import AllreduceProbe, Peer, TcpProbe
+from toolkit.preflight.bandwidth.probes import AllreduceProbe, Peer, TcpPeers, TcpProbe, sent
 from toolkit.preflight.checks import Thresholds, slow_pairs
 from toolkit.preflight.load.job_result import SweepPoint
 from toolkit.preflight.localise.find import localise
-from toolkit.preflight.ray_ranks import CALL_TIMEOUT_S, alive_nodes, pinned
+from toolkit.preflight.ray_ranks import CALL_TIMEOUT_S, RayNode, alive_nodes, pinned
 from toolkit.preflight.ray_ranks import error_text as short_error
 
 
@@ -47,26 +48,25 @@ def _say(line: str) -> None:
 
 
 def measure_tcp(
-    nodes: dict[str, dict[str, Any]], order: list[str], options: dict[str, Any]
-) -> tuple[list[TcpPair], dict[str, Any] | None]:
+    nodes: Mapping[str, RayNode], order: list[str], options: BandwidthJobOptions
+) -> tuple[list[TcpPair], LocaliseSection | None]:
     """The ring, the retries of pairs below the thresholds, then localisation if any stayed."""
     names = [n for n in order if n in nodes]
     pairs = measure.ring_pairs(names)
     if not pairs:
         return [], None
-    peers = {n: Peer.options(scheduling_strategy=pinned(nodes[n])).remote() for n in names}  # type: ignore[attr-defined]
+    actors = {n: Peer.options(scheduling_strategy=pinned(nodes[n])).remote() for n in names}  # type: ignore[attr-defined]
     try:
-        ports = {n: ray.get(p.listen.remote(), timeout=CALL_TIMEOUT_S) for n, p in peers.items()}
-        hosts = {n: str(nodes[n]["NodeManagerAddress"]) for n in names}
-        duration_s = float(options["duration_s"])
-        thresholds = Thresholds(**options["thresholds"])
-        results = _ring(peers, ports, hosts, pairs, duration_s, thresholds, int(options["retries"]))
+        ports = {n: ray.get(p.listen.remote(), timeout=CALL_TIMEOUT_S) for n, p in actors.items()}
+        peers = TcpPeers(actors, ports, {n: nodes[n].address for n in names})
+        duration_s, thresholds = options.duration_s, options.thresholds
+        results = _ring(peers, pairs, duration_s, thresholds, options.retries)
         if not slow_pairs(results, thresholds):
             return results, None
-        probe = TcpProbe(peers, ports, hosts, duration_s, _say)
-        return results, _localise(
+        probe = TcpProbe(peers, duration_s, _say)
+        found = _localise(
             "tcp",
-            lambda: bl.localisation_json(
+            lambda: bl.localisation_section(
                 localise(
                     names,
                     probe,
@@ -76,29 +76,26 @@ def measure_tcp(
                 ),
                 "Gbit/s",
             ),
-            probe.tests,
-            "pairs",
         )
+        return results, replace(found, pairs=tuple(probe.tests))
     finally:
-        for peer in peers.values():
-            ray.kill(peer)
+        for actor in actors.values():
+            ray.kill(actor)
 
 
 def _ring(
-    peers: dict[str, Any],
-    ports: dict[str, int],
-    hosts: dict[str, str],
+    peers: TcpPeers,
     pairs: list[tuple[str, str]],
     duration_s: float,
     thresholds: Thresholds,
     retries: int,
 ) -> list[TcpPair]:
     def one(src: str, dst: str, attempt: int) -> TcpPair:
-        ref = peers[src].send.remote(hosts[dst], ports[dst], duration_s)
+        ref = peers.send(src, dst, duration_s)
         try:
-            answer: dict[str, Any] = ray.get(ref, timeout=CALL_TIMEOUT_S)
+            answer = sent(ray.get(ref, timeout=CALL_TIMEOUT_S))
         except Exception as e:  # noqa: BLE001 - a failed test is a result
-            answer = {"error": short_error(e)}
+            answer = sent(e)
         pair = TcpPair.measured(src, dst, answer, attempt)
         shown = f"{pair.gbit_s:.2f} Gbit/s" if pair.gbit_s is not None else pair.error
         _say(f"tcp {src} -> {dst}: {shown}" + (f" (try {attempt})" if attempt > 1 else ""))
@@ -123,20 +120,20 @@ def _rate(pair: TcpPair) -> float:
 
 
 def measure_allreduce(
-    nodes: dict[str, dict[str, Any]], order: list[str], options: dict[str, Any]
-) -> tuple[AllreduceResult, dict[str, Any] | None]:
+    nodes: Mapping[str, RayNode], order: list[str], options: BandwidthJobOptions
+) -> tuple[AllreduceResult, LocaliseSection | None]:
     """All-reduce sweep over every GPU (NCCL), or every node (gloo); localise if it is bad."""
     names = [n for n in order if n in nodes]
-    gpus = {n: int(nodes[n].get("Resources", {}).get("GPU", 0)) for n in names}
+    gpus = {n: nodes[n].gpu_count for n in names}
     use_gpus = bool(names) and all(count > 0 for count in gpus.values())
     per_node = {n: gpus[n] if use_gpus else 1 for n in names}
     backend = "nccl" if use_gpus else "gloo"
-    sizes = list(options.get("sizes_bytes") or measure.default_sizes(backend))
-    thresholds = Thresholds(**options["thresholds"])
-    expected = options.get("busbw_expected_min_gb_s")
+    sizes = list(options.sizes_bytes or measure.default_sizes(backend))
+    thresholds = options.thresholds
+    expected = options.busbw_expected_min_gb_s
     floor_gb_s = bl.allreduce_floor_gb_s(thresholds, expected)
     world = sum(per_node.values())
-    result = AllreduceResult(backend, world, floor_gb_s, float(expected) if expected else None)
+    result = AllreduceResult(backend, world, floor_gb_s, expected or None)
     if world < 2:
         return replace(result, error="fewer than 2 ranks: nothing to reduce across"), None
     probe = AllreduceProbe(nodes, per_node, use_gpus, max(sizes), _say)
@@ -151,20 +148,19 @@ def measure_allreduce(
                 probe.restart(names)
             else:
                 result = replace(result, error=None, sizes=sweep, attempts=attempts)
-            if result.error is None or attempts > min(1, int(options["retries"])):
+            if result.error is None or attempts > min(1, options.retries):
                 break
         if not bl.allreduce_is_bad(result, floor_gb_s):
             return result, None
         given = [(tuple(names), bl.allreduce_measured(result))]
         verdict = bl.allreduce_verdict(floor_gb_s)
-        return result, _localise(
+        found = _localise(
             "allreduce",
-            lambda: bl.localisation_json(
+            lambda: bl.localisation_section(
                 localise(names, probe, verdict, given, bl.OPTIONS), "GB/s busbw"
             ),
-            probe.tests,
-            "groups",
         )
+        return result, replace(found, groups=tuple(probe.tests))
     finally:
         probe.close()
 
@@ -178,43 +174,37 @@ def _sweep(
         found = probe.finish(probe.launch(names, deadline_s, sizes), deadline_s)
     except Exception as e:  # noqa: BLE001 - any failure is the measurement's result
         return short_error(e)
-    if not isinstance(found, list):
+    if not isinstance(found, tuple):
         return found.error
     world = sum(probe.ranks_per_node.values())
-    points = tuple(
-        SweepPoint(int(s["bytes"]), s["seconds"], s["algbw_gb_s"], s["busbw_gb_s"]) for s in found
-    )
-    for point in points:
+    for point in found:
         _say(
             f"all-reduce {point.size_bytes / 2**20:g} MiB over {world} ranks: "
             f"algbw {point.algbw_gb_s:.3f} GB/s, busbw {point.busbw_gb_s:.3f} GB/s"
         )
-    return points
+    return found
 
 
-def _localise(
-    kind: str, run: Callable[[], dict[str, Any]], tests: list[dict[str, Any]], tests_key: str
-) -> dict[str, Any]:
-    """Run a localisation; its JSON section with the probe's tests, or the error that stopped it."""
+def _localise(kind: str, run: Callable[[], LocaliseSection]) -> LocaliseSection:
+    """Run a localisation; what it found, or the error that stopped it (its tests not yet in)."""
     _say(f"localise {kind}: searching for the node or link")
     try:
-        section: dict[str, Any] = run()
+        section = run()
     except Exception as e:  # noqa: BLE001 - the measurements stand without it
-        section = {"error": short_error(e)}
-        _say(f"localise {kind} stopped: {section['error']}")
+        section = LocaliseSection(error=short_error(e))
+        _say(f"localise {kind} stopped: {section.error}")
     else:
-        for line in section["describe"]:
+        for line in section.describe:
             _say(f"localise {kind}: {line.strip()}")
-    section[tests_key] = tests
     return section
 
 
-def main(options: dict[str, Any]) -> BandwidthResult:
+def main(options: BandwidthJobOptions) -> BandwidthResult:
     """Measure; the result that ``bandwidth_checks`` grades."""
     ray.init(logging_level=logging.ERROR)
-    order = list(options["nodes"])
+    order = list(options.nodes)
     nodes = alive_nodes(order)
-    localised: dict[str, dict[str, Any]] = {}
+    localised: dict[str, LocaliseSection] = {}
     tcp, found = measure_tcp(nodes, order, options)
     if found is not None:
         localised["tcp"] = found
@@ -231,5 +221,5 @@ def main(options: dict[str, Any]) -> BandwidthResult:
 
 
 if __name__ == "__main__":
-    outcome = main(json.loads(sys.argv[1]))
+    outcome = main(BandwidthJobOptions.from_json(json.loads(sys.argv[1])))
     print(RESULT_PREFIX + json.dumps(outcome.to_json()), flush=True)

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit.fields import Fields
+from toolkit.preflight.bandwidth.localise_section import LocaliseSection
+from toolkit.preflight.bandwidth.measure import TcpSendResult
 from toolkit.preflight.load.job_result import SweepPoint
 from toolkit.rundir.record_base import record_fields
 
@@ -43,18 +45,10 @@ class TcpPair:
     seconds: float | None = None
 
     @classmethod
-    def measured(cls, src: str, dst: str, answer: Mapping[str, Any], attempts: int = 1) -> TcpPair:
-        """The pair from ``measure.tcp_send``'s answer (``error`` or ``gbit_s``)."""
-        gbit_s = answer.get("gbit_s")
-        return cls(
-            src,
-            dst,
-            attempts,
-            None if gbit_s is None else float(gbit_s),
-            None if gbit_s is not None else str(answer.get("error", "no answer")),
-            answer.get("bytes"),
-            answer.get("seconds"),
-        )
+    def measured(cls, src: str, dst: str, sent: TcpSendResult, attempts: int = 1) -> TcpPair:
+        """The pair from ``measure.tcp_send``'s answer (its rate, or why it failed)."""
+        error = None if sent.gbit_s is not None else (sent.error or "no answer")
+        return cls(src, dst, attempts, sent.gbit_s, error, sent.sent_bytes, sent.seconds)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -63,7 +57,7 @@ class TcpPair:
 
     def to_json(self) -> dict[str, Any]:
         """As written in the job's result (what was not measured left out)."""
-        out: dict[str, Any] = {"src": self.src, "dst": self.dst, "attempts": self.attempts}
+        out: dict[str, object] = {"src": self.src, "dst": self.dst, "attempts": self.attempts}
         if self.error is not None:
             out["error"] = self.error
         if self.sent_bytes is not None:
@@ -161,7 +155,7 @@ class AllreduceResult:
 
     def to_json(self) -> dict[str, Any]:
         """As written in the job's result."""
-        out: dict[str, Any] = {
+        out: dict[str, object] = {
             "backend": self.backend,
             "ranks": self.ranks,
             "floor_gb_s": self.floor_gb_s,
@@ -207,23 +201,22 @@ class BandwidthResult:
         missing: Inventory nodes not alive in Ray: not measured.
         tcp: The ring's pairs, in ring order.
         allreduce: The all-reduce sweep (None: not run).
-        localise: Per test kind (``tcp``, ``allreduce``), what localisation found, as
-            ``localise.localisation_json`` writes it (graded by
-            ``toolkit.preflight.localise.culprit_checks``).
+        localise: Per test kind (``tcp``, ``allreduce``), what localisation found
+            (graded by ``toolkit.preflight.localise.culprit_checks``).
     """
 
     nodes: tuple[str, ...] = ()
     missing: tuple[str, ...] = ()
     tcp: tuple[TcpPair, ...] = ()
     allreduce: AllreduceResult | None = None
-    localise: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    localise: Mapping[str, LocaliseSection] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The result as the job prints it."""
         return {
             "nodes": list(self.nodes),
             "missing": list(self.missing),
-            "localise": {kind: dict(found) for kind, found in self.localise.items()},
+            "localise": {kind: found.to_json() for kind, found in self.localise.items()},
             "tcp": [pair.to_json() for pair in self.tcp],
             "allreduce": None if self.allreduce is None else self.allreduce.to_json(),
         }
@@ -247,5 +240,8 @@ class BandwidthResult:
                 TcpPair.from_fields(Fields(p, f.errors, ("tcp", i))) for i, p in enumerate(tcp)
             ),
             allreduce=None if reduce is None else AllreduceResult.from_fields(reduce),
-            localise={kind: found.data for kind, found in f.children("localise").items()},
+            localise={
+                kind: LocaliseSection.from_fields(found)
+                for kind, found in f.children("localise").items()
+            },
         )

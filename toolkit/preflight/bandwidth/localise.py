@@ -22,17 +22,24 @@ search share is here, free of Ray, so it is tested without a cluster:
   against the serial ring's median), or below a floor: the absolute threshold, or a
   quarter of the ring's (which judges a group measured without peers). An all-reduce
   group likewise, on busbw against its threshold or the hardware's.
-- ``localisation_json`` writes what was found into the job's result, which
+- ``localisation_section`` is what was found, as the job's result carries it
+  (``localise_section.LocaliseSection``), which
   ``toolkit.preflight.localise.culprit_checks`` grades.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from toolkit.preflight.bandwidth.job_result import AllreduceResult, TcpPair
+from toolkit.preflight.bandwidth.localise_section import (
+    LocaliseSection,
+    ShownCulprit,
+    ShownFlake,
+    ShownReading,
+)
+from toolkit.preflight.bandwidth.measure import TcpSendResult
 from toolkit.preflight.checks import Thresholds, slow_pairs, tcp_floor_gbit_s
 from toolkit.preflight.localise.find import (
     Failed,
@@ -61,7 +68,7 @@ def round_streams(groups: Sequence[Sequence[str]]) -> list[tuple[int, Stream]]:
 
 
 def tcp_group_results(
-    count: int, streams: Sequence[tuple[int, Stream]], results: Sequence[Mapping[str, Any]]
+    count: int, streams: Sequence[tuple[int, Stream]], results: Sequence[TcpSendResult]
 ) -> list[ProbeResult]:
     """Each of ``count`` groups' result: its slowest stream's Gbit/s, or a failure.
 
@@ -70,10 +77,10 @@ def tcp_group_results(
     rates: list[list[float]] = [[] for _ in range(count)]
     errors: list[list[str]] = [[] for _ in range(count)]
     for (index, (src, dst)), result in zip(streams, results, strict=True):
-        if "gbit_s" in result:
-            rates[index].append(float(result["gbit_s"]))
+        if result.gbit_s is not None:
+            rates[index].append(result.gbit_s)
         else:
-            errors[index].append(f"{src}->{dst}: {result.get('error', 'no answer')}")
+            errors[index].append(f"{src}->{dst}: {result.error or 'no answer'}")
     found: list[ProbeResult] = []
     for own_rates, own_errors in zip(rates, errors, strict=True):
         if own_errors:
@@ -148,44 +155,39 @@ def allreduce_verdict(floor_gb_s: float) -> Verdict:
     return Verdict(floor=floor_gb_s or None, fraction=ALLREDUCE_FRACTION)
 
 
-def _reading(r: Reading) -> dict[str, Any]:
-    shown: dict[str, Any] = {"round": r.round, "group": list(r.group), "role": r.role}
-    shown["value"] = None if r.value is None else round(r.value, 4)
-    if r.error:
-        shown["error"] = r.error
-    shown["bad"] = r.bad
-    return shown
+def _shown(r: Reading) -> ShownReading:
+    value = None if r.value is None else round(r.value, 4)
+    return ShownReading(r.round, r.group, r.role, value, r.bad, r.error)
 
 
-def localisation_json(found: Localisation, unit: str) -> dict[str, Any]:
-    """The ``localise`` section of one test kind in the job's result.
+def localisation_section(found: Localisation, unit: str) -> LocaliseSection:
+    """The ``localise`` section of one test kind in the job's result (its tests not yet in).
 
     Culprits carry the readings that convicted them and ``summary``, the words a
     check shows: how often tests with it were slow, and its values against the rest.
     """
-    return {
-        "conclusion": found.conclusion,
-        "unit": unit,
-        "rounds": found.rounds_used,
-        "probes": found.probes_run,
-        "nodes": len(found.nodes),
-        "culprits": [
-            {
-                "kind": c.kind,
-                "nodes": list(c.nodes),
-                "summary": culprit_summary(found, c.nodes, unit),
-                "evidence": [_reading(r) for r in c.evidence],
-            }
+    return LocaliseSection(
+        conclusion=found.conclusion,
+        unit=unit,
+        rounds=found.rounds_used,
+        probes=found.probes_run,
+        node_count=len(found.nodes),
+        culprits=tuple(
+            ShownCulprit(
+                c.kind,
+                c.nodes,
+                culprit_summary(found, c.nodes, unit),
+                tuple(_shown(r) for r in c.evidence),
+            )
             for c in found.culprits
-        ],
-        "flakes": [
-            {"nodes": list(f.nodes), "evidence": [_reading(r) for r in f.evidence]}
-            for f in found.flaky
-        ],
-        "unresolved": [list(g) for g in found.unresolved],
-        "describe": found.describe(),
-        "readings": [_reading(r) for r in found.readings],
-    }
+        ),
+        flakes=tuple(
+            ShownFlake(f.nodes, tuple(_shown(r) for r in f.evidence)) for f in found.flaky
+        ),
+        unresolved=tuple(found.unresolved),
+        describe=tuple(found.describe()),
+        readings=tuple(_shown(r) for r in found.readings),
+    )
 
 
 def culprit_summary(found: Localisation, nodes: Group, unit: str) -> str:

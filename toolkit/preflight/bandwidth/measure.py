@@ -19,6 +19,7 @@ import struct
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 RESULT_PREFIX = "rtk-bandwidth: "  # the job's last line: this, then the result as JSON
@@ -119,7 +120,37 @@ class TcpSink:
         self._server.close()
 
 
-def tcp_send(host: str, port: int, duration_s: float) -> dict[str, Any]:
+@dataclass(frozen=True)
+class TcpSendResult:
+    """What one ``tcp_send`` delivered, or why it failed.
+
+    Attributes:
+        seconds: How long the test took (None: it never ran, its actor failed).
+        sent_bytes: What the receiver counted (None: it failed).
+        gbit_s: The delivered rate (None: it failed).
+        error: Why it failed (None when it did not).
+    """
+
+    seconds: float | None = None
+    sent_bytes: int | None = None
+    gbit_s: float | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """As a localisation stream shows it (what was not measured left out)."""
+        out: dict[str, str | int | float] = {}
+        if self.error is not None:
+            out["error"] = self.error
+        if self.sent_bytes is not None:
+            out["bytes"] = self.sent_bytes
+        if self.seconds is not None:
+            out["seconds"] = self.seconds
+        if self.gbit_s is not None:
+            out["gbit_s"] = self.gbit_s
+        return out
+
+
+def tcp_send(host: str, port: int, duration_s: float) -> TcpSendResult:
     """Send to a ``TcpSink`` for about ``duration_s``; the delivered rate in Gbit/s.
 
     Never raises: a failure is a result with ``error`` set.
@@ -143,11 +174,11 @@ def tcp_send(host: str, port: int, duration_s: float) -> dict[str, Any]:
                 answer += more
             seconds = time.monotonic() - began
     except OSError as e:
-        return {"error": f"{type(e).__name__}: {e}", "seconds": time.monotonic() - began}
+        return TcpSendResult(time.monotonic() - began, error=f"{type(e).__name__}: {e}")
     (received,) = ANSWER.unpack(answer)
     if received != sent:
-        return {"error": f"sent {sent} bytes, the receiver counted {received}", "seconds": seconds}
-    return {"bytes": sent, "seconds": seconds, "gbit_s": sent * 8 / seconds / 1e9}
+        return TcpSendResult(seconds, error=f"sent {sent} bytes, the receiver counted {received}")
+    return TcpSendResult(seconds, sent, sent * 8 / seconds / 1e9)
 
 
 def allreduce_sweep(

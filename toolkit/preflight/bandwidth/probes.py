@@ -12,23 +12,27 @@ GPU, or per node without GPUs) joins an all-reduce. A probe runs one round of lo
   misses the deadline has its ranks killed and started afresh for the next round,
   since a rank stuck in a collective would hold its actor.
 
-Both keep every test they ran (``tests``) for the job's JSON.
+Both keep every test they ran (``tests``) for the job's result (``LocaliseSection``).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import ray
 
+from toolkit.errors import RtkError
 from toolkit.preflight.bandwidth import measure
 from toolkit.preflight.bandwidth.localise import round_streams, tcp_group_results
+from toolkit.preflight.bandwidth.localise_section import GroupTest, TcpTest
+from toolkit.preflight.load.job_result import SweepPoint
 from toolkit.preflight.localise.find import Failed, ProbeResult
-from toolkit.preflight.ray_ranks import CALL_TIMEOUT_S, Rank, pinned
+from toolkit.preflight.ray_ranks import CALL_TIMEOUT_S, Rank, RayNode, pinned
 from toolkit.preflight.ray_ranks import error_text as short_error
+from toolkit.rundir.record_base import record_fields
 
 Say = Callable[[str], None]
 
@@ -45,9 +49,37 @@ class Peer:
         self.sink = self.sink or measure.TcpSink()
         return self.sink.port
 
-    def send(self, host: str, port: int, duration_s: float) -> dict[str, Any]:
+    def send(self, host: str, port: int, duration_s: float) -> measure.TcpSendResult:
         """Send to another node's receiver for ``duration_s``."""
         return measure.tcp_send(host, port, duration_s)
+
+
+@dataclass(frozen=True)
+class TcpPeers:
+    """Every node's ``Peer``, listening: its actor, its receiver's port, its address.
+
+    Attributes:
+        actors: Node -> its ``Peer`` actor (a Ray actor handle).
+        ports: Node -> the port its receiver listens on.
+        hosts: Node -> the address the others reach it at.
+    """
+
+    actors: Mapping[str, Any]
+    ports: Mapping[str, int]
+    hosts: Mapping[str, str]
+
+    def send(self, src: str, dst: str, duration_s: float) -> Any:
+        """Start ``src`` sending to ``dst``; the Ray ref of its ``TcpSendResult``."""
+        return self.actors[src].send.remote(self.hosts[dst], self.ports[dst], duration_s)
+
+
+def sent(answer: object) -> measure.TcpSendResult:
+    """A send's answer from Ray, or why there is none (an exception, or something else)."""
+    if isinstance(answer, measure.TcpSendResult):
+        return answer
+    if isinstance(answer, BaseException):
+        return measure.TcpSendResult(error=short_error(answer))
+    return measure.TcpSendResult(error=f"not a TCP test's answer: {answer!r:.200}")
 
 
 def get_by(refs: Sequence[Any], deadline_s: float) -> list[Any]:
@@ -64,34 +96,20 @@ def get_by(refs: Sequence[Any], deadline_s: float) -> list[Any]:
 class TcpProbe:
     """A round of TCP tests on disjoint groups at once, between ``Peer`` actors."""
 
-    def __init__(
-        self,
-        peers: dict[str, Any],
-        ports: dict[str, int],
-        hosts: dict[str, str],
-        duration_s: float,
-        say: Say,
-    ) -> None:
-        self.peers, self.ports, self.hosts = peers, ports, hosts
-        self.duration_s, self.say = duration_s, say
+    def __init__(self, peers: TcpPeers, duration_s: float, say: Say) -> None:
+        self.peers, self.duration_s, self.say = peers, duration_s, say
         self.rounds = 0
-        self.tests: list[dict[str, Any]] = []  # every stream: round, src, dst, result
+        self.tests: list[TcpTest] = []  # every stream
 
     def __call__(self, groups: Sequence[tuple[str, ...]]) -> list[ProbeResult]:
         """Run every group's streams at once; each group's slowest stream, or a failure."""
         self.rounds += 1
         streams = round_streams(groups)
-        refs = [
-            self.peers[src].send.remote(self.hosts[dst], self.ports[dst], self.duration_s)
-            for _, (src, dst) in streams
-        ]
+        refs = [self.peers.send(src, dst, self.duration_s) for _, (src, dst) in streams]
         deadline_s = time.monotonic() + min(CALL_TIMEOUT_S, 30.0 + 10 * self.duration_s)
-        answers = [
-            a if isinstance(a, dict) else {"error": short_error(a)}
-            for a in get_by(refs, deadline_s)
-        ]
+        answers = [sent(a) for a in get_by(refs, deadline_s)]
         for (_, (src, dst)), answer in zip(streams, answers, strict=True):
-            self.tests.append({"round": self.rounds, "src": src, "dst": dst, **answer})
+            self.tests.append(TcpTest(self.rounds, src, dst, answer))
         results = tcp_group_results(len(groups), streams, answers)
         bad = sum(1 for r in results if isinstance(r, Failed))
         self.say(
@@ -115,7 +133,7 @@ class AllreduceProbe:
 
     def __init__(
         self,
-        nodes: dict[str, dict[str, Any]],
+        nodes: Mapping[str, RayNode],
         ranks_per_node: dict[str, int],
         use_gpus: bool,
         size_bytes: int,
@@ -125,7 +143,7 @@ class AllreduceProbe:
         self.size_bytes, self.say = size_bytes, say
         self.actors: dict[str, list[Any]] = {}  # node -> its ranks, kept between rounds
         self.rounds = 0
-        self.tests: list[dict[str, Any]] = []  # every group: round, nodes, result
+        self.tests: list[GroupTest] = []  # every group
 
     def ranks_of(self, node: str) -> list[Any]:
         """The node's rank actors, started on first use."""
@@ -147,7 +165,7 @@ class AllreduceProbe:
         for (name, _), own in zip(placed, ids, strict=True):
             visible.setdefault(name, []).extend(own)
         port = ray.get(actors[0].free_port.remote(), timeout=_left(deadline_s))
-        init = f"tcp://{self.nodes[group[0]]['NodeManagerAddress']}:{port}"
+        init = f"tcp://{self.nodes[group[0]].address}:{port}"
         refs = []
         for rank, ((name, actor), own) in enumerate(zip(placed, ids, strict=True)):
             shown = sorted(visible[name], key=lambda i: (len(i), i))
@@ -178,12 +196,11 @@ class AllreduceProbe:
         for group, launch in zip(groups, launches, strict=True):
             result = self._finish(launch, deadline_s)
             results.append(result)
-            shown: dict[str, Any] = (
-                {"error": result.error} if isinstance(result, Failed) else {"busbw_gb_s": result}
-            )
-            self.tests.append({"round": self.rounds, "nodes": list(group), **shown})
             if isinstance(result, Failed):
+                self.tests.append(GroupTest(self.rounds, tuple(group), error=result.error))
                 self.restart(group)
+            else:
+                self.tests.append(GroupTest(self.rounds, tuple(group), busbw_gb_s=float(result)))
         bad = sum(1 for r in results if isinstance(r, Failed))
         self.say(
             f"localise all-reduce round {self.rounds}: {len(groups)} groups"
@@ -195,16 +212,26 @@ class AllreduceProbe:
         if isinstance(launch, BaseException):
             return Failed(short_error(launch))
         sweep = self.finish(launch, deadline_s)
-        return sweep if isinstance(sweep, Failed) else float(sweep[0]["busbw_gb_s"])
+        if isinstance(sweep, Failed):
+            return sweep
+        return sweep[0].busbw_gb_s if sweep else Failed("no sizes measured")
 
-    def finish(self, launch: Launch, deadline_s: float) -> list[dict[str, float]] | Failed:
+    def finish(self, launch: Launch, deadline_s: float) -> tuple[SweepPoint, ...] | Failed:
         """A started sweep's sizes (the slowest rank's, as every rank has them), or why not."""
         sweeps = get_by(launch.refs, deadline_s)
         errors = [s for s in sweeps if isinstance(s, BaseException)]
         if errors:
             return Failed(short_error(errors[0]))
-        found: list[dict[str, float]] = sweeps[0]
-        return found
+        found = sweeps[0]
+        if not isinstance(found, list):
+            return Failed(f"not an all-reduce sweep: {found!r:.200}")
+        try:
+            return tuple(
+                SweepPoint.from_fields(record_fields(p, f"all-reduce sweep, size {i}"))
+                for i, p in enumerate(found)
+            )
+        except RtkError as e:
+            return Failed(str(e))
 
     def restart(self, group: Sequence[str]) -> None:
         """Kill a failed group's ranks (one may be stuck in a collective); new ones next time."""

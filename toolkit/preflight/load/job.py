@@ -32,6 +32,8 @@ from typing import Any
 import ray
 
 from toolkit.errors import RtkError
+from toolkit.json_types import JsonObject
+from toolkit.preflight.load.job_options import LoadJobOptions
 from toolkit.preflight.load.job_result import (
     PROGRESS_PREFIX,
     RESULT_PREFIX,
@@ -44,9 +46,9 @@ from toolkit.preflight.load.node import NodeLoad, run_node_load
 from toolkit.preflight.ray_ranks import (
     CALL_TIMEOUT_S,
     RankGroup,
+    RayNode,
     alive_nodes,
     error_text,
-    gpu_count,
     pinned,
     start_sweeps,
 )
@@ -85,14 +87,14 @@ class NodeLoader:
             torch.set_num_threads(len(os.sched_getaffinity(0)))
         return True
 
-    def run(self, precision: str, duration_s: float) -> dict[str, Any]:
-        """The load test, as JSON."""
+    def run(self, precision: str, duration_s: float) -> JsonObject:
+        """The load test, as JSON (the driver reads it with ``NodeLoad.from_json``)."""
         return run_node_load(precision, duration_s).to_json()
 
 
-def intra_shape(node: Mapping[str, Any]) -> tuple[int, bool]:
+def intra_shape(node: RayNode) -> tuple[int, bool]:
     """How many ranks a node's own all-reduce has, and whether they are GPU ranks."""
-    gpus = gpu_count(dict(node))
+    gpus = node.gpu_count
     return (gpus, True) if gpus > 0 else (CPU_RANKS, False)
 
 
@@ -201,7 +203,7 @@ def _point(data: Any) -> SweepPoint:
 
 
 def run_loads(
-    nodes: Mapping[str, dict[str, Any]], precision: str, duration_s: float
+    nodes: Mapping[str, RayNode], precision: str, duration_s: float
 ) -> dict[str, list[Any] | str]:
     """Phase 1: the load test on every node at once; per node its JSON or the error.
 
@@ -209,7 +211,7 @@ def run_loads(
     """
     loaders = {
         name: NodeLoader.options(  # type: ignore[attr-defined]
-            scheduling_strategy=pinned(node), num_gpus=gpu_count(node)
+            scheduling_strategy=pinned(node), num_gpus=node.gpu_count
         ).remote()
         for name, node in nodes.items()
     }
@@ -236,7 +238,7 @@ def run_loads(
 
 
 def run_intra(
-    nodes: Mapping[str, dict[str, Any]], gpu_sizes: Sequence[int], cpu_sizes: Sequence[int]
+    nodes: Mapping[str, RayNode], gpu_sizes: Sequence[int], cpu_sizes: Sequence[int]
 ) -> dict[str, IntraAllReduce]:
     """Phase 2: every node's own all-reduce sweep, all nodes at once."""
     out: dict[str, IntraAllReduce] = {}
@@ -247,7 +249,7 @@ def run_intra(
             out[name] = IntraAllReduce("nccl", ranks, skipped="1 GPU: nothing to reduce across")
             continue
         sizes = gpu_sizes if gpus else cpu_sizes
-        groups[name] = RankGroup.place(dict(nodes), [(name, ranks)], gpus, sizes)
+        groups[name] = RankGroup.place(nodes, [(name, ranks)], gpus, sizes)
     try:
         started = dict(zip(groups, start_sweeps(list(groups.values())), strict=True))
         refs = {name: s for name, s in started.items() if not isinstance(s, str)}
@@ -291,19 +293,15 @@ def node_results(
     return out
 
 
-def main(options: dict[str, Any]) -> dict[str, Any]:
-    """Test every alive node named in ``options``; the ``LoadResult`` as JSON.
-
-    Options: ``nodes`` (inventory names), ``precision``, ``duration_s``, and optionally
-    ``gpu_sizes_bytes`` and ``cpu_sizes_bytes`` for the all-reduce.
-    """
+def main(options: LoadJobOptions) -> LoadResult:
+    """Test every alive node named in ``options``; what the job answers."""
     if not ray.is_initialized():
         ray.init(logging_level=logging.ERROR)
-    order = list(options["nodes"])
+    order = list(options.nodes)
     found = alive_nodes(order)
     nodes = {name: found[name] for name in order if name in found}
     missing = tuple(name for name in order if name not in found)
-    precision, duration_s = str(options["precision"]), float(options["duration_s"])
+    precision, duration_s = options.precision, options.duration_s
     _say(
         f"load test on {len(nodes)} node(s) at once: GEMM ({precision} on GPUs) for "
         f"{duration_s:g} s, copies; then each node's own all-reduce"
@@ -312,12 +310,12 @@ def main(options: dict[str, Any]) -> dict[str, Any]:
     loads = run_loads(nodes, precision, duration_s)
     intra = run_intra(
         nodes,
-        options.get("gpu_sizes_bytes") or GPU_SIZES_BYTES,
-        options.get("cpu_sizes_bytes") or CPU_SIZES_BYTES,
+        options.gpu_sizes_bytes or GPU_SIZES_BYTES,
+        options.cpu_sizes_bytes or CPU_SIZES_BYTES,
     )
-    return LoadResult(node_results(list(nodes), loads, intra), missing).to_json()
+    return LoadResult(node_results(list(nodes), loads, intra), missing)
 
 
 if __name__ == "__main__":
-    outcome = main(json.loads(sys.argv[1]))
-    print(RESULT_PREFIX + json.dumps(outcome), flush=True)
+    outcome = main(LoadJobOptions.from_json(json.loads(sys.argv[1])))
+    print(RESULT_PREFIX + json.dumps(outcome.to_json()), flush=True)

@@ -1,7 +1,7 @@
 """Checks from what localisation found: one failed check per node or link blamed.
 
 The bandwidth job's result has a ``localise`` section per test kind (``tcp``,
-``allreduce``; written by ``bandwidth.localise.localisation_json``). Each culprit
+``allreduce``; a ``bandwidth.localise_section.LocaliseSection``). Each culprit
 becomes a check ``net.localise.<kind>`` whose scope is the node's name, or ``a<->b``
 for a link (either end may be the one to leave out). A node-scoped failed check is
 what the list of nodes to exclude is built from, so a node culprit is always the
@@ -12,8 +12,8 @@ results that did not repeat) or stopped with an error is one warning for the clu
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
+from toolkit.preflight.bandwidth.localise_section import LocaliseSection, ShownCulprit
 from toolkit.preflight.result import Check
 
 LINK = "<->"  # between a link's two ends in a scope: ``a<->b``
@@ -29,42 +29,43 @@ def link_scope(a: str, b: str) -> str:
     return f"{a}{LINK}{b}"
 
 
-def localise_checks(section: Mapping[str, Any]) -> list[Check]:
+def localise_checks(section: Mapping[str, LocaliseSection]) -> list[Check]:
     """The checks of every test kind in the job's ``localise`` section."""
     checks = []
     for kind, found in section.items():
-        checks += kind_checks(str(kind), found)
+        checks += kind_checks(kind, found)
     return checks
 
 
-def kind_checks(kind: str, found: Mapping[str, Any]) -> list[Check]:
+def kind_checks(kind: str, found: LocaliseSection) -> list[Check]:
     """One test kind's checks: a failed one per culprit, or a warning when none is named."""
     name = f"net.localise.{kind}"
     what = WHAT.get(kind, kind)
-    spent = f"{_count(found.get('rounds', 0), 'round')}, {_count(found.get('probes', 0), 'probe')}"
-    if "error" in found:
+    spent = f"{_count(found.rounds, 'round')}, {_count(found.probes, 'probe')}"
+    if found.error is not None:
         return [
             Check(
                 name,
                 "cluster",
                 "warn",
-                f"localisation stopped: {found['error']}",
+                f"localisation stopped: {found.error}",
                 "the slow node or link named",
                 "the measurements above stand; run again, or look at the failed pairs",
             )
         ]
     look_at = LOOK_AT.get(kind, "it")
-    checks = [_culprit(name, what, look_at, c, spent) for c in found.get("culprits") or []]
-    conclusion = found.get("conclusion")
-    unresolved = found.get("unresolved") or []
+    checks = [_culprit(name, what, look_at, c, spent) for c in found.culprits]
+    conclusion = found.conclusion
+    unresolved = found.unresolved
     if conclusion == "cluster-wide":
         suspects = len({n for g in unresolved for n in g})
+        searched = "?" if found.node_count is None else found.node_count
         checks.append(
             Check(
                 name,
                 "cluster",
                 "warn",
-                f"no single culprit: {suspects} of {found.get('nodes', '?')} nodes bad in "
+                f"no single culprit: {suspects} of {searched} nodes bad in "
                 f"every group tried ({spent})",
                 "one node or link to blame",
                 f"{what} is low across the cluster: look at what the nodes share "
@@ -72,7 +73,7 @@ def kind_checks(kind: str, found: Mapping[str, Any]) -> list[Check]:
             )
         )
     elif conclusion == "flaky":
-        groups = "; ".join(",".join(f["nodes"]) for f in found.get("flakes") or [])
+        groups = "; ".join(",".join(f.nodes) for f in found.flakes)
         checks.append(
             Check(
                 name,
@@ -98,10 +99,10 @@ def kind_checks(kind: str, found: Mapping[str, Any]) -> list[Check]:
     return checks
 
 
-def _culprit(name: str, what: str, look_at: str, culprit: Mapping[str, Any], spent: str) -> Check:
-    nodes = [str(n) for n in culprit["nodes"]]
-    summary = str(culprit.get("summary") or "bad with known-good partners")
-    if culprit.get("kind") == "link" and len(nodes) == 2:
+def _culprit(name: str, what: str, look_at: str, culprit: ShownCulprit, spent: str) -> Check:
+    nodes = culprit.nodes
+    summary = culprit.summary or "bad with known-good partners"
+    if culprit.kind == "link" and len(nodes) == 2:
         return Check(
             name,
             link_scope(nodes[0], nodes[1]),
@@ -124,5 +125,5 @@ def _culprit(name: str, what: str, look_at: str, culprit: Mapping[str, Any], spe
     )
 
 
-def _count(n: object, what: str) -> str:
+def _count(n: int, what: str) -> str:
     return f"{n} {what}" if n == 1 else f"{n} {what}s"

@@ -14,6 +14,8 @@ from toolkit.preflight.bandwidth.job_result import (
     Plateau,
     TcpPair,
 )
+from toolkit.preflight.bandwidth.localise_section import LocaliseSection
+from toolkit.preflight.bandwidth.measure import TcpSendResult
 from toolkit.preflight.checks import bandwidth_checks
 from toolkit.preflight.load.job_result import SweepPoint
 
@@ -22,12 +24,12 @@ RESULT = BandwidthResult(
     nodes=("n1", "n2", "n3"),
     missing=("n4",),
     tcp=(
-        TcpPair.measured("n1", "n2", {"bytes": 1 << 30, "seconds": 1.0, "gbit_s": 8.59}),
-        TcpPair.measured("n2", "n3", {"error": "TimeoutError: timed out", "seconds": 30.0}, 2),
+        TcpPair.measured("n1", "n2", TcpSendResult(1.0, 1 << 30, 8.59)),
+        TcpPair.measured("n2", "n3", TcpSendResult(30.0, error="TimeoutError: timed out"), 2),
         TcpPair("n3", "n1", 1, 9.1),
     ),
     allreduce=AllreduceResult("gloo", 3, 0.5, 1.0, SIZES, attempts=1),
-    localise={"tcp": {"conclusion": "healthy", "culprits": [], "pairs": []}},
+    localise={"tcp": LocaliseSection(conclusion="healthy", unit="Gbit/s", node_count=3, pairs=())},
 )
 
 
@@ -54,6 +56,11 @@ def test_the_result_round_trips_through_the_jobs_json() -> None:
     assert BandwidthResult.from_json({"allreduce": skipped.to_json()}).allreduce == skipped
 
 
+def test_a_pair_without_an_answer_says_so() -> None:
+    assert TcpPair.measured("a", "b", TcpSendResult()).error == "no answer"
+    assert TcpPair.measured("a", "b", TcpSendResult(2.0, 8, 1.0)).error is None
+
+
 def test_the_result_read_back_grades_as_the_one_written() -> None:
     read = BandwidthResult.from_json(json.loads(json.dumps(RESULT.to_json())))
     assert bandwidth_checks(read) == bandwidth_checks(RESULT)
@@ -74,6 +81,7 @@ def test_the_result_read_back_grades_as_the_one_written() -> None:
             "allreduce: sizes: 0: seconds",
         ),
         ({"missing": "n4"}, "missing: expected a list of text"),
+        ({"localise": {"tcp": {"rounds": "2"}}}, "localise: tcp: rounds: expected an int"),
     ],
 )
 def test_a_malformed_result_names_the_field(change: dict[str, Any], wrong: str) -> None:

@@ -19,7 +19,7 @@ import pytest
 
 from toolkit.preflight.bandwidth import localise as bl
 from toolkit.preflight.bandwidth.job_result import AllreduceResult, TcpPair
-from toolkit.preflight.bandwidth.measure import ring_pairs
+from toolkit.preflight.bandwidth.measure import TcpSendResult, ring_pairs
 from toolkit.preflight.checks import Thresholds, slow_pairs
 from toolkit.preflight.load.job_result import SweepPoint
 from toolkit.preflight.localise.find import Failed, ProbeResult, localise
@@ -49,13 +49,13 @@ class Network:
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
 
-    def send(self, src: str, dst: str, streams: int = 1) -> dict[str, Any]:
+    def send(self, src: str, dst: str, streams: int = 1) -> TcpSendResult:
         if dst in self.dead or src in self.dead:
-            return {"error": "ConnectionRefusedError: [Errno 111] Connection refused"}
+            return TcpSendResult(error="ConnectionRefusedError: [Errno 111] Connection refused")
         rate = HEALTHY_GBIT_S * max(0.5, 1 - self.contention * (streams - 1))
         if dst in self.slow_in or src in self.slow_out or (src, dst) in self.slow_links:
             rate = SHAPED_GBIT_S  # the shaper's rate, whatever else runs
-        return {"gbit_s": rate * self.rng.uniform(1 - self.noise, 1 + self.noise)}
+        return TcpSendResult(gbit_s=rate * self.rng.uniform(1 - self.noise, 1 + self.noise))
 
     def ring(self, t: Thresholds, retries: int = 1) -> list[TcpPair]:
         """The job's ring: one pair at a time, slow pairs measured again, the best kept."""
@@ -110,7 +110,12 @@ def test_a_pair_streams_both_ways_and_a_larger_group_is_a_ring() -> None:
 
 def test_a_group_is_its_slowest_stream_and_any_failure_fails_it() -> None:
     streams = bl.round_streams([("a", "b"), ("c", "d")])
-    answers = [{"gbit_s": 9.0}, {"gbit_s": 0.4}, {"gbit_s": 8.0}, {"error": "TimeoutError: x"}]
+    answers = [
+        TcpSendResult(gbit_s=9.0),
+        TcpSendResult(gbit_s=0.4),
+        TcpSendResult(gbit_s=8.0),
+        TcpSendResult(error="TimeoutError: x"),
+    ]
     first, second = bl.tcp_group_results(2, streams, answers)
     assert first == pytest.approx(0.4)
     assert isinstance(second, Failed) and second.error == "d->c: TimeoutError: x"
@@ -234,25 +239,35 @@ def test_a_node_that_slows_or_breaks_every_allreduce_it_is_in_is_named() -> None
 # -- what the job writes, and the checks it becomes ----------------------------------
 
 
-def test_the_json_section_names_the_culprit_with_its_evidence_in_words() -> None:
+def test_the_section_names_the_culprit_with_its_evidence_in_words() -> None:
     net = Network(names(5), slow_in={"node2"}, noise=0.0)
     found, _ = localise_tcp(net)
-    section = bl.localisation_json(found, "Gbit/s")
-    assert section["conclusion"] == "localised"
-    assert (section["rounds"], section["probes"]) == (found.rounds_used, found.probes_run)
-    (culprit,) = section["culprits"]
-    assert (culprit["kind"], culprit["nodes"]) == ("node", ["node2"])
-    assert all(r["bad"] and "node2" in r["group"] for r in culprit["evidence"])
+    section = bl.localisation_section(found, "Gbit/s")
+    assert section.conclusion == "localised"
+    assert (section.rounds, section.probes) == (found.rounds_used, found.probes_run)
+    (culprit,) = section.culprits
+    assert (culprit.kind, culprit.nodes) == ("node", ("node2",))
+    assert all(r.bad and "node2" in r.group for r in culprit.evidence)
     # the ring's pair (node1 cleared since) and one round with a known-good partner
     assert found.rounds_used == 1
-    assert culprit["summary"] == "slow in 2 of 2 tests with it, fine without it: 0.49 vs 9.8 Gbit/s"
-    assert section["readings"][0]["round"] == 0 and section["flakes"] == []
+    assert culprit.summary == "slow in 2 of 2 tests with it, fine without it: 0.49 vs 9.8 Gbit/s"
+    assert section.readings[0].round == 0 and section.flakes == ()
+    # as the job writes it: values rounded, no error where there was none
+    written = section.to_json()
+    assert list(written) == [
+        "conclusion", "unit", "rounds", "probes", "nodes", "culprits", "flakes",
+        "unresolved", "describe", "readings",
+    ]  # fmt: skip
+    assert written["nodes"] == 5 and written["describe"] == found.describe()
+    reading = written["culprits"][0]["evidence"][0]
+    assert list(reading) == ["round", "group", "role", "value", "bad"]
+    assert reading["value"] == round(reading["value"], 4)
 
 
 def test_a_links_summary_compares_the_pair_with_its_ends_apart() -> None:
     found, _ = localise_tcp(Network(names(8), slow_links={("node3", "node4")}, noise=0.0))
-    (culprit,) = bl.localisation_json(found, "Gbit/s")["culprits"]
-    assert culprit["kind"] == "link"
+    (culprit,) = bl.localisation_section(found, "Gbit/s").culprits
+    assert culprit.kind == "link"
     assert re.fullmatch(
-        r"slow in (\d) of \1 tests of the pair, fine apart: 0.49 vs 9.8 Gbit/s", culprit["summary"]
+        r"slow in (\d) of \1 tests of the pair, fine apart: 0.49 vs 9.8 Gbit/s", culprit.summary
     )

@@ -6,9 +6,11 @@ import json
 import shlex
 
 from toolkit.preflight.load.job import Progress, intra_shape, node_results
+from toolkit.preflight.load.job_options import LoadJobOptions
 from toolkit.preflight.load.job_result import RESULT_PREFIX, IntraAllReduce, LoadResult
 from toolkit.preflight.load.node import DeviceLoad, NodeLoad
 from toolkit.preflight.measurement_jobs import PreflightJob, job_result
+from toolkit.preflight.ray_ranks import RayNode
 
 
 def load_json() -> dict[str, object]:
@@ -41,9 +43,12 @@ def test_many_nodes_get_counts_at_each_quarter_naming_a_few_failures() -> None:
 
 
 def test_ranks_per_node_one_per_gpu_or_two_on_the_cpu() -> None:
-    assert intra_shape({"Resources": {"GPU": 8.0, "CPU": 96.0}}) == (8, True)
-    assert intra_shape({"Resources": {"GPU": 1.0}}) == (1, True)
-    assert intra_shape({"Resources": {"CPU": 4.0}}) == (2, False)
+    def node(resources: dict[str, float]) -> RayNode:
+        return RayNode("n1", "ab12", "10.0.0.1", resources)
+
+    assert intra_shape(node({"GPU": 8.0, "CPU": 96.0})) == (8, True)
+    assert intra_shape(node({"GPU": 1.0})) == (1, True)
+    assert intra_shape(node({"CPU": 4.0})) == (2, False)
 
 
 def test_each_node_gets_its_figures_or_its_error() -> None:
@@ -76,8 +81,11 @@ def test_the_last_result_line_is_the_answer() -> None:
 
 
 def test_the_entrypoint_carries_the_options_as_one_argument() -> None:
-    options = {"nodes": ["a b", "it's"], "precision": "bf16", "duration_s": 2.0}
-    job = PreflightJob("load", "toolkit.preflight.load.job", options, "rtk load: ", RESULT_PREFIX)
+    options = LoadJobOptions(("a b", "it's"), "bf16", 2.0)
+    job = PreflightJob(
+        "load", "toolkit.preflight.load.job", options.to_json(), "rtk load: ", RESULT_PREFIX
+    )
     argv = shlex.split(job.entrypoint("/opt/py env/bin/python"))
     assert argv[:3] == ["/opt/py env/bin/python", "-m", "toolkit.preflight.load.job"]
-    assert json.loads(argv[3]) == options
+    assert json.loads(argv[3]) == {"nodes": ["a b", "it's"], "precision": "bf16", "duration_s": 2.0}
+    assert LoadJobOptions.from_json(json.loads(argv[3])) == options

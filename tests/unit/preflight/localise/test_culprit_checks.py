@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from toolkit.preflight.bandwidth import localise as bl
 from toolkit.preflight.bandwidth.job_result import BandwidthResult, TcpPair
+from toolkit.preflight.bandwidth.localise_section import (
+    LocaliseSection,
+    ShownCulprit,
+    ShownReading,
+)
 from toolkit.preflight.checks import bandwidth_checks
 from toolkit.preflight.localise.culprit_checks import kind_checks, link_scope, localise_checks
 from toolkit.preflight.localise.find import Culprit, Flake, Localisation, Reading
@@ -33,7 +40,7 @@ def found_node2() -> Localisation:
 
 
 def test_a_node_culprit_is_a_failed_check_scoped_to_the_node() -> None:
-    section = bl.localisation_json(found_node2(), "Gbit/s")
+    section = bl.localisation_section(found_node2(), "Gbit/s")
     (check,) = kind_checks("tcp", section)
     assert (check.name, check.scope, check.status) == ("net.localise.tcp", "node2", "fail")
     assert check.measured == (
@@ -56,7 +63,7 @@ def test_a_link_culprit_is_scoped_to_both_ends_and_excludes_neither() -> None:
     found = Localisation(
         "localised", (link,), (), ("c", "d", "a", "b"), (), readings, ("a", "b", "c", "d")
     )
-    (check,) = kind_checks("allreduce", bl.localisation_json(found, "GB/s busbw"))
+    (check,) = kind_checks("allreduce", bl.localisation_section(found, "GB/s busbw"))
     assert (check.name, check.scope, check.status) == ("net.localise.allreduce", "a<->b", "fail")
     assert check.measured == (
         "failed in 2 of 2 tests of the pair, fine apart: 9.2 GB/s busbw (link; 2 rounds, 3 probes)"
@@ -66,20 +73,22 @@ def test_a_link_culprit_is_scoped_to_both_ends_and_excludes_neither() -> None:
 
 
 def test_no_culprit_is_one_warning_for_the_cluster() -> None:
-    wide = {"conclusion": "cluster-wide", "nodes": 8, "rounds": 3, "probes": 9,
-            "unresolved": [["n1", "n2", "n3", "n4", "n5", "n6"]], "culprits": []}  # fmt: skip
+    wide = LocaliseSection(
+        "cluster-wide", rounds=3, probes=9, node_count=8,
+        unresolved=(("n1", "n2", "n3", "n4", "n5", "n6"),),
+    )  # fmt: skip
     (check,) = kind_checks("tcp", wide)
     assert (check.scope, check.status) == ("cluster", "warn")
     assert check.measured.startswith("no single culprit: 6 of 8 nodes")
     flaky = Localisation(
         "flaky", (), (Flake(("n1", "n2"), ()),), ("n1", "n2"), (), (), ("n1", "n2", "n3")
     )
-    (check,) = kind_checks("tcp", bl.localisation_json(flaky, "Gbit/s"))
+    (check,) = kind_checks("tcp", bl.localisation_section(flaky, "Gbit/s"))
     assert check.status == "warn" and "n1,n2" in check.measured
-    (check,) = kind_checks("allreduce", {"error": "RayActorError: died", "groups": []})
+    (check,) = kind_checks("allreduce", LocaliseSection(error="RayActorError: died", groups=()))
     assert check.status == "warn" and "RayActorError" in check.measured
     healthy = Localisation("healthy", (), (), ("n1", "n2"), (), (), ("n1", "n2"))
-    assert kind_checks("tcp", bl.localisation_json(healthy, "Gbit/s")) == []
+    assert kind_checks("tcp", bl.localisation_section(healthy, "Gbit/s")) == []
 
 
 def test_the_bandwidth_checks_carry_the_localise_section() -> None:
@@ -89,7 +98,7 @@ def test_the_bandwidth_checks_carry_the_localise_section() -> None:
         TcpPair("node3", "node4", gbit_s=9.7),
         TcpPair("node4", "node1", gbit_s=9.8),
     )
-    section = {"tcp": bl.localisation_json(found_node2(), "Gbit/s")}
+    section = {"tcp": bl.localisation_section(found_node2(), "Gbit/s")}
     found = bandwidth_checks(BandwidthResult(tcp=ring, localise=section))
     failed = {(c.name, c.scope) for c in found if c.status == "fail"}
     assert failed == {("net.bandwidth.tcp", "node1->node2"), ("net.localise.tcp", "node2")}
@@ -102,21 +111,21 @@ def test_a_slow_ring_pair_measured_fine_again_by_localisation_only_warns() -> No
         TcpPair("n3", "n4", 2, 1.0),
         TcpPair("n4", "n1", 1, 9.5),
     )
-    found = {
-        "conclusion": "localised",
-        "culprits": [{"kind": "node", "nodes": ["n2"], "summary": "slow in 2 of 2 tests"}],
-        "readings": [
-            {"round": 1, "group": ["n1", "n2"], "role": "test", "value": 0.4, "bad": True},
-            {"round": 1, "group": ["n3", "n4"], "role": "test", "value": 8.0, "bad": False},
-        ],
-    }
+    found = LocaliseSection(
+        "localised",
+        culprits=(ShownCulprit("node", ("n2",), "slow in 2 of 2 tests"),),
+        readings=(
+            ShownReading(1, ("n1", "n2"), "part", 0.4, True),
+            ShownReading(1, ("n3", "n4"), "part", 8.0, False),
+        ),
+    )
     checks = bandwidth_checks(BandwidthResult(tcp=ring, localise={"tcp": found}))
     status = {(c.name, c.scope): c.status for c in checks}
     assert status[("net.bandwidth.tcp", "n1->n2")] == "fail"  # its end is the culprit
     assert status[("net.bandwidth.tcp", "n3->n4")] == "warn"  # measured fine again
     assert status[("net.localise.tcp", "n2")] == "fail"
     # Without a good reading of both ends, a slow pair stays failed.
-    found["readings"] = found["readings"][:1]
+    found = replace(found, readings=found.readings[:1])
     checks = bandwidth_checks(BandwidthResult(tcp=ring, localise={"tcp": found}))
     assert {(c.scope, c.status) for c in checks if c.name == "net.bandwidth.tcp"} >= {
         ("n3->n4", "fail")
