@@ -81,8 +81,9 @@ def cluster_status(plan: ClusterPlan, transport: Transport) -> ClusterStatus:
     except (ClusterError, TransportError) as e:
         status.error = _explain(str(e), plan)
         return status
-    status.ray_version = answer.get("ray_version")
-    _match(status, answer.get("nodes", []))
+    version, nodes = answer.get("ray_version"), answer.get("nodes")
+    status.ray_version = version if isinstance(version, str) else None
+    _match(status, [n for n in nodes if isinstance(n, dict)] if isinstance(nodes, list) else [])
     return status
 
 

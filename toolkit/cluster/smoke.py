@@ -5,6 +5,7 @@ from __future__ import annotations
 from toolkit.cluster.plan import ClusterPlan
 from toolkit.errors import ClusterError
 from toolkit.nodeinfo import call_agent
+from toolkit.nodeinfo.answer_errors import answer_fields
 from toolkit.transport.base import Transport
 
 SMOKE_TIMEOUT_S = 180.0
@@ -17,7 +18,8 @@ def run_smoke(plan: ClusterPlan, transport: Transport) -> dict[str, dict[str, st
         ClusterError: The driver failed, or a task did not run on its node.
     """
     answer = call_agent(transport, plan.head.node, plan.smoke_command(), SMOKE_TIMEOUT_S)
-    ran: dict[str, dict[str, str]] = answer.get("ran", {})
+    tasks = answer_fields(plan.head.node.name, "smoke answer", answer).nested_or_none("ran")
+    ran = {} if tasks is None else {name: tasks.text_map(name) for name in tasks.data}
     wrong = [name for name in (n.name for n in plan.nodes) if ran.get(name, {}).get("node") != name]
     if wrong:
         raise ClusterError(f"Ray tasks did not run on their nodes: {', '.join(wrong)} ({ran})")

@@ -10,9 +10,8 @@ script is asked to connect to.
 
 from __future__ import annotations
 
-from typing import Any
-
 from toolkit.inventory import Node
+from toolkit.json_types import JsonObject
 from toolkit.nodeinfo.script import AGENT, FACTS, NodeScript
 from toolkit.transport.base import Transport
 
@@ -24,8 +23,10 @@ def agent_source() -> str:
     return AGENT.source()
 
 
-def call_agent(transport: Transport, node: Node, command: str, timeout_s: float) -> dict[str, Any]:
+def call_agent(transport: Transport, node: Node, command: str, timeout_s: float) -> JsonObject:
     """Run an agent command line (from the plan) on ``node`` and return its JSON answer.
+
+    The answer is the agent's JSON, not yet read: the caller reads it into a record.
 
     Raises:
         ClusterError: The agent did not run, or reported an error.

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit.fields import Fields
+from toolkit.json_types import JsonObject
 from toolkit.nodeinfo.answer_errors import answer_fields
 
 
@@ -103,9 +104,9 @@ class GpuDeviceFacts:
             errors=f.text_map("errors"),
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The entry as ``facts.py`` prints it (fields not reported left out)."""
-        out: dict[str, Any] = {}
+        out: JsonObject = {}
         for key in _DEVICE_FIELDS:
             value = getattr(self, key)
             if value is not None:
@@ -184,11 +185,11 @@ class GpuFacts:
         """
         return cls.read(answer_fields(node, "GPU facts", data, ("gpus",)))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The object as ``facts.py`` prints it (``from_json`` reads it back)."""
         if not self.available:
             return {"available": False, "reason": self.reason}
-        out: dict[str, Any] = {"available": True}
+        out: JsonObject = {"available": True}
         if self.driver_version is not None:
             out["driver_version"] = self.driver_version
         if self.cuda_driver_version is not None:

@@ -21,10 +21,10 @@ import threading
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any
 
 from toolkit.errors import ClusterError, RtkError
 from toolkit.inventory import Node
+from toolkit.json_types import JsonObject
 from toolkit.shell import join, with_env_file
 from toolkit.transport.base import CommandResult, Transport
 
@@ -146,10 +146,11 @@ class NodeScript:
         line = join([node.python, "-", *args])
         return with_env_file(env_file, line) if env_file else line
 
-    def call(
-        self, transport: Transport, node: Node, command: str, timeout_s: float
-    ) -> dict[str, Any]:
+    def call(self, transport: Transport, node: Node, command: str, timeout_s: float) -> JsonObject:
         """Run ``command`` (from ``self.command``) on ``node``; the script's JSON answer.
+
+        The answer is JSON as the script printed it, not yet read: its caller reads it
+        once into a record (``ProbeFacts.from_json``, ``answer_fields``).
 
         Raises:
             RtkError: ``self.error``: the script did not run, gave no answer, or
@@ -159,13 +160,13 @@ class NodeScript:
         result = transport.run(node, command, stdin=self.source(), timeout_s=timeout_s)
         return self.answer(node, result)
 
-    def answer(self, node: Node, result: CommandResult) -> dict[str, Any]:
+    def answer(self, node: Node, result: CommandResult) -> JsonObject:
         """The JSON object on the last line of ``result``'s stdout, if it says success.
 
         Raises:
             RtkError: ``self.error``, naming the node and why.
         """
-        answer: dict[str, Any] = {}
+        answer: JsonObject = {}
         lines = result.stdout.strip().splitlines()
         if lines:
             try:

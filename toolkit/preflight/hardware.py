@@ -119,11 +119,19 @@ class _FileModel(_Strict):
 # -- loading and merging -----------------------------------------------------------------
 
 
+YamlMapping = Mapping[object, object]
+"""A YAML mapping as read, before ``_FileModel`` checks it: any key, any value.
+
+Its keys are not all strings (``pcie.x16_unidir_gb_s`` is keyed by generation), and
+what is read out of it is narrowed where it is read.
+"""
+
+
 @dataclass
 class _Layer:
     source: str
     located: LocatedData
-    data: dict[str, Any]
+    data: YamlMapping
 
 
 def default_path() -> Path:
@@ -147,7 +155,7 @@ def load_hardware(
     layers = [_read_layer(Path(defaults) if defaults else default_path())]
     if user_file is not None:
         layers.append(_read_layer(Path(user_file)))
-    merged: dict[str, Any] = {}
+    merged: YamlMapping = {}
     for layer in layers:
         merged = _merge(merged, layer.data)
     try:
@@ -160,7 +168,7 @@ def load_hardware(
     problems = _cross_checks(model, layers)
     if problems:
         raise HardwareError(problems)
-    return _table(model, merged, layers)
+    return _table(model, layers)
 
 
 def _read_layer(path: Path) -> _Layer:
@@ -194,7 +202,7 @@ def _read_layer(path: Path) -> _Layer:
     return _Layer(source, located, data)
 
 
-def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+def _merge(base: YamlMapping, over: YamlMapping) -> dict[object, object]:
     """``over`` merged into ``base``: mappings merge key by key, other values replace.
 
     A cited number (a mapping with ``value``) is one value: it replaces, never merges.
@@ -212,7 +220,7 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 def _where(layers: list[_Layer], path: KeyPath) -> tuple[str, int | None]:
     """The file (and line) that last set ``path``: the one whose value counts."""
     for layer in reversed(layers):
-        node: Any = layer.data
+        node: object = layer.data
         for part in path:
             if not isinstance(node, Mapping) or part not in node:
                 break
@@ -297,7 +305,7 @@ def _refs(source: str | list[str] | None) -> list[str]:
     return [source] if isinstance(source, str) else list(source)
 
 
-def _table(model: _FileModel, merged: Mapping[str, Any], layers: list[_Layer]) -> HardwareTable:
+def _table(model: _FileModel, layers: list[_Layer]) -> HardwareTable:
     def cite(value: _Cited | None) -> Cited | None:
         if value is None:
             return None
@@ -308,8 +316,10 @@ def _table(model: _FileModel, merged: Mapping[str, Any], layers: list[_Layer]) -
         return {k: c for k, v in values.items() if (c := cite(v)) is not None}
 
     # A user's models first: where a default entry claims the same name, theirs wins.
-    user_keys = set(layers[-1].data.get("gpus") or {}) if len(layers) > 1 else set()
-    order = sorted(model.gpus, key=lambda k: (k not in user_keys, list(merged["gpus"]).index(k)))
+    # Otherwise the merged files' order, which model.gpus keeps (sorted is stable).
+    user_gpus = layers[-1].data.get("gpus") if len(layers) > 1 else None
+    user_keys = set(user_gpus) if isinstance(user_gpus, Mapping) else set()
+    order = sorted(model.gpus, key=lambda k: k not in user_keys)
     gpus = {
         key: GpuSpec(
             key=key,

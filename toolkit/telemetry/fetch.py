@@ -19,6 +19,7 @@ from pathlib import Path, PurePosixPath
 from toolkit.cluster.plan import ClusterPlan
 from toolkit.errors import ClusterError, TransportError
 from toolkit.nodeinfo import call_agent
+from toolkit.nodeinfo.answer_errors import answer_fields
 from toolkit.shell import join
 from toolkit.transport.base import Transport
 
@@ -64,6 +65,7 @@ def fetch_run(plan: ClusterPlan, transport: Transport, run_dir: str, dest: Path)
     head = plan.head.node
     remote = posixpath.join(plan.paths.temp_dir, f"rtk-pack-{uuid.uuid4().hex[:12]}.tar.gz")
     answer = call_agent(transport, head, plan.pack_command(run_dir, remote), FETCH_TIMEOUT_S)
+    files = answer_fields(head.name, "pack answer", answer).texts("files")
     dest.mkdir(parents=True, exist_ok=True)
     archive = dest / f".{Path(remote).name}"
     try:
@@ -75,4 +77,4 @@ def fetch_run(plan: ClusterPlan, transport: Transport, run_dir: str, dest: Path)
         archive.unlink(missing_ok=True)
         with contextlib.suppress(TransportError):  # the temp dir goes with rtk down anyway
             transport.run(head, f"rm -f {join([remote])}", timeout_s=30.0)
-    return [str(name) for name in answer.get("files", [])]
+    return list(files)

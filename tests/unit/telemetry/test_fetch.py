@@ -81,3 +81,16 @@ def test_an_archive_reaching_outside_the_run_is_refused(tmp_path: Path, name: st
     with pytest.raises(ValueError, match="refusing"):
         unpack(archive, dest)
     assert not (tmp_path / "escape.txt").exists() and not (dest / "link").exists()
+
+
+def test_a_pack_answer_without_file_names_is_refused_naming_the_head(tmp_path: Path) -> None:
+    from scripted_transport import ScriptedTransport
+
+    from toolkit.errors import ClusterError
+
+    plan = build_plan(default_inventory())
+    transport = ScriptedTransport().on("*", " pack ", {"files": ["metrics.json", 3]})
+    with pytest.raises(ClusterError, match=rf"^{plan.head.node.name}: malformed pack answer"):
+        fetch_run(plan, transport, "/runs/r1", tmp_path / "here")
+    assert transport.commands(pattern=" pack ") and not transport.commands(pattern="^rm ")
+    assert not (tmp_path / "here").exists()  # refused as it arrived: nothing copied

@@ -4,6 +4,8 @@
 them and Ray's own view of the cluster (a node registers with the head when its
 ``ray start`` has finished, later for a late joiner), and answers the node agent's
 ``probe``, ``status``, ``smoke`` and ``stop`` and preflight's facts as the nodes would.
+Each answer is the JSON document the node script would print (``JsonObject``): rtk
+reads it as it reads a real node's.
 """
 
 from __future__ import annotations
@@ -16,10 +18,10 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import toolkit
 from toolkit.inventory import Node
+from toolkit.json_types import JsonObject, JsonValue
 from toolkit.node.common import source_digest
 from toolkit.nodeinfo.reach_request import ReachRequest
 from toolkit.ray_resources import host_resource
@@ -81,14 +83,14 @@ class SimulatedCluster:
         with self.lock:
             return [n for n, e in self.ray.items() if e.alive and e.registers_at <= now]
 
-    def status_answer(self) -> tuple[int, dict[str, Any]]:
+    def status_answer(self) -> tuple[int, JsonObject]:
         """The agent's ``status`` on the head: Ray's node list, or why it cannot be read."""
         with self.lock:
             head = self.ray.get(self.head or "")
             if head is None or not head.alive:
                 return 1, {"error": "ConnectionError: Failed to connect to the dashboard"}
             now = time.monotonic()
-            nodes = [
+            nodes: list[JsonValue] = [
                 {
                     "node_id": e.node_id,
                     "node_ip": e.node_ip,
@@ -137,16 +139,16 @@ class SimulatedCluster:
                 self.head = name
         return command_result(node, "ray start", 0, f"{READY_TEXT}\n", "")
 
-    def smoke_answer(self, hosts: Sequence[str]) -> tuple[int, dict[str, Any]]:
+    def smoke_answer(self, hosts: Sequence[str]) -> tuple[int, JsonObject]:
         """The agent's ``smoke`` on the head: one task ran on every node Ray lists alive."""
         alive = set(self.registered())
         with self.lock:
             if not any(e.alive and e.is_head for e in self.ray.values()):
                 return 1, {"error": "ConnectionError: no Ray cluster at the head's address"}
-        ran = {h: {"node": h, "hostname": h} for h in hosts if h in alive}
+        ran: JsonObject = {h: {"node": h, "hostname": h} for h in hosts if h in alive}
         return 0, {"ran": ran}
 
-    def stop_ray(self, node: Node) -> dict[str, Any]:
+    def stop_ray(self, node: Node) -> JsonObject:
         """The agent's ``stop``: this cluster's processes there end; Ray marks it dead."""
         self.model.sleep(self.model.stop_s)
         with self.lock:
@@ -168,7 +170,7 @@ class SimulatedCluster:
             self.stop_ray(node)
         return command_result(node, "remove container", 0, f"{name}\n" if name else "", "")
 
-    def probe_answer(self, node: Node, args: Sequence[str]) -> dict[str, Any]:
+    def probe_answer(self, node: Node, args: Sequence[str]) -> JsonObject:
         """The agent's ``probe``: the route to the head, and whether Ray runs here.
 
         With a container request (its fifth argument), a runtime that answers, has the
@@ -178,7 +180,7 @@ class SimulatedCluster:
         head_address = args[0] if args else ""
         running = node.name in self.running()
         request = json.loads(args[4]) if len(args) > 4 and args[4] else None
-        answer = {
+        answer: JsonObject = {
             "hostname": node.name,
             "python": "3.11.9",
             "route": {"head_ip": head_address, "source_ip": node.address, "interface": "eth0"},
@@ -210,9 +212,7 @@ class SimulatedCluster:
             }
         return answer
 
-    def facts_answer(
-        self, node: Node, args: Sequence[str], request: ReachRequest
-    ) -> dict[str, Any]:
+    def facts_answer(self, node: Node, args: Sequence[str], request: ReachRequest) -> JsonObject:
         """Preflight's ``facts.py``: a healthy host, and the ports ``request`` names.
 
         A port is reached where Ray runs, unless ``Faults`` closes it on its node or
@@ -222,7 +222,7 @@ class SimulatedCluster:
         run_dir = args[0] if args else "~"
         up = self.running()
         faults = self.faults
-        reach: dict[str, dict[str, Any]] = {}
+        reach: JsonObject = {}
         for peer in request.peers:
             closed = faults.ports_closed.get(peer.name, frozenset())
             cut = (node.name, peer.name) in faults.pairs_cut
@@ -234,7 +234,7 @@ class SimulatedCluster:
                     reach[key] = _refused()
                 else:
                     reach[key] = {"ok": True, "ms": 0.2}
-        answer: dict[str, Any] = {
+        answer: JsonObject = {
             "hostname": node.name,
             "hostname_addresses": [node.address],
             "dev_shm_bytes": 64 * 2**30,
@@ -253,14 +253,15 @@ class SimulatedCluster:
             answer["ray_files"] = self._ray_files(node.name, args[2])
         return answer
 
-    def _ray_files(self, node: str, env_file: str) -> dict[str, str]:
+    def _ray_files(self, node: str, env_file: str) -> JsonObject:
         """As ``facts.ray_files`` reads them: the env file, and its TLS files when on."""
         with self.lock:
             env = self.files.get((node, env_file))
             if env is None:
                 return {}
-            found = {"env": env.decode()}
-            values = parse_env_file(found["env"])
+            text = env.decode()
+            found: JsonObject = {"env": text}
+            values = parse_env_file(text)
             if ray_tls_on(values):
                 for key, name in (("cert", "RAY_TLS_SERVER_CERT"), ("ca", "RAY_TLS_CA_CERT")):
                     data = self.files.get((node, values.get(name, "")))
@@ -304,13 +305,13 @@ class SimulatedCluster:
 
 
 @functools.cache
-def _this_rtk() -> dict[str, str]:
+def _this_rtk() -> JsonObject:
     """The probe's answer for a node with the same rtk as this process."""
     root = str(Path(toolkit.__file__).parent)
     return {"path": root, "digest": source_digest(root)}
 
 
-def _refused() -> dict[str, Any]:
+def _refused() -> JsonObject:
     return {"ok": False, "error": "Connection refused"}
 
 

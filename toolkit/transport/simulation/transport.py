@@ -13,10 +13,10 @@ import shlex
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from toolkit.errors import TransportError
 from toolkit.inventory import Node
+from toolkit.json_types import JsonObject
 from toolkit.nodeinfo.reach_request import request_in
 from toolkit.nodeinfo.script import AGENT, FACTS
 from toolkit.transport.base import CommandResult, Transport
@@ -168,5 +168,5 @@ def _script_args(command: str, word: bool = True) -> tuple[str, list[str]]:
     return "", args
 
 
-def _json(node: Node, command: str, data: Mapping[str, Any], code: int = 0) -> CommandResult:
-    return command_result(node, command, code, json.dumps(dict(data)) + "\n", "")
+def _json(node: Node, command: str, data: JsonObject, code: int = 0) -> CommandResult:
+    return command_result(node, command, code, json.dumps(data) + "\n", "")
