@@ -29,8 +29,10 @@ from toolkit.rundir import (
     read_markers,
     read_metrics,
 )
+from toolkit.rundir.devices import GpuInfo, HostInfo, PowerModel, RaplDomain
 from toolkit.rundir.gpu_settings import GpuApplied, NodeGpuSettings
 from toolkit.rundir.record_base import Record
+from toolkit.rundir.telemetry import ClockEntry, ClockOffset, SamplerStop, SamplerSummary
 
 BASELINE = IdleBaseline(10.0, 250.5, 41.0, {"n1": 120.0, "n2": None})
 COOLDOWN = IdleCooldown(12.5, True, 260.0, 45.0, 250.5, 120.0)
@@ -40,19 +42,31 @@ NODE = NodeManifest(
     offset_s=0.25,
     uncertainty_s=0.001,
     status="complete",
-    devices={"GPU-1": {"kind": "gpu", "name": "H100"}},
+    devices={
+        "host": HostInfo(
+            power_source="model",
+            energy_source="rapl",
+            power_source_reason="no IPMI",
+            rapl_domains=(RaplDomain("intel-rapl:0", "package", "package-0"),),
+            cpus=2,
+            model=PowerModel(2.0, 8.0, "an estimate"),
+        ),
+        "GPU-1": GpuInfo(name="H100", nvml_index=0, mig_devices=("MIG-1",), unsupported=()),
+    },
     samples_expected=600,
     error=None,
     node_id="abc123",
     pid=4242,
     sensors=("host", "nvml"),
-    clock={"offset_s": 0.25, "uncertainty_s": 0.001, "start": {"rounds": 15}, "end": None},
+    clock=ClockEntry(0.25, 0.001, ClockOffset(0.25, 0.001, 15, 0.0004), None),
     first_wall_s=1_795_250_000.0,
     last_wall_s=1_795_250_060.0,
-    sampler={"samples": 600},
+    sampler=SamplerSummary(
+        600, 1_795_250_000.0, 1_795_250_060.0, SamplerStop(6000, 2, 60, 0, None), ("cut",)
+    ),
 )
 HEAD = NodeManifest(
-    "n1", "n1.example", 0.0, 0.0, "lost", {}, 10, "sampler died", clock={"offset_s": 0.0}
+    "n1", "n1.example", 0.0, 0.0, "lost", {}, 10, "sampler died", sampler=SamplerSummary(10, 1.0, 2.0)
 )
 
 RECORDS: list[Record] = [
