@@ -66,7 +66,15 @@ NODE = NodeManifest(
     ),
 )
 HEAD = NodeManifest(
-    "n1", "n1.example", 0.0, 0.0, "lost", {}, 10, "sampler died", sampler=SamplerSummary(10, 1.0, 2.0)
+    "n1",
+    "n1.example",
+    0.0,
+    0.0,
+    "lost",
+    {},
+    10,
+    "sampler died",
+    sampler=SamplerSummary(10, 1.0, 2.0),
 )
 
 RECORDS: list[Record] = [
@@ -259,12 +267,17 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_rundir_is_a_low_layer() -> None:
-    """It imports the standard library, pyarrow, toolkit.errors, .fields, .wallclock and itself."""
+    """It imports the stdlib, pyarrow, toolkit's errors, fields, json_types, wallclock, itself."""
     package = Path(toolkit.rundir.__file__).parent
     for path in sorted(package.glob("*.py")):
         for name in _imports(path):
             if name.startswith("toolkit"):
-                low = name in {"toolkit.errors", "toolkit.fields", "toolkit.wallclock"}
+                low = name in {
+                    "toolkit.errors",
+                    "toolkit.fields",
+                    "toolkit.json_types",
+                    "toolkit.wallclock",
+                }
                 assert low or name.startswith("toolkit.rundir"), (path, name)
             else:
                 assert name.split(".")[0] not in {"pydantic", "ray", "torch", "numpy"}, (
@@ -282,12 +295,24 @@ def test_markers_written_are_markers_read(tmp_path: Path, monkeypatch: Any) -> N
         torn.write('{"event": "step_beg')  # a crash mid-line
     records = read_markers(tmp_path)
     assert records == written
-    marker = Marker.from_json(records[1])
+    marker = records[1]
     assert (marker.event, marker.step, marker.node, marker.rank) == ("step_end", 1, "node7", 2)
     assert marker.fields == {"loss": 2.0}
-    assert marker.to_json() == records[1]
+    line = json.loads(RunDir(tmp_path).marker(2).read_text().splitlines()[1])
+    assert marker.to_json() == line
+    assert set(line) == {"v", "event", "step", "wall_s", "mono_s", "node", "hostname", "rank"} | {
+        "local_rank",
+        "world_size",
+        "gpu_uuid",
+        "pid",
+        "loss",
+    }
     with pytest.raises(RunDirError, match="rank"):
-        Marker.from_json({**records[0], "rank": "two"})
+        Marker.from_json({**records[0].to_json(), "rank": "two"})
+    with RunDir(tmp_path).marker(3).open("w") as other:
+        other.write(json.dumps({**records[0].to_json(), "rank": "two"}) + "\n")
+    with pytest.raises(RunDirError, match="rank-00003.jsonl:1: rank"):
+        read_markers(tmp_path)
 
 
 def test_metrics_lines_are_read_with_bad_lines_named(tmp_path: Path) -> None:

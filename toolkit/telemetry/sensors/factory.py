@@ -106,9 +106,7 @@ def describe_available(
     info = host.info
     host.close()
     result = {
-        "host": Availability(
-            True, f"power source {info.power_source}: {info.power_source_reason}"
-        )
+        "host": Availability(True, f"power source {info.power_source}: {info.power_source_reason}")
     }
     try:
         gpus = NvmlSensor(nvml)
@@ -117,6 +115,7 @@ def describe_available(
     else:
         devices = gpus.devices()
         gpus.close()
-        names = sorted({"GPU" if d.name is None else d.name for d in devices.values() if isinstance(d, GpuInfo)})
+        gpu_infos = [d for d in devices.values() if isinstance(d, GpuInfo)]
+        names = sorted({"GPU" if d.name is None else d.name for d in gpu_infos})
         result["nvml"] = Availability(True, f"{len(devices)} GPU(s): {', '.join(names)}")
     return result
