@@ -284,7 +284,7 @@ def _node_samples(
         powers["host"] = np.where(busy, spec.host_busy_w, spec.host_idle_w)
     for gpu in range(node.gpus):
         uuid = gpu_uuid(index, gpu)
-        devices[uuid] = {"kind": "gpu", "name": "NVIDIA H100 80GB HBM3", "index": gpu}
+        devices[uuid] = {"kind": "gpu", "name": "NVIDIA H100 80GB HBM3", "nvml_index": gpu}
         powers[uuid] = np.where(busy, spec.gpu_busy_w + 10 * gpu, spec.gpu_idle_w + 5 * gpu)
     counters = {}
     for dev, power in powers.items():

@@ -17,51 +17,53 @@ from synthetic.samples import (
 )
 from synthetic.spec import T0_WALL_S, Plan, SynthSpec
 from toolkit.rundir import MetricsLine, NodeManifest, RunDir
+from toolkit.rundir.devices import DeviceInfo, GpuInfo, HostInfo
+from toolkit.rundir.telemetry import ClockEntry, ClockOffset, SamplerSummary
 
 BARRIER_ENTER = "barrier_enter"
 
 
 def node_manifest(spec: SynthSpec, node: int, truth: NodeTruth) -> NodeManifest:
     lost = node == spec.faults.lost_node
-    clock = {"offset_s": truth.offset_s, "uncertainty_s": 0.00012}
-    devices: dict[str, dict[str, object]] = {
-        "host": {
-            "kind": "host",
-            "cpus": HOST_CPUS,
-            "power_source": "model",
-            "energy_source": "model",
-            "memory_total_bytes": HOST_MEMORY_BYTES,
-        }
+    estimate = ClockOffset(truth.offset_s, 0.00012, 15, 0.00024)
+    devices: dict[str, DeviceInfo] = {
+        "host": HostInfo(
+            power_source="model",
+            energy_source="model",
+            cpus=HOST_CPUS,
+            memory_total_bytes=HOST_MEMORY_BYTES,
+        )
     }
     for g in range(spec.gpus):
         uuid = spec.gpu_uuid(node, g)
-        devices[uuid] = {
-            "kind": "gpu",
-            "uuid": uuid,
-            "nvml_index": g,
-            "name": "NVIDIA H100 80GB HBM3",
-            "serial": f"1652{node:05d}{g:04d}",
-            "memory_total_bytes": GPU_MEMORY_BYTES,
-            "power_limit_w": POWER_LIMIT_W,
-            "pci_bus_id": f"00000000:{0x18 + 0x10 * g:02X}:00.0",
-            "unsupported": [],
-        }
+        devices[uuid] = GpuInfo(
+            uuid=uuid,
+            nvml_index=g,
+            name="NVIDIA H100 80GB HBM3",
+            serial=f"1652{node:05d}{g:04d}",
+            memory_total_bytes=GPU_MEMORY_BYTES,
+            power_limit_w=POWER_LIMIT_W,
+            pci_bus_id=f"00000000:{0x18 + 0x10 * g:02X}:00.0",
+            unsupported=(),
+        )
     return NodeManifest(
         name=truth.name,
         hostname=f"{truth.name}.cluster.internal",
         offset_s=truth.offset_s,
         uncertainty_s=0.00012,
         status="lost" if lost else "complete",
-        devices=devices,  # type: ignore[arg-type]
+        devices=devices,
         samples_expected=truth.samples,
         error="sampler process died (SIGKILL)" if lost else None,
         node_id=f"{spec.seed:08x}{node:048x}",
         pid=41000 + node,
         sensors=("host", "nvml"),
-        clock={**clock, "start": {**clock, "rounds": 15}, "end": {**clock, "rounds": 15}},
+        clock=ClockEntry(truth.offset_s, 0.00012, estimate, estimate),
         first_wall_s=truth.first_wall_s,
         last_wall_s=truth.last_wall_s,
-        sampler=None if lost else {"samples": truth.samples, "late_ticks": 0, "errors": 0},
+        sampler=None
+        if lost
+        else SamplerSummary(truth.samples, truth.first_wall_s, truth.last_wall_s),
     )
 
 

@@ -12,7 +12,10 @@ from __future__ import annotations
 import socket
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from toolkit.telemetry.sampler import SamplerStats
 
 
 class LocalTelemetry:
@@ -54,10 +57,10 @@ class LocalTelemetry:
         for sensor in self.sensors:
             sensor.close()
         self.stats = stats.to_json()
-        self._manifest("complete", self.stats, time.time())
+        self._manifest("complete", stats, time.time())
 
     def _manifest(
-        self, status: str, stats: dict[str, Any] | None, ended: float | None = None
+        self, status: str, stats: SamplerStats | None, ended: float | None = None
     ) -> None:
         from toolkit.rundir import Manifest, NodeManifest, RunDir
 
@@ -68,12 +71,12 @@ class LocalTelemetry:
             uncertainty_s=0.0,
             status=status,
             devices=self.devices,
-            samples_expected=(stats or {}).get("samples"),
+            samples_expected=None if stats is None else stats.samples,
             error=None,
             sensors=tuple(s.name for s in self.sensors),
-            first_wall_s=(stats or {}).get("first_wall_s"),
-            last_wall_s=(stats or {}).get("last_wall_s"),
-            sampler=stats,
+            first_wall_s=None if stats is None else stats.first_wall_s,
+            last_wall_s=None if stats is None else stats.last_wall_s,
+            sampler=None if stats is None else stats.summary(),
         )
         Manifest(
             head=self.node,

@@ -147,13 +147,13 @@ def check_run(run_dir: Path, sandbox: Sandbox, steps: int) -> None:
     assert [m["step"] for m in metrics] == list(range(1, steps + 1))
     assert metrics[-1]["loss"] < 0.6 * metrics[0]["loss"]
     records = read_markers(run_dir)
-    ranks = sorted({r["rank"] for r in records})
+    ranks = sorted({r.rank for r in records})
     assert ranks == [0, 1, 2]
     # One rank per node, every node used.
-    nodes = {r["rank"]: r["node"] for r in records if r["event"] == "run_start"}
+    nodes = {r.rank: r.node for r in records if r.event == "run_start"}
     assert sorted(nodes.values()) == sorted(n.name for n in sandbox.nodes)
     for rank in ranks:
-        barriers = [r["step"] for r in records if r["rank"] == rank and r["event"] == "barrier"]
+        barriers = [r.step for r in records if r.rank == rank and r.event == "barrier"]
         assert barriers == [5, 10, 15, 20, 25, 30]
     assert 1 <= len(checkpoints(run_dir)) <= 3
     check_telemetry(run_dir, sandbox, steps)
@@ -351,19 +351,19 @@ def test_a_lost_worker_node_restarts_from_the_last_checkpoint(
     assert "SUCCEEDED after" in output
     assert killed_at < 120, "the kill came after the run had finished"
     assert [m["step"] for m in metric_steps(run_dir)] == list(range(1, 121))
-    starts = [r for r in read_markers(run_dir) if r["event"] == "run_start"]
-    restarts = [r for r in starts if r["resumed"]]
+    starts = [r for r in read_markers(run_dir) if r.event == "run_start"]
+    restarts = [r for r in starts if r.fields["resumed"]]
     # Every rank restarted once, from one checkpoint, on all three nodes again. Which
     # checkpoint: Ray Train's controller collects reports every 2 s, so a node lost
     # within 2 s of a checkpoint restarts from the one before.
     assert len(restarts) == 3
-    restart_steps = {r["step"] for r in restarts}
+    restart_steps = {r.step for r in restarts}
     assert len(restart_steps) == 1
     assert restart_steps <= {20, 40, 60, 80, 100}
-    assert restarts[0]["step"] <= killed_at
+    assert restarts[0].step <= killed_at
 
-    assert sorted({r["node"] for r in restarts}) == sorted(n.name for n in sandbox_train.nodes), [
-        (r["rank"], r["node"], r["hostname"], r["step"], r["wall_s"]) for r in starts
+    assert sorted({r.node for r in restarts}) == sorted(n.name for n in sandbox_train.nodes), [
+        (r.rank, r.node, r.hostname, r.step, r.wall_s) for r in starts
     ]
     # Telemetry: the report builds; the node whose sampler was killed shows its data up
     # to the kill and a gap after it; the node whose Ray was killed lost its sampler too.
@@ -377,7 +377,7 @@ def test_a_lost_worker_node_restarts_from_the_last_checkpoint(
     assert node["partial"] and node["gaps"] and node["covered_fraction"] < 1.0
     assert "report: " in output
     superseded = run_dir / "metrics.superseded.jsonl"
-    restarted_at = restarts[0]["step"]
+    restarted_at = restarts[0].step
     if superseded.exists():
         assert all(
             json.loads(x)["step"] > restarted_at for x in superseded.read_text().splitlines()
@@ -534,14 +534,14 @@ def test_training_without_a_shared_filesystem_gathers_every_ranks_markers(
         *("--straggle", "2:1.0"),  # rank 2 sleeps 1 s before every barrier
     )
     records = read_markers(run_dir)
-    assert sorted({r["rank"] for r in records}) == [0, 1, 2]
+    assert sorted({r.rank for r in records}) == [0, 1, 2]
     summary = json.loads((run_dir / "report" / "summary.json").read_text())
     assert summary["run"]["steps"] == 10
     assert [b["ranks"] for b in summary["barriers"]] == [3, 3]
     # The injected straggler is named, and the others' waiting is measured in energy.
     stragglers = summary["stragglers"]
     assert stragglers["slowest_rank"] == 2 and stragglers["barriers"] == 2
-    node_of = {r["rank"]: r["node"] for r in records}
+    node_of = {r.rank: r.node for r in records}
     assert stragglers["last_by_node"] == {node_of[2]: 2}
     for rank in stragglers["ranks"]:
         if rank["rank"] == 2:
@@ -575,7 +575,7 @@ def test_training_without_telemetry_or_a_shared_filesystem_keeps_rank_0s_steps(
     )
     assert [m["step"] for m in metric_steps(run_dir)] == list(range(1, 13))
     records = read_markers(run_dir)
-    assert {(r["rank"], r["node"]) for r in records} == {(0, worker)}
+    assert {(r.rank, r.node) for r in records} == {(0, worker)}
     assert not (run_dir / "telemetry").exists()  # no sampler ran
     # The worker wrote it; the head holds the copy rtk fetched (neither is this /tmp).
     for node in (worker, sandbox_train.nodes[0].name):
@@ -648,7 +648,7 @@ def test_the_seed_guides_command_line_runs_as_rtk_train(
         assert record["layout"]["num_workers"] == workers
         assert record["layout"]["resources_per_worker"] == {"CPU": 1.0}
         assert len(checkpoints(run_dir)) == 2  # steps 10 and 20
-        assert sorted({r["rank"] for r in read_markers(run_dir)}) == list(range(workers))
+        assert sorted({r.rank for r in read_markers(run_dir)}) == list(range(workers))
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
         with contextlib.suppress(OSError):

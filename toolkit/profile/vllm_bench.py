@@ -175,7 +175,7 @@ def timed_steps(
         output_tokens = int(sum(generated))
         input_tokens = sum(len(p) for p in prompts)
         end = markers.write("step_end", step, tokens=output_tokens, input_tokens=input_tokens)
-        result = StepResult(step, end["mono_s"] - begin["mono_s"], input_tokens, output_tokens)
+        result = StepResult(step, end.mono_s - begin.mono_s, input_tokens, output_tokens)
         results.append(result)
         echo(
             f"vllm step {step}/{len(batches)}: {output_tokens} tokens in "

@@ -3,7 +3,8 @@
 The one owner of what a run directory holds, shared by whoever writes a file and
 whoever reads it: the trainer, the telemetry session, the report, the sweep runner,
 preflight and (through ``pack.PACK_PATTERNS``) the node agent. A low layer: it imports
-only the standard library, ``toolkit.errors`` and ``toolkit.fields``.
+only the standard library, ``toolkit.errors``, ``toolkit.fields`` and
+``toolkit.json_types``.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ class GpuApplied:
 
     def to_json(self) -> dict[str, Any]:
         """As ``gpu_control.py`` prints it: the settings not asked left out."""
-        out: dict[str, Any] = {"index": self.index}
+        out: dict[str, object] = {"index": self.index}
         if self.power_limit_w is not None:
             out["power_limit_w"] = self.power_limit_w
         if self.previous_power_limit_w is not None:

@@ -17,10 +17,12 @@ import json
 import os
 import socket
 import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from toolkit.json_types import JsonValue
 from toolkit.rundir.layout import RunDir
 from toolkit.rundir.record_base import Record, check_version, record_fields
 from toolkit.wallclock import wall_s
@@ -52,7 +54,8 @@ class Marker(Record):
         world_size: How many ranks.
         gpu_uuid: Its GPU, when it has one.
         pid: Its process id.
-        fields: The event's own fields (``loss``, ``tokens``, ``wait_s``, ...).
+        fields: The event's own fields (``loss``, ``tokens``, ``wait_s``, ...), written
+            as they are: open-ended, so kept as JSON values.
     """
 
     event: str
@@ -66,7 +69,7 @@ class Marker(Record):
     world_size: int
     gpu_uuid: str | None
     pid: int
-    fields: dict[str, Any] = field(default_factory=dict)
+    fields: Mapping[str, JsonValue] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The record as written: one flat object."""
@@ -125,8 +128,8 @@ class MarkerWriter:
         self._gpu_uuid = gpu_uuid
         self._pid = os.getpid()
 
-    def write(self, event: str, step: int | None = None, **fields: Any) -> dict[str, Any]:
-        """Record ``event`` now, with both clocks; returns the record as written."""
+    def write(self, event: str, step: int | None = None, **fields: JsonValue) -> Marker:
+        """Record ``event`` now, with both clocks; returns the record written."""
         marker = Marker(
             event,
             step,
@@ -141,26 +144,28 @@ class MarkerWriter:
             self._pid,
             fields,
         )
-        record = marker.to_json()
-        self._file.write(json.dumps(record) + "\n")
-        return record
+        self._file.write(json.dumps(marker.to_json()) + "\n")
+        return marker
 
     def close(self) -> None:
         """Close the file."""
         self._file.close()
 
 
-def read_markers(run_dir: str | Path) -> list[dict[str, Any]]:
-    """Every rank's records as written, in file order per rank; a torn line is skipped.
+def read_markers(run_dir: str | Path) -> list[Marker]:
+    """Every rank's records, in file order per rank; a torn line is skipped.
 
-    The report reads them as written (any version, any extra field); ``Marker.from_json``
-    checks one.
+    Raises:
+        toolkit.errors.RunDirError: A whole line is not a marker (naming the file and the line).
     """
-    records: list[dict[str, Any]] = []
-    for path in RunDir(run_dir).marker_files():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return records
+    return [marker for path in RunDir(run_dir).marker_files() for marker in _file_markers(path)]
+
+
+def _file_markers(path: Path) -> Iterator[Marker]:
+    text = path.read_text(encoding="utf-8")
+    for number, line in enumerate(text.splitlines(), start=1):
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a torn line: its writer was killed mid-line
+        yield Marker.from_json(data, f"{path}:{number}")

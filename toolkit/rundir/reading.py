@@ -58,7 +58,7 @@ class Reading:
 
     def to_json(self) -> dict[str, Any]:
         """The reading as the sensors' dicts were: fields that are None left out."""
-        out: dict[str, Any] = {"device": self.device, "kind": self.kind}
+        out: dict[str, object] = {"device": self.device, "kind": self.kind}
         for name in OPTIONAL_FIELDS:
             value = getattr(self, name)
             if value is not None:

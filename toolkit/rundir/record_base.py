@@ -68,7 +68,7 @@ def check_version(f: Fields, supported: int) -> None:
         raise f.fail("v", f"version {supported}")
 
 
-def read_object(path: Path) -> dict[str, Any]:
+def read_object(path: Path) -> dict[str, object]:
     """The JSON object in ``path``.
 
     Raises:

@@ -153,7 +153,7 @@ class IdleRecord(Record):
 
     def to_json(self) -> dict[str, Any]:
         """The record as written: only the phases that ran."""
-        out: dict[str, Any] = {}
+        out: dict[str, object] = {}
         if self.baseline is not None:
             out["baseline"] = self.baseline.to_json()
         if self.cooldown is not None:
@@ -201,7 +201,7 @@ class ProfileRunRecord(Record):
 
     def to_json(self) -> dict[str, Any]:
         """The record as written."""
-        out: dict[str, Any] = {
+        out: dict[str, object] = {
             "v": SCHEMA_VERSION,
             "run_id": self.run_id,
             "config_id": self.config_id,

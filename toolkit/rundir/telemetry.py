@@ -7,11 +7,13 @@ node, a clock never measured): what was assumed goes into ``notes``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit.errors import RunDirError
-from toolkit.fields import is_number
+from toolkit.fields import is_integer, is_number
+from toolkit.rundir.devices import DeviceInfo, device_info
 from toolkit.rundir.record_base import Record, record_fields
 
 MANIFEST_VERSION = 1
@@ -26,6 +28,161 @@ def _positive(value: object) -> float | None:
     return number if number is not None and number > 0 else None
 
 
+def _integer(value: object) -> int | None:
+    return value if is_integer(value) else None
+
+
+@dataclass(frozen=True)
+class ClockOffset:
+    """One estimate of a node's wall clock minus the head's, in seconds.
+
+    Attributes:
+        offset_s: The median offset over the rounds.
+        uncertainty_s: Half the median round trip.
+        rounds: The round trips it took.
+        rtt_min_s: The shortest of them.
+    """
+
+    offset_s: float
+    uncertainty_s: float
+    rounds: int
+    rtt_min_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {
+            "offset_s": self.offset_s,
+            "uncertainty_s": self.uncertainty_s,
+            "rounds": self.rounds,
+            "rtt_min_s": self.rtt_min_s,
+        }
+
+    @classmethod
+    def from_json(cls, data: object) -> ClockOffset | None:
+        """The inverse of ``to_json``; None unless ``data`` holds a whole estimate."""
+        if not isinstance(data, Mapping):
+            return None
+        offset_s, uncertainty_s = _number(data.get("offset_s")), _number(data.get("uncertainty_s"))
+        rounds, rtt_min_s = _integer(data.get("rounds")), _number(data.get("rtt_min_s"))
+        if offset_s is None or uncertainty_s is None or rounds is None or rtt_min_s is None:
+            return None
+        return cls(offset_s, uncertainty_s, rounds, rtt_min_s)
+
+
+@dataclass(frozen=True)
+class ClockEntry:
+    """A node's ``clock`` in the manifest: the offset used, and the estimates it came from.
+
+    Attributes:
+        offset_s: The mean of the estimates (0 s without one).
+        uncertainty_s: Covers both estimates and the drift between them; None without
+            an estimate.
+        start: The estimate taken when sampling started (None: not taken).
+        end: The estimate taken when it stopped (None: not taken).
+    """
+
+    offset_s: float
+    uncertainty_s: float | None
+    start: ClockOffset | None
+    end: ClockOffset | None
+
+    @property
+    def measured(self) -> bool:
+        """Whether either estimate was taken."""
+        return self.start is not None or self.end is not None
+
+    def to_json(self) -> dict[str, Any]:
+        """As written: both estimates, null where not taken."""
+        return {
+            "offset_s": self.offset_s,
+            "uncertainty_s": self.uncertainty_s,
+            "start": None if self.start is None else self.start.to_json(),
+            "end": None if self.end is None else self.end.to_json(),
+        }
+
+
+@dataclass(frozen=True)
+class SamplerStop:
+    """What a node's sampler counted, as it said when it stopped.
+
+    Attributes:
+        ticks: Its ticks.
+        late_ticks: The times it fell behind (missed ticks skipped).
+        energy_reads: The readings that read the energy counters.
+        errors: Sensor readings that failed.
+        last_error: The last of those failures.
+    """
+
+    ticks: int
+    late_ticks: int
+    energy_reads: int
+    errors: int
+    last_error: str | None
+
+
+@dataclass(frozen=True)
+class SamplerSummary:
+    """The manifest's ``sampler``: what a node's sampler wrote, and what was collected.
+
+    Attributes:
+        samples: The samples (collected, else as the sampler counted them).
+        first_wall_s: The first sample's wall time.
+        last_wall_s: The last sample's wall time.
+        stop: The sampler's own counts when it stopped (None: it never said).
+        truncated: What reading the node's live files found cut or damaged.
+    """
+
+    samples: int
+    first_wall_s: float | None
+    last_wall_s: float | None
+    stop: SamplerStop | None = None
+    truncated: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """As written: the sampler's statistics in their order, ``truncated`` when any."""
+        out: dict[str, object] = {"samples": self.samples}
+        stop = self.stop
+        if stop is not None:
+            out.update(
+                ticks=stop.ticks,
+                late_ticks=stop.late_ticks,
+                energy_reads=stop.energy_reads,
+                errors=stop.errors,
+            )
+        out.update(first_wall_s=self.first_wall_s, last_wall_s=self.last_wall_s)
+        if stop is not None:
+            out["last_error"] = stop.last_error
+        if self.truncated:
+            out["truncated"] = list(self.truncated)
+        return out
+
+    @classmethod
+    def from_json(cls, data: object) -> SamplerSummary | None:
+        """The inverse of ``to_json``; None when ``data`` is no object.
+
+        Lenient, as the manifest is: counts that are missing or wrong read as 0 and the
+        stop statistics as None unless all of their counts are there.
+        """
+        if not isinstance(data, Mapping):
+            return None
+        counts = [_integer(data.get(k)) for k in ("ticks", "late_ticks", "energy_reads", "errors")]
+        stop = None
+        if all(c is not None for c in counts):
+            ticks, late, energy, errors = (c or 0 for c in counts)
+            last_error = data.get("last_error")
+            stop = SamplerStop(
+                ticks, late, energy, errors, None if last_error is None else str(last_error)
+            )
+        truncated = data.get("truncated")
+        return cls(
+            samples=_integer(data.get("samples")) or 0,
+            first_wall_s=_number(data.get("first_wall_s")),
+            last_wall_s=_number(data.get("last_wall_s")),
+            stop=stop,
+            truncated=tuple(str(t) for t in truncated) if isinstance(truncated, list) else (),
+        )
+
+
 @dataclass(frozen=True)
 class NodeManifest(Record):
     """One node's entry in the manifest.
@@ -36,14 +193,14 @@ class NodeManifest(Record):
         offset_s: The node's wall clock minus the head's.
         uncertainty_s: Half the median round trip of the offset estimate.
         status: ``starting``, ``running``, ``complete``, ``lost`` or ``missing``.
-        devices: Device id -> what the sampler recorded about it (``kind``, ...).
+        devices: Device key -> what its sensor said about it.
         samples_expected: The sample count the collector reported, when known.
         error: Why the sampler failed, when it did.
         node_id: Its Ray node id.
         pid: The sampler's process id.
         sensors: The sensors the sampler opened.
-        clock: The offset estimates as measured (``offset_s``, ``uncertainty_s``,
-            ``start``, ``end``); None: not measured.
+        clock: The offset and the estimates it came from; None: written without
+            them (``offset_s`` and ``uncertainty_s`` alone).
         first_wall_s: The first sample's wall time.
         last_wall_s: The last sample's wall time.
         sampler: The sampler's statistics when it stopped.
@@ -54,34 +211,36 @@ class NodeManifest(Record):
     offset_s: float
     uncertainty_s: float
     status: str
-    devices: dict[str, dict[str, Any]]
+    devices: Mapping[str, DeviceInfo]
     samples_expected: int | None
     error: str | None
     node_id: str | None = None
     pid: int | None = None
     sensors: tuple[str, ...] = ()
-    clock: dict[str, Any] | None = None
+    clock: ClockEntry | None = None
     first_wall_s: float | None = None
     last_wall_s: float | None = None
-    sampler: dict[str, Any] | None = None
+    sampler: SamplerSummary | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The entry as written (its name is its key in ``nodes``)."""
         clock = self.clock
-        if clock is None:
-            clock = {"offset_s": self.offset_s, "uncertainty_s": self.uncertainty_s}
         return {
             "hostname": self.hostname,
             "node_id": self.node_id,
             "pid": self.pid,
             "sensors": list(self.sensors),
-            "devices": self.devices,
-            "clock": clock,
+            "devices": {key: info.to_json() for key, info in self.devices.items()},
+            "clock": (
+                {"offset_s": self.offset_s, "uncertainty_s": self.uncertainty_s}
+                if clock is None
+                else clock.to_json()
+            ),
             "status": self.status,
             "samples": self.samples_expected,
             "first_wall_s": self.first_wall_s,
             "last_wall_s": self.last_wall_s,
-            "sampler": self.sampler,
+            "sampler": None if self.sampler is None else self.sampler.to_json(),
             "error": self.error,
         }
 
@@ -95,11 +254,16 @@ class NodeManifest(Record):
         is_head: bool = False,
         notes: list[str] | None = None,
     ) -> NodeManifest:
-        """The entry as read; what is missing is assumed and said in ``notes``."""
+        """The entry as read; what is missing is assumed and said in ``notes``.
+
+        A ``clock`` without ``start`` and ``end`` (the offset alone) reads as ``clock``
+        None, its offset in ``offset_s`` and ``uncertainty_s``.
+        """
         notes = [] if notes is None else notes
-        entry: dict[str, Any] = dict(data) if isinstance(data, dict) else {}
+        entry: Mapping[str, object] = data if isinstance(data, Mapping) else {}
         name = name or where
-        clock = entry.get("clock") if isinstance(entry.get("clock"), dict) else None
+        found = entry.get("clock")
+        clock: Mapping[str, object] | None = found if isinstance(found, Mapping) else None
         offset_s = _number(clock.get("offset_s")) if clock else None
         if offset_s is None and not is_head:
             notes.append(f"node {name}: no clock offset in the manifest; 0 s assumed")
@@ -111,27 +275,35 @@ class NodeManifest(Record):
             and not clock.get("end")
         ):
             notes.append(f"node {name}: its clock offset was never measured; 0 s assumed")
+        uncertainty_s = _number(clock.get("uncertainty_s")) if clock else None
+        entry_clock = None
+        if clock is not None and ("start" in clock or "end" in clock):
+            entry_clock = ClockEntry(
+                offset_s or 0.0,
+                uncertainty_s,
+                ClockOffset.from_json(clock.get("start")),
+                ClockOffset.from_json(clock.get("end")),
+            )
         devices = entry.get("devices")
-        if not isinstance(devices, dict):
+        if not isinstance(devices, Mapping):
             devices = {}
         expected, pid, sensors = entry.get("samples"), entry.get("pid"), entry.get("sensors")
-        sampler = entry.get("sampler")
         return cls(
             name=name,
             hostname=str(entry.get("hostname") or name),
             offset_s=offset_s or 0.0,
-            uncertainty_s=(_number(clock.get("uncertainty_s")) if clock else None) or 0.0,
+            uncertainty_s=uncertainty_s or 0.0,
             status=str(entry.get("status") or "unknown"),
-            devices={str(k): dict(v) if isinstance(v, dict) else {} for k, v in devices.items()},
+            devices={str(k): device_info(str(k), v) for k, v in devices.items()},
             samples_expected=expected if isinstance(expected, int) else None,
             error=None if entry.get("error") is None else str(entry["error"]),
             node_id=None if entry.get("node_id") is None else str(entry["node_id"]),
             pid=pid if isinstance(pid, int) else None,
             sensors=tuple(str(s) for s in sensors) if isinstance(sensors, list) else (),
-            clock=clock,
+            clock=entry_clock,
             first_wall_s=_number(entry.get("first_wall_s")),
             last_wall_s=_number(entry.get("last_wall_s")),
-            sampler=sampler if isinstance(sampler, dict) else None,
+            sampler=SamplerSummary.from_json(entry.get("sampler")),
         )
 
     @classmethod

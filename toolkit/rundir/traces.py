@@ -110,7 +110,7 @@ class _Columns:
         for name in ("kind", "power_source"):
             text = row.get(name)
             values[name].append(None if text is None else str(text))
-        extra: dict[str, Any] = {}
+        extra: dict[str, object] = {}
         for name in READINGS:
             value = row.get(name)
             number = _number(value)
@@ -361,7 +361,7 @@ def compact(sources: Sequence[Path], target: Path, stats: ReadStats | None = Non
     return rows
 
 
-def row_dicts(batch: pa.RecordBatch) -> Iterator[dict[str, Any]]:
+def row_dicts(batch: pa.RecordBatch) -> Iterator[dict[str, object]]:
     """A batch's samples as the sensors wrote them (null readings left out, extras merged).
 
     For small exports and tests: a report never turns samples into dicts.

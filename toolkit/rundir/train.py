@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,7 +44,7 @@ class MetricsLine(Record):
 
     def to_json(self) -> dict[str, Any]:
         """The line as written (``mfu`` and ``compile_s`` only when known)."""
-        out: dict[str, Any] = {
+        out: dict[str, object] = {
             "step": self.step,
             "loss": self.loss,
             "step_time_s": self.step_time_s,
@@ -182,14 +182,18 @@ def read_metrics(path: Path) -> Iterator[MetricsLine | RunDirError]:
 class TrainConfigRecord(Record):
     """What the trainer ran with (``train_config.json``).
 
+    Both parts are the trainer's own records as it wrote them (``toolkit.train``, a
+    layer above this one, owns their fields): a reader narrows what it takes out, as
+    ``training_progress`` reads ``max_steps``.
+
     Attributes:
         options: The trainer's options (``TrainConfig.to_json()``).
         layout: The Ray Train workers: ``num_workers``, ``resources_per_worker``,
             ``use_gpu``, ``placement_strategy``.
     """
 
-    options: dict[str, Any]
-    layout: dict[str, Any] = field(default_factory=dict)
+    options: Mapping[str, object]
+    layout: Mapping[str, object] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The record as written: the options, and the layout under ``layout``."""
@@ -199,5 +203,5 @@ class TrainConfigRecord(Record):
     def from_json(cls, data: object, where: str = "train_config.json") -> TrainConfigRecord:
         """The inverse of ``to_json``."""
         f = record_fields(data, where)
-        layout = f.obj("layout")
+        layout = dict(f.nested("layout").data)
         return cls({k: v for k, v in f.data.items() if k != "layout"}, layout)

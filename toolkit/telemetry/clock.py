@@ -13,29 +13,12 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+
+from toolkit.rundir.telemetry import ClockEntry, ClockOffset
+
+__all__ = ["DEFAULT_ROUNDS", "ClockEntry", "ClockOffset", "combine", "estimate_offset"]
 
 DEFAULT_ROUNDS = 15
-
-
-@dataclass(frozen=True)
-class ClockOffset:
-    """One node's wall clock minus the head's, in seconds."""
-
-    offset_s: float
-    uncertainty_s: float
-    rounds: int
-    rtt_min_s: float
-
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict."""
-        return {
-            "offset_s": self.offset_s,
-            "uncertainty_s": self.uncertainty_s,
-            "rounds": self.rounds,
-            "rtt_min_s": self.rtt_min_s,
-        }
 
 
 def estimate_offset(
@@ -68,19 +51,14 @@ def estimate_offset(
     )
 
 
-def combine(start: ClockOffset | None, end: ClockOffset | None) -> dict[str, Any]:
+def combine(start: ClockOffset | None, end: ClockOffset | None) -> ClockEntry:
     """The manifest's clock entry: the mean of the start and end estimates, and both.
 
     The uncertainty covers both estimates and the drift between them.
     """
     known = [c for c in (start, end) if c is not None]
     if not known:
-        return {"offset_s": 0.0, "uncertainty_s": None, "start": None, "end": None}
+        return ClockEntry(0.0, None, None, None)
     offset_s = sum(c.offset_s for c in known) / len(known)
     drift_s = abs(known[0].offset_s - known[-1].offset_s) / 2
-    return {
-        "offset_s": offset_s,
-        "uncertainty_s": max(c.uncertainty_s for c in known) + drift_s,
-        "start": start.to_json() if start else None,
-        "end": end.to_json() if end else None,
-    }
+    return ClockEntry(offset_s, max(c.uncertainty_s for c in known) + drift_s, start, end)

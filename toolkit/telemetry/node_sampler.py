@@ -22,6 +22,7 @@ from typing import Any
 import ray
 
 from toolkit import wallclock
+from toolkit.rundir.devices import DeviceInfo
 from toolkit.rundir.traces import ReadStats, compact, live_files, read_table
 from toolkit.telemetry.sampler import PowerWindow, Sampler, SamplerStats
 from toolkit.telemetry.sensors.base import DEFAULT_ENERGY_RATE_HZ
@@ -58,7 +59,7 @@ class SamplerInfo:
         node: The inventory name rtk gave the node (``RTK_NODE``), when it did.
         pid: The sampler's process id.
         sensors: The sensors it opened.
-        devices: Device key -> the sensor's static, JSON-ready information about it.
+        devices: Device key -> what its sensor says about it.
         path: Its live trace on the node.
     """
 
@@ -66,7 +67,7 @@ class SamplerInfo:
     node: str | None
     pid: int
     sensors: tuple[str, ...]
-    devices: Mapping[str, Mapping[str, Any]]
+    devices: Mapping[str, DeviceInfo]
     path: str
 
 
@@ -116,7 +117,7 @@ class NodeSampler:
 
     def info(self) -> SamplerInfo:
         """Who and what this sampler is: host, pid, sensors and their devices."""
-        devices: dict[str, Mapping[str, Any]] = {}
+        devices: dict[str, DeviceInfo] = {}
         for sensor in self.sensors:
             devices.update(sensor.devices())
         return SamplerInfo(

@@ -49,7 +49,7 @@ TOKEN_PATH_VARIABLE = "RAY_AUTH_TOKEN_PATH"
 class HasLatest(Protocol):
     """Anything holding the newest reading per device (a ``Sampler``)."""
 
-    latest: dict[str, dict[str, Any]]
+    latest: dict[str, dict[str, object]]
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,7 @@ def endpoint(
     return Endpoint(wanted, port, token)
 
 
-def render(latest: Mapping[str, Mapping[str, Any]], node: str) -> str:
+def render(latest: Mapping[str, Mapping[str, object]], node: str) -> str:
     """The text exposition of ``latest`` (device -> newest reading)."""
     series: dict[str, list[str]] = {}
     for device, reading in sorted(latest.items()):

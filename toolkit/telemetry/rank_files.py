@@ -18,7 +18,6 @@ import logging
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -106,11 +105,11 @@ def gather_rank_files(run_dir: str | Path) -> list[str]:
         return written
     have = ray.put(rank_file_sizes(run_dir))  # one copy for every node's task
     waiting = iter(nodes)
-    asked: dict[ray.ObjectRef[dict[str, bytes]], tuple[dict[str, Any], float]] = {}
+    asked: dict[ray.ObjectRef[dict[str, bytes]], tuple[Mapping[str, object], float]] = {}
 
     def ask_more() -> None:
         for node in waiting:
-            where = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+            where = NodeAffinitySchedulingStrategy(str(node["NodeID"]), soft=False)
             ref = _read_rank_files.options(scheduling_strategy=where).remote(str(run_dir), have)
             asked[ref] = (node, time.monotonic())
             if len(asked) >= GATHER_IN_FLIGHT:
@@ -138,10 +137,11 @@ def gather_rank_files(run_dir: str | Path) -> list[str]:
     return written
 
 
-def _cannot_read(node: dict[str, Any], error: BaseException) -> None:
+def _cannot_read(node: Mapping[str, object], error: BaseException) -> None:
+    """Log that ``node`` (one of ``ray.nodes()``) did not give its rank files."""
     logger.warning(
         "rank files: could not read them on node %s (%s): %s",
         node.get("NodeManagerAddress"),
-        node["NodeID"][:12],
+        str(node["NodeID"])[:12],
         error,
     )

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Mapping
-from typing import Any
 
 from toolkit.cluster.plan import ClusterPlan
 from toolkit.jobs.client import JOB_STOP_WAIT_S
 from toolkit.jobs.runtime_env import working_dir_env
 from toolkit.jobs.shipped_code import code_env
+from toolkit.json_types import JsonObject
 from toolkit.state.store import state_root
 from toolkit.telemetry.options import TelemetryOptions
 
@@ -23,8 +23,10 @@ def record_job(
     working_dir: str,
     env: Mapping[str, str] | None = None,
     ship_code: bool = True,
-) -> tuple[str, dict[str, Any]]:
+) -> tuple[str, JsonObject]:
     """The entrypoint and runtime environment that run ``command`` on the head under telemetry.
+
+    The runtime environment is Ray's ``runtime_env``, a JSON document handed to Ray.
 
     ``run_dir`` is the run directory; ``env`` is added to the command's environment
     (``rtk profile`` passes each run's axes that way). ``ship_code`` as in
@@ -35,11 +37,10 @@ def record_job(
     entrypoint = shlex.join(
         [python, "-m", "toolkit.telemetry.record_job", json.dumps(arguments), *command]
     )
-    runtime_env = (
+    env_vars: JsonObject = {"RAY_JOB_STOP_WAIT_TIME_S": str(JOB_STOP_WAIT_S), **(env or {})}
+    runtime_env: JsonObject = (
         code_env(ship_code)
         | working_dir_env(working_dir, run_dir, str(state_root()))
-        | {
-            "env_vars": {"RAY_JOB_STOP_WAIT_TIME_S": str(JOB_STOP_WAIT_S), **(env or {})},
-        }
+        | {"env_vars": env_vars}
     )
     return entrypoint, runtime_env

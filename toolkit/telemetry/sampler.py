@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit import wallclock
+from toolkit.rundir.telemetry import SamplerStop, SamplerSummary
 from toolkit.rundir.traces import TraceWriter
 from toolkit.telemetry.sensors.base import DEFAULT_ENERGY_RATE_HZ, MAX_POWER_RATE_HZ, Sensor
 
@@ -52,6 +53,13 @@ class SamplerStats:
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""
         return dict(vars(self))
+
+    def summary(self) -> SamplerSummary:
+        """What the manifest keeps of these statistics (its ``sampler``)."""
+        stop = SamplerStop(
+            self.ticks, self.late_ticks, self.energy_reads, self.errors, self.last_error
+        )
+        return SamplerSummary(self.samples, self.first_wall_s, self.last_wall_s, stop)
 
 
 @dataclass(frozen=True)
@@ -137,7 +145,7 @@ class Sampler:
         self.flush_s = flush_s
         self.stats = SamplerStats()
         # The newest reading of every device (for live scraping), by device key.
-        self.latest: dict[str, dict[str, Any]] = {}
+        self.latest: dict[str, dict[str, object]] = {}
         # (wall_s, device, power_w, temperature_c) of the last minute or so, for
         # ``window``: idle baselines and cooldowns read it live.
         self.recent: deque[tuple[float, str, float | None, float | None]] = deque(

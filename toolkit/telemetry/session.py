@@ -19,9 +19,9 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from toolkit.errors import RtkError
 from toolkit.rundir import Manifest, NodeManifest, RunDir
+from toolkit.rundir.telemetry import SamplerSummary
 from toolkit.rundir.trace_files import next_segment
 from toolkit.telemetry.clock import ClockOffset, combine, estimate_offset
 from toolkit.telemetry.node_sampler import (
@@ -244,7 +245,7 @@ class TelemetrySession:
         path = node.info.path
         # By host resource where there is one: a node whose Ray was restarted during
         # the run has a new node id but still holds the file in its filesystem.
-        where: dict[str, Any] = (
+        where: Mapping[str, object] = (
             {"resources": {f"{HOST_RESOURCE_PREFIX}{node.name}": 0.001}}
             if node.by_host
             else {"scheduling_strategy": NodeAffinitySchedulingStrategy(node.node_id, soft=False)}
@@ -265,7 +266,7 @@ class TelemetrySession:
         remove_node_files.options(**where).remote(path, found.path)
         node.collected = found
 
-    def _copy(self, found: CompactedTrace, name: str, where: dict[str, Any]) -> None:
+    def _copy(self, found: CompactedTrace, name: str, where: Mapping[str, object]) -> None:
         """Copy a compacted trace from its node in chunks, resuming a partial copy.
 
         The copy becomes the node's next ``trace-NNN.arrows`` once complete (a resumed
@@ -314,49 +315,47 @@ class TelemetrySession:
 def _node_manifest(node: _Node) -> NodeManifest:
     """A node's manifest entry as the session knows it now."""
     clock = combine(node.start_clock, node.end_clock)
-    sampler = _sampler_json(node)
-    stats = sampler or {}
+    sampler = _sampler_summary(node)
     info = node.info
     return NodeManifest(
         name=node.name,
         hostname=(info.hostname if info is not None else "") or node.name,
-        offset_s=float(clock["offset_s"]),
-        uncertainty_s=float(clock["uncertainty_s"] or 0.0),
+        offset_s=clock.offset_s,
+        uncertainty_s=clock.uncertainty_s or 0.0,
         status=node.status,
-        devices={k: dict(v) for k, v in info.devices.items()} if info is not None else {},
-        samples_expected=stats.get("samples", 0),
+        devices=dict(info.devices) if info is not None else {},
+        samples_expected=0 if sampler is None else sampler.samples,
         error=node.error,
         node_id=node.node_id,
         pid=info.pid if info is not None else None,
         sensors=info.sensors if info is not None else (),
         clock=clock,
-        first_wall_s=stats.get("first_wall_s"),
-        last_wall_s=stats.get("last_wall_s"),
+        first_wall_s=None if sampler is None else sampler.first_wall_s,
+        last_wall_s=None if sampler is None else sampler.last_wall_s,
         sampler=sampler,
     )
 
 
-def _sampler_json(node: _Node) -> dict[str, Any] | None:
+def _sampler_summary(node: _Node) -> SamplerSummary | None:
     """The manifest's ``sampler``: the stop statistics, the copied trace's counts over them."""
-    if node.stats is None and node.collected is None:
-        return None
-    out = node.stats.to_json() if node.stats is not None else {}
+    stats = None if node.stats is None else node.stats.summary()
     found = node.collected
-    if found is not None:
-        out.update(
-            samples=found.samples, first_wall_s=found.first_wall_s, last_wall_s=found.last_wall_s
-        )
-        if found.truncated:
-            out["truncated"] = list(found.truncated)
-    return out
+    if found is None:
+        return stats
+    collected = SamplerSummary(
+        found.samples, found.first_wall_s, found.last_wall_s, truncated=found.truncated
+    )
+    return collected if stats is None else replace(collected, stop=stats.stop)
 
 
-def _node_name(node: dict[str, Any]) -> tuple[str, bool]:
+def _node_name(node: Mapping[str, object]) -> tuple[str, bool]:
     """The inventory name of a Ray node (its rtk_host resource), else its host name.
 
-    The flag says whether the name came from the rtk_host resource.
+    ``node`` is one of ``ray.nodes()``. The flag says whether the name came from the
+    rtk_host resource.
     """
-    for key in node.get("Resources", {}):
-        if key.startswith(HOST_RESOURCE_PREFIX):
-            return str(key[len(HOST_RESOURCE_PREFIX) :]), True
-    return str(node.get("NodeManagerHostname") or node["NodeID"][:12]), False
+    resources = node.get("Resources")
+    for key in resources if isinstance(resources, Mapping) else {}:
+        if isinstance(key, str) and key.startswith(HOST_RESOURCE_PREFIX):
+            return key[len(HOST_RESOURCE_PREFIX) :], True
+    return str(node.get("NodeManagerHostname") or str(node["NodeID"])[:12]), False

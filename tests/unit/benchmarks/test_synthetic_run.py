@@ -76,7 +76,7 @@ def _np(table: pa.Table, column: str) -> np.ndarray:
 def _by_rank(run: Any) -> dict[int, list[dict[str, Any]]]:
     ranks: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for record in read_markers(run.run_dir):
-        ranks[record["rank"]].append(record)
+        ranks[record.rank].append(record.to_json())
     return ranks
 
 

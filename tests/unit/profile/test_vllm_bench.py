@@ -248,7 +248,7 @@ def test_each_generate_is_one_step_in_the_markers(
 
     assert model.calls == batches_of_2
     records = read_markers(tmp_path)
-    assert [(r["event"], r["step"]) for r in records] == [
+    assert [(r.event, r.step) for r in records] == [
         ("run_start", 0),
         ("step_begin", 1),
         ("step_end", 1),
@@ -258,14 +258,14 @@ def test_each_generate_is_one_step_in_the_markers(
         ("step_end", 3),
         ("run_end", 3),
     ]
-    assert {(r["rank"], r["world_size"], r["node"], r["gpu_uuid"]) for r in records} == {
+    assert {(r.rank, r.world_size, r.node, r.gpu_uuid) for r in records} == {
         (0, 1, "node1", "GPU-x")
     }
-    ends = [r for r in records if r["event"] == "step_end"]
-    assert [(r["tokens"], r["input_tokens"]) for r in ends] == [(64, 32)] * 3
-    begins = [r for r in records if r["event"] == "step_begin"]
+    ends = [r for r in records if r.event == "step_end"]
+    assert [(r.fields["tokens"], r.fields["input_tokens"]) for r in ends] == [(64, 32)] * 3
+    begins = [r for r in records if r.event == "step_begin"]
     for result, begin, end in zip(results, begins, ends, strict=True):
-        assert result.duration_s == end["mono_s"] - begin["mono_s"]
+        assert result.duration_s == end.mono_s - begin.mono_s
         assert result.duration_s >= 0.05
         assert result.tokens_per_s == pytest.approx(64 / result.duration_s)
     assert [STEP_LINE.match(line).groups() for line in lines] == [  # type: ignore[union-attr]
@@ -332,7 +332,7 @@ def test_a_run_directory_used_before_starts_fresh_markers(
     settings = BenchSettings(model="unused", batch_size=1, input_len=4, output_len=2, repeats=1)
     for _ in range(2):
         run_bench(settings, tmp_path, sleeping_model(2, 0.0), 50, (), {}, lambda _: None)
-    assert [r["event"] for r in read_markers(tmp_path)].count("run_start") == 1
+    assert [r.event for r in read_markers(tmp_path)].count("run_start") == 1
     assert len(list((tmp_path / "markers").glob("superseded-*-rank-00000.jsonl"))) == 1
 
 
@@ -369,8 +369,8 @@ def test_real_vllm_generates_exactly_the_tokens_asked(tmp_path: Path) -> None:
     assert [s["output_tokens"] for s in summary["steps"]] == [64, 64]
     assert [s["input_tokens"] for s in summary["steps"]] == [128, 128]
     assert summary["short_steps"] == [] and summary["versions"]["vllm"]
-    ends = [r for r in read_markers(run_dir) if r["event"] == "step_end"]
-    assert [r["tokens"] for r in ends] == [64, 64]
+    ends = [r for r in read_markers(run_dir) if r.event == "step_end"]
+    assert [r.fields["tokens"] for r in ends] == [64, 64]
     assert ends[0]["gpu_uuid"].startswith(("GPU-", "MIG-"))
     step_lines = [line for line in done.stdout.splitlines() if STEP_LINE.match(line)]
     assert len(step_lines) == 2

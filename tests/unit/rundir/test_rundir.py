@@ -29,8 +29,10 @@ from toolkit.rundir import (
     read_markers,
     read_metrics,
 )
+from toolkit.rundir.devices import GpuInfo, HostInfo, PowerModel, RaplDomain
 from toolkit.rundir.gpu_settings import GpuApplied, NodeGpuSettings
 from toolkit.rundir.record_base import Record
+from toolkit.rundir.telemetry import ClockEntry, ClockOffset, SamplerStop, SamplerSummary
 
 BASELINE = IdleBaseline(10.0, 250.5, 41.0, {"n1": 120.0, "n2": None})
 COOLDOWN = IdleCooldown(12.5, True, 260.0, 45.0, 250.5, 120.0)
@@ -40,19 +42,39 @@ NODE = NodeManifest(
     offset_s=0.25,
     uncertainty_s=0.001,
     status="complete",
-    devices={"GPU-1": {"kind": "gpu", "name": "H100"}},
+    devices={
+        "host": HostInfo(
+            power_source="model",
+            energy_source="rapl",
+            power_source_reason="no IPMI",
+            rapl_domains=(RaplDomain("intel-rapl:0", "package", "package-0"),),
+            cpus=2,
+            model=PowerModel(2.0, 8.0, "an estimate"),
+        ),
+        "GPU-1": GpuInfo(name="H100", nvml_index=0, mig_devices=("MIG-1",), unsupported=()),
+    },
     samples_expected=600,
     error=None,
     node_id="abc123",
     pid=4242,
     sensors=("host", "nvml"),
-    clock={"offset_s": 0.25, "uncertainty_s": 0.001, "start": {"rounds": 15}, "end": None},
+    clock=ClockEntry(0.25, 0.001, ClockOffset(0.25, 0.001, 15, 0.0004), None),
     first_wall_s=1_795_250_000.0,
     last_wall_s=1_795_250_060.0,
-    sampler={"samples": 600},
+    sampler=SamplerSummary(
+        600, 1_795_250_000.0, 1_795_250_060.0, SamplerStop(6000, 2, 60, 0, None), ("cut",)
+    ),
 )
 HEAD = NodeManifest(
-    "n1", "n1.example", 0.0, 0.0, "lost", {}, 10, "sampler died", clock={"offset_s": 0.0}
+    "n1",
+    "n1.example",
+    0.0,
+    0.0,
+    "lost",
+    {},
+    10,
+    "sampler died",
+    sampler=SamplerSummary(10, 1.0, 2.0),
 )
 
 RECORDS: list[Record] = [
@@ -245,12 +267,17 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_rundir_is_a_low_layer() -> None:
-    """It imports the standard library, pyarrow, toolkit.errors, .fields, .wallclock and itself."""
+    """It imports the stdlib, pyarrow, toolkit's errors, fields, json_types, wallclock, itself."""
     package = Path(toolkit.rundir.__file__).parent
     for path in sorted(package.glob("*.py")):
         for name in _imports(path):
             if name.startswith("toolkit"):
-                low = name in {"toolkit.errors", "toolkit.fields", "toolkit.wallclock"}
+                low = name in {
+                    "toolkit.errors",
+                    "toolkit.fields",
+                    "toolkit.json_types",
+                    "toolkit.wallclock",
+                }
                 assert low or name.startswith("toolkit.rundir"), (path, name)
             else:
                 assert name.split(".")[0] not in {"pydantic", "ray", "torch", "numpy"}, (
@@ -268,12 +295,24 @@ def test_markers_written_are_markers_read(tmp_path: Path, monkeypatch: Any) -> N
         torn.write('{"event": "step_beg')  # a crash mid-line
     records = read_markers(tmp_path)
     assert records == written
-    marker = Marker.from_json(records[1])
+    marker = records[1]
     assert (marker.event, marker.step, marker.node, marker.rank) == ("step_end", 1, "node7", 2)
     assert marker.fields == {"loss": 2.0}
-    assert marker.to_json() == records[1]
+    line = json.loads(RunDir(tmp_path).marker(2).read_text().splitlines()[1])
+    assert marker.to_json() == line
+    assert set(line) == {"v", "event", "step", "wall_s", "mono_s", "node", "hostname", "rank"} | {
+        "local_rank",
+        "world_size",
+        "gpu_uuid",
+        "pid",
+        "loss",
+    }
     with pytest.raises(RunDirError, match="rank"):
-        Marker.from_json({**records[0], "rank": "two"})
+        Marker.from_json({**records[0].to_json(), "rank": "two"})
+    with RunDir(tmp_path).marker(3).open("w") as other:
+        other.write(json.dumps({**records[0].to_json(), "rank": "two"}) + "\n")
+    with pytest.raises(RunDirError, match="rank-00003.jsonl:1: rank"):
+        read_markers(tmp_path)
 
 
 def test_metrics_lines_are_read_with_bad_lines_named(tmp_path: Path) -> None:

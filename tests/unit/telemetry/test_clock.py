@@ -35,12 +35,15 @@ def test_combine_averages_start_and_end_and_widens_for_drift() -> None:
     start = ClockOffset(offset_s=1.0, uncertainty_s=0.001, rounds=15, rtt_min_s=0.002)
     end = ClockOffset(offset_s=1.2, uncertainty_s=0.002, rounds=15, rtt_min_s=0.002)
     both = combine(start, end)
-    assert both["offset_s"] == pytest.approx(1.1)
-    assert both["uncertainty_s"] == pytest.approx(0.002 + 0.1)
-    assert both["start"]["offset_s"] == 1.0 and both["end"]["offset_s"] == 1.2
+    assert both.offset_s == pytest.approx(1.1)
+    assert both.uncertainty_s == pytest.approx(0.002 + 0.1)
+    assert both.to_json()["start"] == start.to_json() and both.to_json()["end"] == end.to_json()
+    assert both.to_json()["start"]["offset_s"] == 1.0 and both.measured
     only_start = combine(start, None)
-    assert only_start["offset_s"] == 1.0 and only_start["end"] is None
-    assert combine(None, None)["uncertainty_s"] is None
+    assert only_start.offset_s == 1.0 and only_start.to_json()["end"] is None
+    nothing = combine(None, None)
+    assert nothing.to_json() == {"offset_s": 0.0, "uncertainty_s": None, "start": None, "end": None}
+    assert not nothing.measured
 
 
 def test_rounds_must_be_positive() -> None:

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import pickle
 
+from toolkit.rundir.devices import HostInfo
 from toolkit.telemetry.node_sampler import CompactedTrace, SamplerInfo
 from toolkit.telemetry.sampler import PowerWindow, SamplerStats
 from toolkit.telemetry.session import _Node, _node_manifest
 
+HOST = HostInfo(power_source="model", energy_source="model", power_source_reason="no RAPL", cpus=2)
+
 
 def test_answers_survive_pickling_as_ray_sends_them() -> None:
     answers = [
-        SamplerInfo("h1", "n1", 42, ("host", "nvml"), {"host": {"kind": "host"}}, "tmp/n1.arrows"),
+        SamplerInfo("h1", "n1", 42, ("host", "nvml"), {"host": HOST}, "tmp/n1.arrows"),
         PowerWindow(5.0, 812.5, 61.0),
         SamplerStats(samples=3, ticks=3, first_wall_s=1.0, last_wall_s=2.0),
         CompactedTrace("tmp/n1.compact.arrows", 1024, 3, 1.0, 2.0, ("cut",)),
@@ -21,14 +24,23 @@ def test_answers_survive_pickling_as_ray_sends_them() -> None:
 
 def test_the_manifest_entry_takes_the_copied_trace_over_the_stop_statistics() -> None:
     node = _Node("n1", "id1")
-    node.info = SamplerInfo("h1", "n1", 42, ("host",), {"host": {"kind": "host"}}, "tmp/a")
+    node.info = SamplerInfo("h1", "n1", 42, ("host",), {"host": HOST}, "tmp/a")
     node.stats = SamplerStats(samples=10, ticks=12, errors=1, first_wall_s=1.0, last_wall_s=9.0)
     node.collected = CompactedTrace("tmp/b", 100, 8, 1.5, 8.5, ("a.arrows: cut",))
     manifest = _node_manifest(node)
     assert manifest.samples_expected == 8
     entry = manifest.to_json()
     assert entry["hostname"] == "h1" and entry["pid"] == 42 and entry["sensors"] == ["host"]
-    assert entry["devices"] == {"host": {"kind": "host"}}
+    assert entry["devices"] == {
+        "host": {
+            "kind": "host",
+            "cpus": 2,
+            "power_source": "model",
+            "power_source_reason": "no RAPL",
+            "energy_source": "model",
+            "rapl_domains": [],
+        }
+    }
     assert entry["sampler"] == {
         **SamplerStats(samples=10, ticks=12, errors=1).to_json(),
         "samples": 8,
@@ -36,6 +48,7 @@ def test_the_manifest_entry_takes_the_copied_trace_over_the_stop_statistics() ->
         "last_wall_s": 8.5,
         "truncated": ["a.arrows: cut"],
     }
+    assert list(entry["sampler"]) == [*SamplerStats().to_json(), "truncated"]  # as written before
 
 
 def test_a_lost_sampler_whose_trace_was_copied_still_has_its_counts() -> None:

@@ -120,7 +120,7 @@ def host_row(sensor: HostSensor) -> dict[str, Any]:
 def test_intel_two_sockets_package_and_dram(tmp_path: Path) -> None:
     root = make_root(tmp_path, "intel-2socket")
     sensor = HostSensor(str(root), ipmi_runner=no_ipmi)
-    info = sensor.devices()["host"]
+    info = sensor.devices()["host"].to_json()
     zones = [(d["zone"], d["domain"]) for d in info["rapl_domains"]]
     # intel-rapl-mmio:0 mirrors package 0 and must not be counted twice.
     assert zones == [
@@ -165,7 +165,7 @@ def test_rapl_wraparound_is_corrected(tmp_path: Path) -> None:
 def test_amd_package_only(tmp_path: Path) -> None:
     root = make_root(tmp_path, "amd-epyc")
     sensor = HostSensor(str(root), ipmi_runner=no_ipmi)
-    info = sensor.devices()["host"]
+    info = sensor.devices()["host"].to_json()
     assert [d["zone"] for d in info["rapl_domains"]] == ["intel-rapl:0"]  # core skipped
     add_uj(root, "intel-rapl:0", 3_000_000)
     add_uj(root, "intel-rapl:0:0", 2_000_000)
@@ -178,7 +178,7 @@ def test_amd_package_only(tmp_path: Path) -> None:
 def test_client_psys_core_uncore_skipped(tmp_path: Path) -> None:
     root = make_root(tmp_path, "intel-client")
     sensor = HostSensor(str(root), ipmi_runner=no_ipmi)
-    names = [d["name"] for d in sensor.devices()["host"]["rapl_domains"]]
+    names = [d["name"] for d in sensor.devices()["host"].to_json()["rapl_domains"]]
     assert names == ["package-0", "dram"]
     for zone in ("intel-rapl:0:0", "intel-rapl:0:1", "intel-rapl:1"):  # core, uncore, psys
         add_uj(root, zone, 7_000_000)
@@ -188,7 +188,7 @@ def test_client_psys_core_uncore_skipped(tmp_path: Path) -> None:
 
 def test_no_powercap_means_model(tmp_path: Path) -> None:
     sensor = HostSensor(str(make_root(tmp_path, None)), ipmi_runner=no_ipmi)
-    info = sensor.devices()["host"]
+    info = sensor.devices()["host"].to_json()
     assert info["power_source"] == "model" and info["energy_source"] == "model"
     assert info["rapl_reason"] == "no /sys/class/powercap"
     assert "no /sys/class/powercap" in info["power_source_reason"]
@@ -201,7 +201,7 @@ def test_no_powercap_means_model(tmp_path: Path) -> None:
 
 def test_powercap_without_zones(tmp_path: Path) -> None:
     sensor = HostSensor(str(make_root(tmp_path, "control-only")), ipmi_runner=no_ipmi)
-    info = sensor.devices()["host"]
+    info = sensor.devices()["host"].to_json()
     assert info["power_source"] == "model"
     assert "no RAPL package zone" in info["rapl_reason"]
 
@@ -212,7 +212,7 @@ def test_unreadable_counter_means_no_rapl(tmp_path: Path) -> None:
     energy_path(root, "intel-rapl:1").unlink()
     energy_path(root, "intel-rapl:1").mkdir()
     sensor = HostSensor(str(root), ipmi_runner=no_ipmi)
-    info = sensor.devices()["host"]
+    info = sensor.devices()["host"].to_json()
     assert info["rapl_domains"] == []
     assert "intel-rapl:1" in info["rapl_reason"] and "Is a directory" in info["rapl_reason"]
     assert info["power_source"] == "model"
@@ -237,7 +237,7 @@ def test_cpu_util_deltas_and_model_energy(tmp_path: Path) -> None:
     write_stat(root, user=1000, system=500, idle=8000, iowait=500)
     clock = Clock()
     sensor = HostSensor(str(root), ipmi_runner=no_ipmi, clock=clock)
-    assert sensor.devices()["host"]["cpus"] == 2
+    assert sensor.devices()["host"].to_json()["cpus"] == 2
 
     clock.advance(2.0)  # 400 busy ticks of 800; iowait counts as idle
     write_stat(root, user=1300, system=600, idle=8300, iowait=600)
@@ -282,7 +282,7 @@ def test_memory_from_meminfo(tmp_path: Path) -> None:
     row = host_row(sensor)
     assert row["memory_total_bytes"] == kib["MemTotal"] * 1024
     assert row["memory_used_bytes"] == (kib["MemTotal"] - kib["MemAvailable"]) * 1024
-    assert sensor.devices()["host"]["memory_total_bytes"] == kib["MemTotal"] * 1024
+    assert sensor.devices()["host"].to_json()["memory_total_bytes"] == kib["MemTotal"] * 1024
 
 
 def test_model_power_grows_with_the_cpus_and_linearly_with_the_load() -> None:
@@ -297,7 +297,7 @@ def test_missing_proc_leaves_fields_out(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
     sensor = HostSensor(str(empty), ipmi_runner=no_ipmi)
-    info = sensor.devices()["host"]
+    info = sensor.devices()["host"].to_json()
     assert info["power_source"] is None and "cpus" not in info
     assert as_json(sensor.read()) == [{"device": "host", "kind": "host"}]
 
@@ -321,7 +321,7 @@ def test_ipmi_power_read_at_most_once_a_second(tmp_path: Path) -> None:
     clock = Clock()
     sensor = HostSensor(str(make_root(tmp_path, None)), ipmi_runner=runner, clock=clock)
     assert calls == [(IPMI_COMMAND, calls[0][1])] and calls[0][1] <= 5.0  # the probe
-    info = sensor.devices()["host"]
+    info = sensor.devices()["host"].to_json()
     assert info["power_source"] == "ipmi" and "model" not in info
     row = host_row(sensor)
     assert (row["power_w"], row["power_source"]) == (201.0, "ipmi")
@@ -360,7 +360,7 @@ def test_ipmi_not_working_falls_back_to_model(
         return DCMI_OUTPUT.replace("activated", "deactivated")
 
     sensor = HostSensor(str(make_root(tmp_path, None)), ipmi_runner=runner)
-    info = sensor.devices()["host"]
+    info = sensor.devices()["host"].to_json()
     assert info["power_source"] == "model"
     assert reason in info["ipmi_reason"]
 
@@ -386,7 +386,7 @@ def test_ipmi_failing_later_leaves_power_out(tmp_path: Path) -> None:
 def test_host_sensor_on_this_machine() -> None:
     sensor = make_sensors("host")[0]
     assert isinstance(sensor, HostSensor)
-    info = sensor.devices()["host"]
+    info = sensor.devices()["host"].to_json()
     json.dumps(info)
     assert info["cpus"] >= 1
     assert info["power_source"] in ("ipmi", "rapl", "model")
@@ -461,7 +461,7 @@ def test_fake_returns_real_structures() -> None:
 def test_devices_keyed_by_uuid() -> None:
     fake = FakeNvml([h100(0), h100(1)])
     sensor = NvmlSensor(fake)
-    devices = sensor.devices()
+    devices = {key: info.to_json() for key, info in sensor.devices().items()}
     uuids = [h100(0).uuid, h100(1).uuid]
     assert list(devices) == uuids
     assert devices[uuids[1]] == {
@@ -483,7 +483,7 @@ def test_devices_keyed_by_uuid() -> None:
 
 def test_bytes_from_old_bindings_are_decoded() -> None:
     sensor = NvmlSensor(FakeNvml([h100(0)], strings_as_bytes=True))
-    info = sensor.devices()[h100(0).uuid]
+    info = sensor.devices()[h100(0).uuid].to_json()
     assert info["name"] == "NVIDIA H100 80GB HBM3" and info["pci_bus_id"] == "00000000:18:00.0"
 
 
@@ -581,7 +581,7 @@ def test_average_power_when_instant_field_unsupported() -> None:
         ]
     assert fake.fake_count("nvmlDeviceGetFieldValues") == 1  # not asked again
     assert fake.fake_count("nvmlDeviceGetPowerUsage") == 3
-    assert "power_instant" in sensor.devices()[h100(0).uuid]["unsupported"]
+    assert "power_instant" in sensor.devices()[h100(0).uuid].to_json()["unsupported"]
 
 
 def test_average_power_when_field_values_unsupported() -> None:
@@ -617,7 +617,7 @@ def test_unsupported_fields_left_out_and_not_asked_again() -> None:
     assert fake.fake_count("nvmlDeviceGetTotalEnergyConsumption") == 1
     assert fake.fake_count("nvmlDeviceGetPcieThroughput") == 2  # TX and RX once each
     assert fake.fake_count("nvmlDeviceGetCurrentClocksEventReasons") == 1
-    info = sensor.devices()[gpu.uuid]
+    info = sensor.devices()[gpu.uuid].to_json()
     assert "serial" not in info
     assert set(info["unsupported"]) >= {"serial", "energy", "temperature", "pcie_tx", "nvlink_tx"}
 
@@ -639,7 +639,7 @@ def test_mig_readings_stay_on_the_parent() -> None:
     l4 = h100(1, name="NVIDIA L4", mig_capable=False)
     fake = FakeNvml([parent, l4])
     sensor = NvmlSensor(fake)
-    devices = sensor.devices()
+    devices = {key: info.to_json() for key, info in sensor.devices().items()}
     assert list(devices) == [parent.uuid, l4.uuid]  # MIG devices are not devices of their own
     assert devices[parent.uuid]["mig_mode"] == "enabled"
     assert devices[parent.uuid]["mig_devices"] == migs
@@ -697,7 +697,7 @@ def test_close_shuts_nvml_down_once() -> None:
 def test_nvml_on_a_real_gpu() -> None:
     sensor = NvmlSensor()  # on a GPU machine a failure here is a real failure
     try:
-        devices = sensor.devices()
+        devices = {key: info.to_json() for key, info in sensor.devices().items()}
         json.dumps(devices)
         assert devices and all(k.startswith("GPU-") for k in devices)
         for row in as_json(sensor.read()):

@@ -10,9 +10,9 @@ sampler reads those at their own, lower rate.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
 
 from toolkit.errors import RtkError
+from toolkit.rundir.devices import DeviceInfo
 from toolkit.rundir.reading import Reading
 
 # The fastest a sampler reads instant power (the power-only path below), per second.
@@ -34,8 +34,8 @@ class Sensor(ABC):
     name: str = "sensor"
 
     @abstractmethod
-    def devices(self) -> dict[str, dict[str, Any]]:
-        """Static information per device key (GPU UUID or ``"host"``), JSON-ready."""
+    def devices(self) -> dict[str, DeviceInfo]:
+        """Static information per device key (GPU UUID or ``"host"``)."""
 
     @abstractmethod
     def read(self, *, energy: bool = True) -> list[Reading]:

@@ -6,6 +6,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from toolkit.rundir.devices import GpuInfo
 from toolkit.telemetry.sensors.base import Sensor, SensorError
 from toolkit.telemetry.sensors.host import HostSensor, IpmiRunner
 from toolkit.telemetry.sensors.nvml import NvmlSensor
@@ -102,12 +103,10 @@ def describe_available(
         Sensor kind -> availability and reason.
     """
     host = HostSensor(root, ipmi_runner=ipmi_runner)
-    info = host.devices()["host"]
+    info = host.info
     host.close()
     result = {
-        "host": Availability(
-            True, f"power source {info['power_source']}: {info['power_source_reason']}"
-        )
+        "host": Availability(True, f"power source {info.power_source}: {info.power_source_reason}")
     }
     try:
         gpus = NvmlSensor(nvml)
@@ -116,6 +115,7 @@ def describe_available(
     else:
         devices = gpus.devices()
         gpus.close()
-        names = sorted({str(d.get("name", "GPU")) for d in devices.values()})
+        gpu_infos = [d for d in devices.values() if isinstance(d, GpuInfo)]
+        names = sorted({"GPU" if d.name is None else d.name for d in gpu_infos})
         result["nvml"] = Availability(True, f"{len(devices)} GPU(s): {', '.join(names)}")
     return result

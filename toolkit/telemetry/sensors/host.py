@@ -24,8 +24,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from toolkit.rundir.devices import DeviceInfo, HostInfo, PowerModel, RaplDomain
 from toolkit.rundir.reading import Reading
 from toolkit.telemetry.sensors.base import Sensor, SensorError
 
@@ -190,9 +190,8 @@ class HostSensor(Sensor):
         self._ipmi_read_s = clock()
         rapl = ", ".join(z.zone for z in self._zones)
         no_rapl = f"no RAPL: {rapl_reason}"
-        self._info: dict[str, Any] = {"kind": "host"}
-        if self._cpus:
-            self._info["cpus"] = self._cpus
+        model = None
+        source: str | None
         if self._ipmi_runner is not None:
             source = "ipmi"
             why = "ipmitool dcmi power reading works" + (f"; RAPL {rapl}" if rapl else "")
@@ -202,35 +201,37 @@ class HostSensor(Sensor):
         elif self._prev_cpu is not None and self._cpus:
             source = "model"
             why = f"{no_rapl}; no IPMI: {ipmi_reason}; power is an estimate from CPU load"
-            self._info["model"] = {
-                "idle_w_per_cpu": IDLE_W_PER_CPU,
-                "busy_w_per_cpu": BUSY_W_PER_CPU,
-                "note": "estimate from CPU utilisation, not a measurement",
-            }
+            model = PowerModel(
+                idle_w_per_cpu=IDLE_W_PER_CPU,
+                busy_w_per_cpu=BUSY_W_PER_CPU,
+                note="estimate from CPU utilisation, not a measurement",
+            )
         else:
             source = None
             why = f"{no_rapl}; no IPMI: {ipmi_reason}; no /proc/stat for the CPU model"
         self._power_source = source
-        self._info.update(
-            power_source=source,
-            power_source_reason=why,
-            energy_source="rapl" if self._zones else ("model" if source == "model" else None),
-            rapl_domains=[
-                {"zone": z.zone, "domain": z.domain, "name": z.name} for z in self._zones
-            ],
-        )
-        if rapl_reason:
-            self._info["rapl_reason"] = rapl_reason
-        if ipmi_reason:
-            self._info["ipmi_reason"] = ipmi_reason
         memory = self._read_meminfo()
-        if "MemTotal" in memory:
-            self._info["memory_total_bytes"] = memory["MemTotal"]
+        self._info = HostInfo(
+            power_source=source,
+            energy_source="rapl" if self._zones else ("model" if source == "model" else None),
+            power_source_reason=why,
+            rapl_domains=tuple(RaplDomain(z.zone, z.domain, z.name) for z in self._zones),
+            cpus=self._cpus or None,
+            model=model,
+            rapl_reason=rapl_reason or None,
+            ipmi_reason=ipmi_reason or None,
+            memory_total_bytes=memory.get("MemTotal"),
+        )
         logger.debug("host sensor: power source %s (%s)", source, why)
 
-    def devices(self) -> dict[str, dict[str, Any]]:
-        """``{"host": {...}}``: CPUs, the power source in use and why, RAPL domains."""
-        return {"host": dict(self._info)}
+    @property
+    def info(self) -> HostInfo:
+        """This machine: CPUs, the power source in use and why, RAPL domains."""
+        return self._info
+
+    def devices(self) -> dict[str, DeviceInfo]:
+        """``{"host": info}``."""
+        return {"host": self._info}
 
     def read(self, *, energy: bool = True) -> list[Reading]:
         """One ``kind: "host"`` reading: CPU, memory, RAPL energy, power where available.

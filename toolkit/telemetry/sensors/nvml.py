@@ -20,10 +20,11 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from toolkit.rundir.devices import DeviceInfo, GpuInfo
 from toolkit.rundir.reading import Reading
 from toolkit.telemetry.sensors.base import Sensor, SensorError
 
@@ -52,12 +53,24 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+FieldId = int | tuple[int, int]
+"""An NVML field id, or (field id, scope) for a field read over a scope (NVLink links)."""
+
+
+@dataclass(frozen=True)
+class _FieldValue:
+    """One field value NVML answered: the value (by its value type) and when it was taken."""
+
+    value: float
+    timestamp_us: int
+
+
 @dataclass
 class _Gpu:
     index: int
     handle: Any
     uuid: str = ""
-    info: dict[str, Any] = field(default_factory=dict)
+    info: GpuInfo = field(default_factory=GpuInfo)
     unsupported: set[str] = field(default_factory=set)
     pcie_read_s: float = -math.inf
 
@@ -123,12 +136,14 @@ class NvmlSensor(Sensor):
             raise SensorError("nvml: NVML is loaded but sees no GPU")
         logger.debug("nvml sensor: %s", ", ".join(g.uuid for g in self._gpus))
 
-    def devices(self) -> dict[str, dict[str, Any]]:
+    def devices(self) -> dict[str, DeviceInfo]:
         """Per GPU UUID: name, serial, memory, power limit, PCI bus id, MIG mode and devices.
 
         ``unsupported`` lists the queries found unsupported so far (they are not retried).
         """
-        return {g.uuid: {**g.info, "unsupported": sorted(g.unsupported)} for g in self._gpus}
+        return {
+            g.uuid: replace(g.info, unsupported=tuple(sorted(g.unsupported))) for g in self._gpus
+        }
 
     def read(self, *, energy: bool = True) -> list[Reading]:
         """One ``kind: "gpu"`` reading per GPU with every field it supports.
@@ -217,30 +232,28 @@ class NvmlSensor(Sensor):
         nvml = self._nvml
         gpu = _Gpu(index=index, handle=nvml.nvmlDeviceGetHandleByIndex(index))
         gpu.uuid = _text(nvml.nvmlDeviceGetUUID(gpu.handle))
-        info: dict[str, Any] = {"kind": "gpu", "uuid": gpu.uuid, "nvml_index": index}
         name = self._query(gpu, "name", nvml.nvmlDeviceGetName)
-        if name is not None:
-            info["name"] = _text(name)
         serial = self._query(gpu, "serial", nvml.nvmlDeviceGetSerial)
-        if serial is not None:
-            info["serial"] = _text(serial)
         memory = self._query(gpu, "memory", nvml.nvmlDeviceGetMemoryInfo)
-        if memory is not None:
-            info["memory_total_bytes"] = int(memory.total)
         limit_mw = self._query(gpu, "power_limit", nvml.nvmlDeviceGetEnforcedPowerLimit)
-        if limit_mw is not None:
-            info["power_limit_w"] = limit_mw / 1000.0
         pci = self._query(gpu, "pci_info", nvml.nvmlDeviceGetPciInfo)
-        if pci is not None:
-            info["pci_bus_id"] = _text(pci.busId)
         mig_mode = self._query(gpu, "mig_mode", nvml.nvmlDeviceGetMigMode)
-        if mig_mode is not None:
-            enabled = mig_mode[0] == nvml.NVML_DEVICE_MIG_ENABLE
-            info["mig_mode"] = "enabled" if enabled else "disabled"
-            if enabled:
-                info["mig_devices"] = self._mig_uuids(gpu)
-                gpu.unsupported.add("utilization")  # NVML has no utilisation per instance
-        gpu.info = info
+        mig_enabled = mig_mode is not None and mig_mode[0] == nvml.NVML_DEVICE_MIG_ENABLE
+        mig_devices = None
+        if mig_enabled:
+            mig_devices = tuple(self._mig_uuids(gpu))
+            gpu.unsupported.add("utilization")  # NVML has no utilisation per instance
+        gpu.info = GpuInfo(
+            uuid=gpu.uuid,
+            nvml_index=index,
+            name=None if name is None else _text(name),
+            serial=None if serial is None else _text(serial),
+            memory_total_bytes=None if memory is None else int(memory.total),
+            power_limit_w=None if limit_mw is None else limit_mw / 1000.0,
+            pci_bus_id=None if pci is None else _text(pci.busId),
+            mig_mode=None if mig_mode is None else ("enabled" if mig_enabled else "disabled"),
+            mig_devices=mig_devices,
+        )
         return gpu
 
     def _mig_uuids(self, gpu: _Gpu) -> list[str]:
@@ -272,27 +285,26 @@ class NvmlSensor(Sensor):
                 return None
             raise SensorError(f"nvml: {gpu.uuid}: {key}: {e}") from e
 
-    def _field_values(self, gpu: _Gpu, call_key: str, wanted: dict[str, Any]) -> dict[str, Any]:
+    def _field_values(
+        self, gpu: _Gpu, call_key: str, wanted: Mapping[str, FieldId]
+    ) -> dict[str, _FieldValue]:
         """The successful field values among ``wanted`` (key -> field id or (id, scope))."""
-        wanted = {k: f for k, f in wanted.items() if k not in gpu.unsupported}
-        if not wanted:
+        asked = {k: f for k, f in wanted.items() if k not in gpu.unsupported}
+        if not asked:
             return {}
         values = self._query(
-            gpu, call_key, self._nvml.nvmlDeviceGetFieldValues, list(wanted.values())
+            gpu, call_key, self._nvml.nvmlDeviceGetFieldValues, list(asked.values())
         )
         if values is None:
             return {}
         found = {}
-        for key, value in zip(wanted, values, strict=False):
+        for key, value in zip(asked, values, strict=False):
             if value.nvmlReturn == self._nvml.NVML_SUCCESS:
-                found[key] = value
+                member = self._value_members.get(value.valueType, "ullVal")
+                found[key] = _FieldValue(getattr(value.value, member), int(value.timestamp))
             elif value.nvmlReturn in self._skip_codes:
                 gpu.unsupported.add(key)
         return found
-
-    def _value(self, field_value: Any) -> Any:
-        member = self._value_members.get(field_value.valueType, "ullVal")
-        return getattr(field_value.value, member)
 
     def _power(self, gpu: _Gpu) -> tuple[float | None, str | None, int | None]:
         """Power in watts, its source and NVML's timestamp (None where there is none)."""
@@ -302,7 +314,7 @@ class NvmlSensor(Sensor):
         )
         instant = fields.get("power_instant")
         if instant is not None:
-            return self._value(instant) / 1000.0, "nvml_instant", int(instant.timestamp)
+            return instant.value / 1000.0, "nvml_instant", instant.timestamp_us
         usage_mw = self._query(gpu, "power_usage", nvml.nvmlDeviceGetPowerUsage)
         if usage_mw is None:
             return None, None, None
@@ -311,15 +323,15 @@ class NvmlSensor(Sensor):
     def _nvlink(self, gpu: _Gpu) -> tuple[int | None, int | None]:
         """NVLink data sent and received (KiB, over all links), where supported."""
         nvml = self._nvml
-        wanted = {
+        wanted: dict[str, FieldId] = {
             "nvlink_tx": (nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, ALL_LINKS_SCOPE),
             "nvlink_rx": (nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, ALL_LINKS_SCOPE),
         }
         fields = self._field_values(gpu, "nvlink_field_values", wanted)
         tx, rx = fields.get("nvlink_tx"), fields.get("nvlink_rx")
         return (
-            None if tx is None else int(self._value(tx)),
-            None if rx is None else int(self._value(rx)),
+            None if tx is None else int(tx.value),
+            None if rx is None else int(rx.value),
         )
 
     def _pcie_due(self) -> list[_Gpu]:

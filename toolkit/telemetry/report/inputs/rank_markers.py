@@ -10,10 +10,9 @@ the report's aggregates; ``rank_records`` hands every rank's records to the trac
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -161,8 +160,8 @@ def _from_table(table: pa.Table) -> MarkerColumns | None:
     )
 
 
-def _lines(path: Path) -> list[dict[str, Any]]:
-    records: list[dict[str, Any]] = []
+def _lines(path: Path) -> list[Mapping[str, object]]:
+    records: list[Mapping[str, object]] = []
     with path.open(encoding="utf-8", errors="replace") as lines:
         for line in lines:
             try:
@@ -174,7 +173,7 @@ def _lines(path: Path) -> list[dict[str, Any]]:
     return records
 
 
-def _from_records(records: list[dict[str, Any]]) -> MarkerColumns | None:
+def _from_records(records: list[Mapping[str, object]]) -> MarkerColumns | None:
     """Records parsed line by line, with the same checks Arrow's schema makes."""
 
     def integer(value: object) -> int | None:
@@ -187,7 +186,7 @@ def _from_records(records: list[dict[str, Any]]) -> MarkerColumns | None:
     def text(value: object) -> str | None:
         return value if isinstance(value, str) else None
 
-    rows = {name: [] for name in _SCHEMA.names}  # type: dict[str, list[Any]]
+    rows: dict[str, list[object]] = {name: [] for name in _SCHEMA.names}
     for record in records:
         values = {
             "event": text(record.get("event")),

@@ -9,15 +9,16 @@ the largest node's trace, not by the run.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from toolkit.rundir.devices import DeviceInfo, HostInfo
 from toolkit.rundir.traces import READINGS, ReadStats, read_table
 
 FloatArray = npt.NDArray[np.float64]
@@ -49,7 +50,7 @@ class DeviceSeries:
         fields: Reading -> its value per sample, NaN where the sample lacks it (only
             readings some sample has).
         power_source: How ``power_w`` was obtained (``nvml_instant``, ``model``, ...).
-        info: The manifest's record of the device.
+        info: The manifest's record of the device (None: the manifest lacks it).
     """
 
     node: str
@@ -58,7 +59,7 @@ class DeviceSeries:
     t_s: FloatArray
     fields: dict[str, FloatArray]
     power_source: str | None
-    info: dict[str, Any]
+    info: DeviceInfo | None
 
     def values(self, name: str) -> tuple[FloatArray, FloatArray]:
         """The times and values of the samples that have field ``name``."""
@@ -95,7 +96,7 @@ def read_series(
     node: str,
     files: list[Path],
     offset_s: float,
-    devices: dict[str, dict[str, Any]],
+    devices: Mapping[str, DeviceInfo],
     notes: list[str],
 ) -> dict[str, DeviceSeries]:
     """Every device of ``node`` (every manifest device, even one without samples).
@@ -125,13 +126,13 @@ def read_series(
     out: dict[str, DeviceSeries] = {}
     for device in [*devices, *sorted(set(found) - set(devices))]:
         lo, hi = found.get(device, (0, 0))
-        info = devices.get(device, {})
+        info = devices.get(device)
         fields = {
             name: values[lo:hi]
             for name, values in readings.items()
             if hi > lo and not np.isnan(values[lo:hi]).all()
         }
-        kind = str(info.get("kind") or ("host" if device == "host" else "gpu"))
+        kind = info.kind if info is not None else ("host" if device == "host" else "gpu")
         out[device] = DeviceSeries(
             node=node,
             device=device,
@@ -165,6 +166,6 @@ def _most_common(codes: npt.NDArray[np.int64], names: list[str]) -> str | None:
     return names[min(range(len(names)), key=lambda i: (-counts[i], names[i]))]
 
 
-def _info_source(info: dict[str, Any]) -> str | None:
-    source = info.get("power_source")
-    return str(source) if source else None
+def _info_source(info: DeviceInfo | None) -> str | None:
+    """The power source the manifest names (the host's; a GPU's is in its samples)."""
+    return (info.power_source or None) if isinstance(info, HostInfo) else None

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from toolkit.rundir.devices import DeviceInfo, GpuInfo
 from toolkit.rundir.traces import SCHEMA, iter_batches
 from toolkit.telemetry.report.build import Report
 from toolkit.telemetry.report.inputs.series import FloatArray
@@ -42,7 +43,7 @@ def bucket_counters(report: Report, pids: dict[str, int], out: TraceEventWriter)
             t_s = np.asarray(
                 buckets.start_s + np.arange(buckets.count) * buckets.width_s, np.float64
             )
-            label = _label(device, info.get(device, {}))
+            label = _label(device, info.get(device))
             written += _counters(out, pids[node_name], label, t_s, columns, dedup=True)
     return written
 
@@ -64,7 +65,7 @@ def sample_counters(
             rows = rows.take(pc.sort_indices(rows, [("wall_s", "ascending")]))
             t_s: FloatArray = rows.column("wall_s").to_numpy() - offset_s
             columns: dict[str, FloatArray | None] = {k: rows.column(k).to_numpy() for k in COUNTERS}
-            label = _label(device, info.get(device, {}))
+            label = _label(device, info.get(device))
             written += _counters(out, pids[node_name], label, t_s, columns, dedup=False)
     return written
 
@@ -112,10 +113,10 @@ def _counters(
     return written
 
 
-def _label(device: str, info: dict[str, object]) -> str:
-    """``host``, or ``GPU 0 (GPU-0a1b2c3d)`` (the index when the manifest has it)."""
+def _label(device: str, info: DeviceInfo | None) -> str:
+    """``host``, or ``GPU 0 (GPU-0a1b2c3d)`` (the NVML index when the manifest has it)."""
     if device == "host":
         return "host"
-    index = info.get("index")
+    index = info.nvml_index if isinstance(info, GpuInfo) else None
     short = short_device(device)
-    return f"GPU {index} ({short})" if isinstance(index, int) else short
+    return f"GPU {index} ({short})" if index is not None else short
