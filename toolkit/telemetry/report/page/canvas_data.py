@@ -96,7 +96,10 @@ def page_data(report: Report, grid: Grid | None = None) -> JsonObject:
         ],
     }
     if totals.size and not np.isnan(totals).all():
-        data["node_power"] = {"nodes": list[JsonValue](names), **_packed("node_power_w", "node power (W)", totals)}
+        data["node_power"] = {
+            "nodes": list[JsonValue](names),
+            **_packed("node_power_w", "node power (W)", totals),
+        }
     return data
 
 
