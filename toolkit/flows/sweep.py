@@ -85,11 +85,20 @@ def subset(inventory: Inventory, count: int) -> Inventory:
 
 @dataclass(frozen=True)
 class PlannedRun:
-    """One run a sweep would do: its cluster size, the GPU settings it asks for, its job."""
+    """One run a sweep would do: its cluster size, the GPU settings it asks for, its job.
+
+    Attributes:
+        run_id: The run's id.
+        nodes: How many of the inventory's nodes it runs on.
+        gpu_settings: The GPU settings applied for its job.
+        gpu_axes: Those settings as the experiment wrote them (what ``render`` shows).
+        job: The Ray job it submits.
+    """
 
     run_id: str
     nodes: int
     gpu_settings: GpuRequest
+    gpu_axes: str
     job: JobRequest
 
 
@@ -109,7 +118,7 @@ class SweepPlan:
             f"{len(self.skipped)} finished earlier and skipped"
         ]
         for run in self.runs:
-            settings = run.gpu_settings.render()
+            settings = run.gpu_axes
             lines.append(
                 f"run {run.run_id}: {run.nodes} node(s)" + (f"; {settings}" if settings else "")
             )
@@ -131,7 +140,7 @@ def plan_sweep(experiment: Experiment, max_runs: int | None = None) -> SweepPlan
         count = run.nodes if run.nodes is not None else len(inventory.nodes)
         plan = build_plan(subset(inventory, count))
         job = job_request(plan, workload_of(experiment, run, str(run_dir_of(experiment, run))))
-        runs.append(PlannedRun(run.run_id, count, run.gpu, job))
+        runs.append(PlannedRun(run.run_id, count, run.gpu, run.gpu_axes, job))
     return SweepPlan(experiment.spec.name, experiment.sweep_dir, runs, skipped)
 
 

@@ -18,6 +18,7 @@ from toolkit.json_types import JsonValue
 from toolkit.rundir.gpu_settings import ClocksMhz
 
 MAX_NAME = 200  # of a run directory's name before "_r<repeat>"; file systems allow 255
+GPU_AXES = ("power_limit_w", "gpu_clocks_mhz", "mem_clocks_mhz")
 
 
 @dataclass(frozen=True)
@@ -33,22 +34,6 @@ class GpuRequest:
     power_limit_w: float | None = None
     gpu_clocks_mhz: ClocksMhz | None = None
     mem_clocks_mhz: ClocksMhz | None = None
-
-    def render(self) -> str:
-        """``power_limit_w=300, gpu_clocks_mhz=[1200, 1400]``: the settings asked for."""
-        shown = [
-            ("power_limit_w", None if self.power_limit_w is None else str(self.power_limit_w)),
-            ("gpu_clocks_mhz", _show_clocks(self.gpu_clocks_mhz)),
-            ("mem_clocks_mhz", _show_clocks(self.mem_clocks_mhz)),
-        ]
-        return ", ".join(f"{name}={value}" for name, value in shown if value is not None)
-
-
-def _show_clocks(clocks: ClocksMhz | None) -> str | None:
-    if clocks is None:
-        return None
-    low, high = clocks
-    return str(low) if low == high else f"[{low}, {high}]"
 
 
 @dataclass(frozen=True)
@@ -93,6 +78,11 @@ class RunSpec:
     def run_id(self) -> str:
         """``batch_size=8,nodes=2#1``."""
         return f"{self.config_id}#{self.repeat}"
+
+    @property
+    def gpu_axes(self) -> str:
+        """``power_limit_w=300, gpu_clocks_mhz=[1200, 1400]``: its GPU axes as written."""
+        return ", ".join(f"{k}={self.axes[k]}" for k in GPU_AXES if self.axes.get(k) is not None)
 
     @property
     def dir_name(self) -> str:

@@ -65,12 +65,12 @@ def test_a_run_refuses_cluster_axes_it_cannot_apply(
         RunSpec.of(axes, 1)
 
 
-def test_gpu_request_renders_the_settings_asked_for_as_written() -> None:
-    assert GpuRequest().render() == ""
-    assert GpuRequest(power_limit_w=250).render() == "power_limit_w=250"
-    assert GpuRequest(power_limit_w=560.0).render() == "power_limit_w=560.0"
-    both = GpuRequest(gpu_clocks_mhz=(1200, 1400), mem_clocks_mhz=(5000, 5000))
-    assert both.render() == "gpu_clocks_mhz=[1200, 1400], mem_clocks_mhz=5000"
+def test_the_gpu_axes_are_shown_as_written() -> None:
+    assert RunSpec.of({"batch_size": 8}, 1).gpu_axes == ""
+    run = RunSpec.of({"mem_clocks_mhz": [5000, 5000], "power_limit_w": 560.0, "b": 1}, 1)
+    assert run.gpu_axes == "power_limit_w=560.0, mem_clocks_mhz=[5000, 5000]"
+    assert run.gpu == GpuRequest(power_limit_w=560.0, mem_clocks_mhz=(5000, 5000))
+    assert RunSpec.of({"gpu_clocks_mhz": 1400}, 1).gpu_axes == "gpu_clocks_mhz=1400"
 
 
 def test_a_long_id_makes_a_short_distinct_directory() -> None:
