@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from toolkit.cluster.plan import build_plan
 from toolkit.cluster.progress_reporter import Reporter
@@ -32,12 +31,11 @@ from toolkit.flows import (
     job_request,
 )
 from toolkit.inventory import Inventory, load_inventory
-from toolkit.profile.experiment import Experiment, RunSpec, clocks_mhz
+from toolkit.profile.experiment import Experiment, train_config
+from toolkit.profile.run_spec import GpuRequest, RunSpec
 from toolkit.rundir import IdleRecord, ProfileRunRecord, RunDir
 from toolkit.telemetry.options import TelemetryOptions
-from toolkit.train.config import TrainConfig
 
-GPU_AXES = ("power_limit_w", "gpu_clocks_mhz", "mem_clocks_mhz")
 Echo = Callable[[str], None]
 
 
@@ -87,11 +85,20 @@ def subset(inventory: Inventory, count: int) -> Inventory:
 
 @dataclass(frozen=True)
 class PlannedRun:
-    """One run a sweep would do: its cluster size, GPU settings and job."""
+    """One run a sweep would do: its cluster size, the GPU settings it asks for, its job.
+
+    Attributes:
+        run_id: The run's id.
+        nodes: How many of the inventory's nodes it runs on.
+        gpu_settings: The GPU settings applied for its job.
+        gpu_axes: Those settings as the experiment wrote them (what ``render`` shows).
+        job: The Ray job it submits.
+    """
 
     run_id: str
     nodes: int
-    gpu_settings: dict[str, Any]
+    gpu_settings: GpuRequest
+    gpu_axes: str
     job: JobRequest
 
 
@@ -111,7 +118,7 @@ class SweepPlan:
             f"{len(self.skipped)} finished earlier and skipped"
         ]
         for run in self.runs:
-            settings = ", ".join(f"{k}={v}" for k, v in run.gpu_settings.items())
+            settings = run.gpu_axes
             lines.append(
                 f"run {run.run_id}: {run.nodes} node(s)" + (f"; {settings}" if settings else "")
             )
@@ -130,11 +137,10 @@ def plan_sweep(experiment: Experiment, max_runs: int | None = None) -> SweepPlan
             continue
         if max_runs is not None and len(runs) >= max_runs:
             break
-        count = int(run.axes.get("nodes", len(inventory.nodes)))
+        count = run.nodes if run.nodes is not None else len(inventory.nodes)
         plan = build_plan(subset(inventory, count))
-        settings = {k: run.axes[k] for k in GPU_AXES if run.axes.get(k) is not None}
         job = job_request(plan, workload_of(experiment, run, str(run_dir_of(experiment, run))))
-        runs.append(PlannedRun(run.run_id, count, settings, job))
+        runs.append(PlannedRun(run.run_id, count, run.gpu, run.gpu_axes, job))
     return SweepPlan(experiment.spec.name, experiment.sweep_dir, runs, skipped)
 
 
@@ -159,7 +165,7 @@ def run_sweep(
                     continue
                 if max_runs is not None and len(outcome.ran) >= max_runs:
                     break
-                count = int(run.axes.get("nodes", len(inventory.nodes)))
+                count = run.nodes if run.nodes is not None else len(inventory.nodes)
                 if current is None or len(current.plan.nodes) != count:
                     if current is not None:
                         current.tear_down()
@@ -187,7 +193,7 @@ def _run_one(experiment: Experiment, run: RunSpec, session: Session, echo: Echo)
     record = ProfileRunRecord(
         run_id=run.run_id,
         config_id=run.config_id,
-        axes=run.axes,
+        axes=dict(run.axes),
         repeat=run.repeat,
         status="running",
         run_dir=str(run_dir),
@@ -198,9 +204,9 @@ def _run_one(experiment: Experiment, run: RunSpec, session: Session, echo: Echo)
         with gpu_settings(
             session.plan,
             session.transport,
-            power_limit_w=run.axes.get("power_limit_w"),
-            gpu_clocks_mhz=clocks_mhz(run.axes.get("gpu_clocks_mhz")),
-            mem_clocks_mhz=clocks_mhz(run.axes.get("mem_clocks_mhz")),
+            power_limit_w=run.gpu.power_limit_w,
+            gpu_clocks_mhz=run.gpu.gpu_clocks_mhz,
+            mem_clocks_mhz=run.gpu.mem_clocks_mhz,
         ) as applied:
             if applied:
                 record = replace(record, gpu_settings=applied)
@@ -232,7 +238,7 @@ def workload_of(experiment: Experiment, run: RunSpec, run_dir: str) -> Workload:
     if workload.train is not None:
         idle = {"baseline_s": telemetry.baseline_s, "cooldown_max_s": telemetry.cooldown_max_s}
         options = {**experiment.train_options(run.axes), **idle}
-        config = TrainConfig(run_dir=run_dir, **options).check()
+        config = train_config(run_dir, options).check()
         return TrainWorkload(config, Path(run_dir).name)
     env = {f"RTK_AXIS_{k.upper()}": json.dumps(v) for k, v in run.axes.items()}
     if workload.vllm is not None:

@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
 from toolkit.cluster.up_timings import PhaseSpan, render_phases
+from toolkit.json_types import JsonObject
 
 DRIVER_PREFIX = "rtk train: "
 # The trainer's step line (``toolkit.train.loop``), as rank 0 prints it: the first one
@@ -59,9 +59,9 @@ class TrainTimings:
             ("report", self.report),
         ]
 
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict."""
-        data: dict[str, Any] = {
+    def to_json(self) -> JsonObject:
+        """The phases as a JSON object, each span rounded to milliseconds."""
+        data: JsonObject = {
             label.replace(" ", "_"): span.to_json() if span else None for label, span in self.rows()
         }
         data.setdefault("bring_up", None)

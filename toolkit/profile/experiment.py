@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import itertools
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any, TypeGuard, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -41,13 +40,14 @@ from toolkit.inventory.problems import (
     show_key,
 )
 from toolkit.inventory.yaml_text import restore_written_text
+from toolkit.json_types import JsonValue
+from toolkit.profile.run_spec import RunSpec, config_id, safe_name, value_text
 from toolkit.train.config import TrainConfig
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 AXIS_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 CLUSTER_AXES = ("nodes", "power_limit_w", "gpu_clocks_mhz", "mem_clocks_mhz")
 VLLM_AXES = ("batch_size", "input_len", "output_len")
-MAX_NAME = 200  # of a run directory's name before "_r<repeat>"; file systems allow 255
 # Trainer options an axis or the workload may not set: rtk profile owns them.
 OWNED = {
     "run_dir": "each run gets its own directory under the sweep directory (output_dir:)",
@@ -75,7 +75,8 @@ class VllmSpec(_Strict):
 class WorkloadSpec(_Strict):
     """What each run runs: exactly one of these."""
 
-    train: dict[str, Any] | None = Field(None, description="rtk train options.")
+    # Checked against TrainConfig's fields and types by _check, not here.
+    train: dict[str, object] | None = Field(None, description="rtk train options.")
     command: list[str] | None = Field(None, description="Any command.")
     vllm: VllmSpec | None = None
     working_dir: str = Field(".", description="Shipped with a command workload.")
@@ -90,36 +91,10 @@ class ExperimentSpec(_Strict):
         None, description="Where the sweep goes (default: profile-runs/<name> here)."
     )
     workload: WorkloadSpec
-    axes: dict[str, list[Any]] = Field(default_factory=dict)
+    axes: dict[str, list[object]] = Field(default_factory=dict)  # JSON data: see _check
     repeats: int = Field(1, ge=1, le=100)
     baseline_s: float = Field(10.0, ge=0, description="Idle power before each run.")
     cooldown_max_s: float = Field(60.0, ge=0, description="Longest cooldown after a run.")
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """One run of the sweep: a configuration and its repeat number."""
-
-    config_id: str
-    axes: dict[str, Any]
-    repeat: int
-
-    @property
-    def run_id(self) -> str:
-        """``batch_size=8,nodes=2#1``."""
-        return f"{self.config_id}#{self.repeat}"
-
-    @property
-    def dir_name(self) -> str:
-        """A directory name for the run: the id with unsafe characters replaced.
-
-        An id too long for one path component is cut and ends in a hash of the whole.
-        """
-        name = _safe(self.config_id)
-        if len(name) > MAX_NAME:
-            digest = hashlib.sha256(self.config_id.encode()).hexdigest()[:12]
-            name = f"{name[: MAX_NAME - 13]}_{digest}"
-        return f"{name}_r{self.repeat}"
 
 
 @dataclass(frozen=True)
@@ -137,45 +112,39 @@ class Experiment:
         Repeat 1 of every configuration with that node count comes before repeat 2.
         """
         names = list(self.spec.axes)
-        values = [self.spec.axes[n] for n in names]
+        values = [[_axis_value(n, v) for v in self.spec.axes[n]] for n in names]
         configs = [dict(zip(names, combo, strict=True)) for combo in itertools.product(*values)]
         runs = [
-            RunSpec(config_id(c), c, repeat)
-            for repeat in range(1, self.spec.repeats + 1)
-            for c in configs
+            RunSpec.of(c, repeat) for repeat in range(1, self.spec.repeats + 1) for c in configs
         ]
-        return sorted(runs, key=lambda r: int(r.axes.get("nodes", 0)))  # stable
+        return sorted(runs, key=lambda r: r.nodes or 0)  # stable
 
-    def train_options(self, axes: dict[str, Any]) -> dict[str, Any]:
+    def train_options(self, axes: Mapping[str, object]) -> dict[str, object]:
         """The trainer options of one run: the workload's, then the run's axes."""
         base = dict(self.spec.workload.train or {})
         base.update({k: v for k, v in axes.items() if k not in CLUSTER_AXES})
         return base
 
 
-def config_id(axes: dict[str, Any]) -> str:
-    """``batch_size=8,nodes=2``: the axes and values, in the file's order."""
-    return ",".join(f"{k}={_show(v)}" for k, v in axes.items()) or "default"
+def train_config(run_dir: str, options: Mapping[str, object]) -> TrainConfig:
+    """The trainer's config of a run: ``options`` (``train_options``) in ``run_dir``.
+
+    Raises:
+        RtkError: An option the trainer does not have.
+        TypeError: An option's value the trainer cannot take.
+    """
+    return TrainConfig.from_json({"run_dir": run_dir, **options})
 
 
-def clocks_mhz(value: Any) -> tuple[int, int] | None:
-    """``1400`` or ``[1200, 1400]`` as (min, max) MHz; None stays None."""
-    if value is None:
-        return None
-    if isinstance(value, int | float):
-        return int(value), int(value)
-    low, high = value
-    return int(low), int(high)
+def _axis_value(name: str, value: object) -> JsonValue:
+    """One value of an axis as JSON data (``_check`` has refused any other).
 
-
-def _safe(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._=,-]+", "_", text)
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, list | tuple):
-        return "-".join(str(v) for v in value)
-    return str(value)
+    Raises:
+        RtkError: ``value`` is not JSON data.
+    """
+    if not _is_json(value):
+        raise RtkError(f"axis {name}: got {value!r}, a {type(value).__name__}; not JSON data")
+    return value
 
 
 def load_experiment(path: str | Path) -> Experiment:
@@ -259,19 +228,21 @@ def _check(spec: ExperimentSpec, source: str, line_of: Any) -> list[Problem]:
                     "or lists of them (YAML reads 2024-01-01 as a date: quote it for text)",
                 )
         # Two values with one id or directory would share a run directory: one never runs.
-        shown = [_show(v) for v in values]
+        shown = [value_text(v) for v in values]
         for index, text in enumerate(shown):
             if text in shown[:index]:
                 problem((*where, index), f"{values[index]!r} is given twice; give each value once")
                 continue
             same = [
-                v for v, t in zip(values, shown[:index], strict=False) if _safe(t) == _safe(text)
+                v
+                for v, t in zip(values, shown[:index], strict=False)
+                if safe_name(t) == safe_name(text)
             ]
             if same:
                 problem(
                     (*where, index),
                     f"{values[index]!r} and {same[0]!r} would share a run directory (both "
-                    f"{_safe(text)!r} there); make them differ in letters, digits or . _ = , -",
+                    f"{safe_name(text)!r} there); make them differ in letters, digits or . _ = , -",
                 )
         if name in CLUSTER_AXES:
             for index, value in enumerate(values):
@@ -305,7 +276,7 @@ def _check(spec: ExperimentSpec, source: str, line_of: Any) -> list[Problem]:
         for axes in itertools.product(*[[(k, v) for v in vs] for k, vs in spec.axes.items()]):
             swept = {k: v for k, v in axes if k not in CLUSTER_AXES}
             try:
-                TrainConfig(run_dir="-", **{**workload.train, **swept}).check()
+                train_config("-", {**workload.train, **swept}).check()
             except (RtkError, TypeError) as e:
                 # Blame the axes only when a trainer option is swept; else workload.train.
                 if swept:
@@ -316,7 +287,7 @@ def _check(spec: ExperimentSpec, source: str, line_of: Any) -> list[Problem]:
     return problems
 
 
-def _is_json(value: Any) -> bool:
+def _is_json(value: object) -> TypeGuard[JsonValue]:
     """Whether ``value`` is JSON data: what the YAML reader gives, less dates and bytes."""
     if value is None or isinstance(value, bool | int | float | str):
         return True

@@ -5,17 +5,18 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from toolkit.json_types import JsonObject, JsonValue
 from toolkit.profile.pareto import ParetoBasis, pareto_basis, pareto_front
 from toolkit.profile.results import (
     METRICS,
     SCHEMA_VERSION,
     ConfigRow,
     RunResult,
+    Spread,
     axis_names,
     axis_text,
     best_rows,
@@ -155,20 +156,20 @@ def _results_dict(
     axes: list[str],
     x_axis: str | None,
     basis: ParetoBasis,
-) -> dict[str, Any]:
+) -> JsonObject:
     energy, throughput = best_rows(rows)
     return {
         "v": SCHEMA_VERSION,
-        "axes": axes,
+        "axes": list[JsonValue](axes),
         "energy_plot_axis": x_axis,
         "configurations": [
             {
                 "config_id": r.config_id,
-                "axes": r.axes,
+                "axes": _json_object(r.axes),
                 "repeats_ok": r.repeats_ok,
                 "repeats_failed": r.repeats_failed,
                 "pareto": r.pareto,
-                **{m: vars(r.metric(m)) for m in METRICS},
+                **{m: _spread(r.metric(m)) for m in METRICS},
             }
             for r in rows
         ],
@@ -179,18 +180,44 @@ def _results_dict(
             "tokens_per_s": throughput.config_id if throughput else None,
         },
         "runs": [
-            dict(zip(runs_columns([]), _run_cells(directory, r, []), strict=True))
-            | {"axes": r.axes}
+            {
+                name: _json_value(cell)
+                for name, cell in zip(runs_columns([]), _run_cells(directory, r, []), strict=True)
+            }
+            | {"axes": _json_object(r.axes)}
             for r in runs
         ],
     }
 
 
-def _finite(value: Any) -> Any:
+def _spread(spread: Spread) -> JsonObject:
+    return {"mean": spread.mean, "std": spread.std, "n": spread.n}
+
+
+def _json_object(values: Mapping[str, object]) -> JsonObject:
+    return {k: _json_value(v) for k, v in values.items()}
+
+
+def _json_value(value: object) -> JsonValue:
+    """A value read from JSON (a run's axes) or a figure, as JSON; a tuple is a list.
+
+    Raises:
+        TypeError: ``value`` is not JSON data (as ``json.dumps`` would).
+    """
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, list | tuple):
+        return [_json_value(v) for v in value]
+    if isinstance(value, Mapping) and all(isinstance(k, str) for k in value):
+        return {str(k): _json_value(v) for k, v in value.items()}
+    raise TypeError(f"not JSON data: {value!r}")
+
+
+def _finite(value: JsonValue) -> JsonValue:
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
         return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
+    if isinstance(value, list):
         return [_finite(v) for v in value]
     return value

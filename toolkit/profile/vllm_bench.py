@@ -28,13 +28,13 @@ import random
 import sys
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pydantic import Field, ValidationError
 
 from toolkit.errors import RtkError
+from toolkit.json_types import JsonObject, JsonValue
 from toolkit.profile.experiment import CLUSTER_AXES, VllmSpec
 from toolkit.rundir import MarkerWriter, RunDir
 
@@ -83,6 +83,71 @@ class StepResult:
     def tokens_per_s(self) -> float:
         """Output tokens over the step's time."""
         return self.output_tokens / self.duration_s if self.duration_s > 0 else 0.0
+
+    def to_json(self) -> JsonObject:
+        """The step as ``vllm.json`` lists it, with its tokens per second."""
+        return {
+            "step": self.step,
+            "duration_s": self.duration_s,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "tokens_per_s": self.tokens_per_s,
+        }
+
+
+@dataclass(frozen=True)
+class BenchSummary:
+    """What one run of the workload measured, as ``vllm.json`` keeps it.
+
+    Attributes:
+        settings: The settings it ran with.
+        run_dir: Its run directory.
+        versions: vLLM's and torch's versions.
+        vocab_size: The model's vocabulary size (the prompts' ids lie below it).
+        warmup_s: The untimed warm-up generate.
+        steps: The timed generates.
+        short_steps: The steps that generated fewer tokens than asked.
+    """
+
+    settings: BenchSettings
+    run_dir: Path
+    versions: Mapping[str, str]
+    vocab_size: int
+    warmup_s: float
+    steps: tuple[StepResult, ...]
+    short_steps: tuple[int, ...]
+
+    @property
+    def duration_s(self) -> float:
+        """The timed steps' time."""
+        return sum(s.duration_s for s in self.steps)
+
+    @property
+    def output_tokens(self) -> int:
+        """Tokens the timed steps generated."""
+        return sum(s.output_tokens for s in self.steps)
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """Output tokens over the timed steps' time; None without time."""
+        total_s = self.duration_s
+        return self.output_tokens / total_s if total_s > 0 else None
+
+    def to_json(self) -> JsonObject:
+        """``vllm.json``'s content."""
+        return {
+            "v": 1,
+            "settings": self.settings.model_dump(),
+            "run_dir": str(self.run_dir),
+            "versions": dict[str, JsonValue](self.versions),
+            "vocab_size": self.vocab_size,
+            "warmup_s": self.warmup_s,
+            "steps": [s.to_json() for s in self.steps],
+            "duration_s": self.duration_s,
+            "output_tokens": self.output_tokens,
+            "tokens_per_s": self.tokens_per_s,
+            "short_steps": list[JsonValue](self.short_steps),
+        }
 
 
 def parse_settings(text: str, env: Mapping[str, str]) -> tuple[BenchSettings, Path, Path]:
@@ -194,7 +259,7 @@ def run_bench(
     versions: Mapping[str, str],
     echo: Echo,
     gpu_uuid: str | None = None,
-) -> dict[str, Any]:
+) -> BenchSummary:
     """Warm up, run the timed steps with markers, write ``vllm.json``; returns its content."""
     batch = settings.batch_size
     prompts = synthetic_prompts(
@@ -215,25 +280,13 @@ def run_bench(
     short = [s.step for s in steps if s.output_tokens != settings.tokens_per_step]
     if short:
         log.warning("steps %s did not generate %s tokens", short, settings.tokens_per_step)
-    total_s = sum(s.duration_s for s in steps)
-    output_tokens = sum(s.output_tokens for s in steps)
-    summary = {
-        "v": 1,
-        "settings": settings.model_dump(),
-        "run_dir": str(run_dir),
-        "versions": dict(versions),
-        "vocab_size": vocab_size,
-        "warmup_s": warmup_s,
-        "steps": [{**asdict(s), "tokens_per_s": s.tokens_per_s} for s in steps],
-        "duration_s": total_s,
-        "output_tokens": output_tokens,
-        "tokens_per_s": output_tokens / total_s if total_s > 0 else None,
-        "short_steps": short,
-    }
-    (run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+    summary = BenchSummary(
+        settings, run_dir, dict(versions), vocab_size, warmup_s, tuple(steps), tuple(short)
+    )
+    (run_dir / SUMMARY_FILE).write_text(json.dumps(summary.to_json(), indent=2) + "\n")
     echo(
-        f"vllm: {output_tokens} tokens in {total_s:.2f} s over {len(steps)} steps, "
-        f"{summary['tokens_per_s'] or 0:.0f} tokens/s"
+        f"vllm: {summary.output_tokens} tokens in {summary.duration_s:.2f} s over "
+        f"{len(steps)} steps, {summary.tokens_per_s or 0:.0f} tokens/s"
     )
     return summary
 

@@ -13,7 +13,8 @@ import pytest
 from conftest import rtk
 
 from toolkit.errors import ExperimentError
-from toolkit.profile.experiment import Experiment, clocks_mhz, config_id, load_experiment
+from toolkit.profile.experiment import Experiment, load_experiment
+from toolkit.profile.run_spec import GpuRequest
 
 BASE = """\
 name: tiny-sweep
@@ -57,6 +58,8 @@ def test_runs_grouped_by_node_count_then_repeat(tmp_path: Path) -> None:
         "batch_size=8,nodes=2#2",
     ]
     assert runs[0].axes == {"batch_size": 4, "nodes": 1}
+    assert [r.nodes for r in runs] == [1, 1, 1, 1, 2, 2, 2, 2]
+    assert {r.gpu for r in runs} == {GpuRequest()}  # no GPU axis: nothing asked
     assert runs[0].config_id == "batch_size=4,nodes=1"
     assert [r.repeat for r in runs] == [1, 1, 2, 2, 1, 1, 2, 2]
     names = [r.dir_name for r in runs]
@@ -100,12 +103,6 @@ def test_values_that_would_share_a_run_directory_are_refused(
         "sweep.yaml:6: axes.p[1]: 'a_b' and 'a/b' would share a run directory (both 'a_b' "
         "there); make them differ in letters, digits or . _ = , -"
     ]
-
-
-def test_config_id_keeps_the_file_order_and_shows_lists() -> None:
-    assert config_id({"nodes": 2, "batch_size": 8}) == "nodes=2,batch_size=8"
-    assert config_id({"gpu_clocks_mhz": [1200, 1400]}) == "gpu_clocks_mhz=1200-1400"
-    assert config_id({}) == "default"
 
 
 def test_train_options_axes_win_and_cluster_axes_stay_out(tmp_path: Path) -> None:
@@ -156,14 +153,6 @@ def test_defaults(tmp_path: Path) -> None:
     assert spec.axes == {} and spec.output_dir is None
 
 
-@pytest.mark.parametrize(
-    ("value", "expected"),
-    [(1400, (1400, 1400)), ([1200, 1400], (1200, 1400)), (None, None), (1400.0, (1400, 1400))],
-)
-def test_clocks_mhz(value: object, expected: tuple[int, int] | None) -> None:
-    assert clocks_mhz(value) == expected
-
-
 def test_command_workload_sweeps_any_axis(tmp_path: Path) -> None:
     text = textwrap.dedent("""\
         name: cmd
@@ -198,7 +187,12 @@ def test_vllm_workload_sweeps_its_sizes_and_the_cluster_axes(tmp_path: Path) -> 
     exp = _load(tmp_path, text)
     assert exp.spec.workload.vllm is not None
     assert exp.spec.workload.vllm.batch_size == 8  # the default, each run's axis wins
-    assert len(exp.runs()) == 4
+    runs = exp.runs()
+    assert len(runs) == 4 and {r.nodes for r in runs} == {1}
+    assert [r.gpu for r in runs[:2]] == [
+        GpuRequest(300, (1400, 1400), (5000, 5000)),
+        GpuRequest(300, (1200, 1400), (5000, 5000)),
+    ]
 
 
 # ---- mistakes ---------------------------------------------------------------------------

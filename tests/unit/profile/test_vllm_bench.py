@@ -27,7 +27,6 @@ from toolkit.profile.vllm_bench import (
     NO_VLLM,
     BenchError,
     BenchSettings,
-    StepResult,
     parse_settings,
     require_gpus,
     run_bench,
@@ -305,25 +304,42 @@ def test_the_report_reads_the_steps_tokens_and_energy_per_token(
 
     report = build_report(fixture.run_dir)
     on_disk = json.loads((fixture.run_dir / "vllm.json").read_text())
-    assert on_disk == summary
-    steps = [
-        StepResult(**{k: s[k] for k in ("step", "duration_s", "input_tokens", "output_tokens")})
-        for s in summary["steps"]
+    assert on_disk == summary.to_json()
+    assert list(on_disk) == [
+        "v",
+        "settings",
+        "run_dir",
+        "versions",
+        "vocab_size",
+        "warmup_s",
+        "steps",
+        "duration_s",
+        "output_tokens",
+        "tokens_per_s",
+        "short_steps",
     ]
+    assert list(on_disk["steps"][0]) == [
+        "step",
+        "duration_s",
+        "input_tokens",
+        "output_tokens",
+        "tokens_per_s",
+    ]
+    assert [s["tokens_per_s"] for s in on_disk["steps"]] == [s.tokens_per_s for s in summary.steps]
     assert report.run.steps == 3 and [s.step for s in report.steps] == [1, 2, 3]
-    assert report.run.tokens == summary["output_tokens"] == 3 * 4 * 8
-    for ours, theirs in zip(steps, report.steps, strict=True):
+    assert report.run.tokens == summary.output_tokens == on_disk["output_tokens"] == 3 * 4 * 8
+    for ours, theirs in zip(summary.steps, report.steps, strict=True):
         assert theirs.duration_s == pytest.approx(ours.duration_s, abs=1e-3)
         assert theirs.complete
     start, end = report.window.start_s, report.window.end_s
     assert start == pytest.approx(T0_WALL_S + 1.0)
     assert report.run.tokens_per_s == pytest.approx(96 / (end - start))
-    assert report.run.tokens_per_s == pytest.approx(summary["tokens_per_s"], rel=0.05)
+    assert report.run.tokens_per_s == pytest.approx(summary.tokens_per_s, rel=0.05)
     counter_j = fixture.devices[("node1", gpu_uuid(0, 0))].counter_delta_j(start, end)
     assert report.run.energy_j == pytest.approx(counter_j)
     assert report.run.energy_per_token_j == pytest.approx(counter_j / 96)
-    assert summary["settings"]["batch_size"] == 4 and summary["versions"] == versions
-    assert summary["short_steps"] == []
+    assert on_disk["settings"]["batch_size"] == 4 and on_disk["versions"] == versions
+    assert summary.short_steps == () and on_disk["short_steps"] == []
 
 
 def test_a_run_directory_used_before_starts_fresh_markers(
@@ -339,7 +355,8 @@ def test_a_run_directory_used_before_starts_fresh_markers(
 def test_short_generations_are_recorded(tmp_path: Path) -> None:
     settings = BenchSettings(model="unused", batch_size=2, input_len=4, output_len=5, repeats=2)
     summary = run_bench(settings, tmp_path, lambda p: [5, 3], 50, (), {}, lambda _: None)
-    assert summary["short_steps"] == [1, 2] and summary["output_tokens"] == 16
+    assert summary.short_steps == (1, 2) and summary.output_tokens == 16
+    assert summary.to_json()["short_steps"] == [1, 2]
 
 
 # --- on a GPU machine ---------------------------------------------------------------

@@ -1,32 +1,37 @@
-"""The report's figures as a JSON-ready dict (summary.json); the terminal text is terminal.py's."""
+"""The report's figures as a JSON document (summary.json); the terminal text is terminal.py's.
+
+summary.json is JSON by contract (``rtk report --json`` prints it, other programs read
+it), so it is built as a ``JsonObject`` straight from the report's typed records.
+"""
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
-from typing import Any
+from collections.abc import Mapping
 
+from toolkit.json_types import JsonObject, JsonValue
 from toolkit.rundir.summary import SCHEMA_VERSION
 from toolkit.telemetry.report.build import Report
 from toolkit.telemetry.report.figures.crosscheck import TOLERANCE, CrossCheck
 from toolkit.telemetry.report.figures.curves import Gap
 from toolkit.telemetry.report.figures.energy import DeviceReport, NodeReport
 from toolkit.telemetry.report.figures.outliers import Outliers
+from toolkit.telemetry.report.figures.steps import StepStats
+from toolkit.telemetry.report.figures.stragglers import RankWaits
 from toolkit.telemetry.report.terminal import outliers_of
 
 __all__ = ["summary_dict"]
 
 
-def summary_dict(report: Report) -> dict[str, Any]:
+def summary_dict(report: Report) -> JsonObject:
     """Every figure of the report; times are seconds since the window's start.
 
     Non-finite numbers (from odd input) become None, so the result is strict JSON.
     """
-    finite: dict[str, Any] = _finite(_summary(report))
-    return finite
+    return {k: _finite(v) for k, v in _summary(report).items()}
 
 
-def _finite(value: Any) -> Any:
+def _finite(value: JsonValue) -> JsonValue:
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
@@ -36,7 +41,12 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def _summary(report: Report) -> dict[str, Any]:
+def _numbers(values: Mapping[str, float | None]) -> JsonObject:
+    """A map of names to numbers, as a JSON object (in its order)."""
+    return dict(values)
+
+
+def _summary(report: Report) -> JsonObject:
     window = report.window
     run = report.run
     stats = report.step_stats
@@ -60,7 +70,7 @@ def _summary(report: Report) -> dict[str, Any]:
         },
         "steps": {
             "rank": report.timeline.step_rank,
-            "stats": None if stats is None else asdict(stats),
+            "stats": None if stats is None else _step_stats(stats),
             "per_step": [
                 {
                     "step": s.step,
@@ -80,7 +90,7 @@ def _summary(report: Report) -> dict[str, Any]:
                 "steps": p.steps,
                 "energy_j": p.energy_j,
                 "avg_power_w": p.avg_power_w,
-                "nodes_j": p.nodes_j,
+                "nodes_j": _numbers(p.nodes_j),
                 "complete": p.complete,
             }
             for p in report.phases
@@ -96,18 +106,32 @@ def _summary(report: Report) -> dict[str, Any]:
         ],
         "stragglers": _stragglers(report),
         "outliers": _outliers(outliers_of(report)),
-        "notes": report.notes,
+        "notes": list[JsonValue](report.notes),
     }
 
 
-def _outliers(outliers: Outliers) -> dict[str, Any]:
+def _step_stats(stats: StepStats) -> JsonObject:
+    return {
+        "steps": stats.steps,
+        "incomplete": stats.incomplete,
+        "with_incomplete": stats.with_incomplete,
+        "median_j": stats.median_j,
+        "p10_j": stats.p10_j,
+        "p90_j": stats.p90_j,
+        "mean_j": stats.mean_j,
+        "min_j": stats.min_j,
+        "max_j": stats.max_j,
+    }
+
+
+def _outliers(outliers: Outliers) -> JsonObject:
     return {
         "rules": {
             r.metric: {"relative": r.relative, "threshold": r.threshold, "below_too": r.below}
             for r in outliers.rules
         },
-        "medians": outliers.medians,
-        "compared": outliers.compared,
+        "medians": {kind: _numbers(medians) for kind, medians in outliers.medians.items()},
+        "compared": _numbers(outliers.compared),
         "found": [
             {
                 "metric": o.metric,
@@ -125,7 +149,7 @@ def _outliers(outliers: Outliers) -> dict[str, Any]:
     }
 
 
-def _stragglers(report: Report) -> dict[str, Any] | None:
+def _stragglers(report: Report) -> JsonObject | None:
     found = report.stragglers
     if found is None:
         return None
@@ -135,13 +159,25 @@ def _stragglers(report: Report) -> dict[str, Any] | None:
         "wait_s": found.wait_s,
         "wait_energy_j": found.wait_energy_j,
         "share_of_run": found.share,
-        "last_by_node": found.last_by_node,
+        "last_by_node": _numbers(found.last_by_node),
         "slowest_rank": None if slowest is None else slowest.rank,
-        "ranks": [asdict(r) for r in found.ranks],
+        "ranks": [_rank(r) for r in found.ranks],
     }
 
 
-def _node(report: Report, node: NodeReport) -> dict[str, Any]:
+def _rank(rank: RankWaits) -> JsonObject:
+    return {
+        "rank": rank.rank,
+        "node": rank.node,
+        "device": rank.device,
+        "barriers": rank.barriers,
+        "wait_s": rank.wait_s,
+        "wait_energy_j": rank.wait_energy_j,
+        "last": rank.last,
+    }
+
+
+def _node(report: Report, node: NodeReport) -> JsonObject:
     return {
         "hostname": node.hostname,
         "status": node.status,
@@ -161,7 +197,7 @@ def _node(report: Report, node: NodeReport) -> dict[str, Any]:
     }
 
 
-def _device(report: Report, device: DeviceReport) -> dict[str, Any]:
+def _device(report: Report, device: DeviceReport) -> JsonObject:
     return {
         "kind": device.kind,
         "samples": device.samples,
@@ -177,12 +213,12 @@ def _device(report: Report, device: DeviceReport) -> dict[str, Any]:
         "partial": device.partial,
         "gaps": [_gap(report, g) for g in device.gaps],
         "throttled_s": device.throttled_s,
-        "throttle_reasons_s": device.throttle_reasons_s,
+        "throttle_reasons_s": _numbers(device.throttle_reasons_s),
         "counter_resets": device.counter_resets,
     }
 
 
-def _gap(report: Report, gap: Gap) -> dict[str, Any]:
+def _gap(report: Report, gap: Gap) -> JsonObject:
     return {
         "start_s": report.relative_s(gap.start_s),
         "end_s": report.relative_s(gap.end_s),
@@ -191,7 +227,7 @@ def _gap(report: Report, gap: Gap) -> dict[str, Any]:
     }
 
 
-def _check(report: Report, check: CrossCheck) -> dict[str, Any]:
+def _check(report: Report, check: CrossCheck) -> JsonObject:
     return {
         "node": check.node,
         "device": check.device,

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Any
 
 import numpy as np
 
+from toolkit.json_types import JsonObject, JsonValue
 from toolkit.telemetry.report.build import Report
 from toolkit.telemetry.report.grid import Grid, device_grid, node_power
 from toolkit.telemetry.report.inputs.series import FloatArray
@@ -46,7 +46,7 @@ def decode(text: str, lo: float, hi: float, width: int) -> FloatArray:
     return values
 
 
-def _packed(name: str, label: str, values: FloatArray) -> dict[str, Any]:
+def _packed(name: str, label: str, values: FloatArray) -> JsonObject:
     lo, hi = FIXED_RANGE.get(name, (None, None))
     known = values[~np.isnan(values)]
     if lo is None or hi is None:
@@ -63,13 +63,13 @@ def _packed(name: str, label: str, values: FloatArray) -> dict[str, Any]:
     }
 
 
-def page_data(report: Report, grid: Grid | None = None) -> dict[str, Any]:
-    """Everything the page's canvases draw, JSON-ready."""
+def page_data(report: Report, grid: Grid | None = None) -> JsonObject:
+    """Everything the page's canvases draw: the JSON embedded in the page."""
     grid = grid if grid is not None else device_grid(report)
     buckets = grid.buckets
     node_index = {name: i for i, (name, _, _) in enumerate(grid.nodes)}
     names, totals = node_power(report)
-    data: dict[str, Any] = {
+    data: JsonObject = {
         "kind": grid.kind,
         "duration_s": report.window.duration_s,
         "head": report.timeline.head,
@@ -96,7 +96,10 @@ def page_data(report: Report, grid: Grid | None = None) -> dict[str, Any]:
         ],
     }
     if totals.size and not np.isnan(totals).all():
-        data["node_power"] = {"nodes": names, **_packed("node_power_w", "node power (W)", totals)}
+        data["node_power"] = {
+            "nodes": list[JsonValue](names),
+            **_packed("node_power_w", "node power (W)", totals),
+        }
     return data
 
 
@@ -104,7 +107,7 @@ def _finite(value: float) -> float | None:
     return value if np.isfinite(value) else None
 
 
-def page_json(data: dict[str, Any]) -> str:
+def page_json(data: JsonObject) -> str:
     """``data`` as JSON safe inside ``<script type="application/json">``."""
     text = json.dumps(data, allow_nan=False, separators=(",", ":"))
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")

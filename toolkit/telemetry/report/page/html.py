@@ -8,6 +8,7 @@ folded and filterable, so the page opens as fast with 1,000 GPUs as with one.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -70,13 +71,12 @@ def render_html(
     links = {name: path.relative_to(html_dir).as_posix() for name, path in plots.items()}
     grid = grid if grid is not None else device_grid(report)
     outliers = outliers_of(report)
-    summary = summary_dict(report)
-    devices = sum(len(n["devices"]) for n in summary["nodes"].values())
+    devices = sum(len(node.devices) for node in report.nodes.values())
     return (
         _environment()
         .get_template(TEMPLATE)
         .render(
-            s=summary,
+            s=summary_dict(report),
             plots=links,
             # page_json escapes <, > and &: the JSON cannot end the script element.
             data=Markup(page_json(page_data(report, grid))),
@@ -88,48 +88,92 @@ def render_html(
             outliers=_outlier_rows(outliers),
             waiting=straggler_line(report),
             checks=check_summary(report.cross_checks) if report.cross_checks else None,
-            open_nodes=len(summary["nodes"]) <= OPEN_ROWS,
+            open_nodes=len(report.nodes) <= OPEN_ROWS,
             open_devices=devices <= OPEN_ROWS,
-            open_phases=len(summary["phases"]) <= OPEN_ROWS,
-            open_checks=len(summary["cross_check"]["devices"]) <= OPEN_ROWS,
+            open_phases=len(report.phases) <= OPEN_ROWS,
+            open_checks=len(report.cross_checks) <= OPEN_ROWS,
             outlier_rows=OUTLIER_ROWS,
         )
     )
 
 
-def _groups(report: Report, outliers: Outliers) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class GroupRow:
+    """One row of the page's node table: alike nodes together, or one node that differs.
+
+    Attributes:
+        names: The nodes, as host ranges.
+        count: How many nodes.
+        alike: Whether they are alike (False: one node that stands out).
+        devices: What each has, e.g. ``2 GPUs + host``.
+        status: The first node's status, with its error.
+        energy: The nodes' energy, as a range with its unit.
+        avg: Their average power, as a range.
+        peak: Their peak power, as a range.
+        covered: The least share of the window any of them covers (0 to 1).
+    """
+
+    names: str
+    count: int
+    alike: bool
+    devices: str
+    status: str
+    energy: str
+    avg: str
+    peak: str
+    covered: float
+
+
+@dataclass(frozen=True)
+class OutlierRow:
+    """One row of the page's outlier table: a device, or a node whose devices all stand out.
+
+    Attributes:
+        node: The node.
+        device: The device; None for the whole node.
+        who: How the row names the device (or ``all N devices``).
+        what: What stands out, each figure against its median.
+        score: The largest score among them.
+    """
+
+    node: str
+    device: str | None
+    who: str
+    what: str
+    score: float
+
+
+def _groups(report: Report, outliers: Outliers) -> list[GroupRow]:
     """Alike nodes on one row each, then each node that differs."""
     odd = {o.node for o in outliers.found if o.device is None}
     return [_group(g) for g in group_nodes(list(report.nodes.values()), odd)]
 
 
-def _group(group: NodeGroup) -> dict[str, Any]:
+def _group(group: NodeGroup) -> GroupRow:
     nodes = group.nodes
     gpus, host, _ = devices_of(nodes[0])
     first = nodes[0]
-    return {
-        "names": name_ranges(group.names, max_chars=80),
-        "count": len(nodes),
-        "alike": group.alike,
-        "devices": f"{gpus} GPU{'s' if gpus != 1 else ''}" + (" + host" if host else ""),
-        "status": first.status + (f" ({first.error})" if first.error else ""),
-        "energy": value_range("J", [n.energy_j for n in nodes]),
-        "avg": value_range("W", [n.avg_power_w for n in nodes]),
-        "peak": value_range("W", [n.peak_power_w for n in nodes]),
-        "covered": min(n.covered_fraction for n in nodes),
-    }
+    return GroupRow(
+        names=name_ranges(group.names, max_chars=80),
+        count=len(nodes),
+        alike=group.alike,
+        devices=f"{gpus} GPU{'s' if gpus != 1 else ''}" + (" + host" if host else ""),
+        status=first.status + (f" ({first.error})" if first.error else ""),
+        energy=value_range("J", [n.energy_j for n in nodes]),
+        avg=value_range("W", [n.avg_power_w for n in nodes]),
+        peak=value_range("W", [n.peak_power_w for n in nodes]),
+        covered=min(n.covered_fraction for n in nodes),
+    )
 
 
-def _outlier_rows(outliers: Outliers) -> list[dict[str, Any]]:
-    rows = []
-    for node, device, found in outliers.subjects():
-        rows.append(
-            {
-                "node": node,
-                "device": device,
-                "who": short_device(device) if device else f"all {found[0].devices} devices",
-                "what": "; ".join(outlier_text(outliers, o) for o in found),
-                "score": max(o.score for o in found),
-            }
+def _outlier_rows(outliers: Outliers) -> list[OutlierRow]:
+    return [
+        OutlierRow(
+            node=node,
+            device=device,
+            who=short_device(device) if device else f"all {found[0].devices} devices",
+            what="; ".join(outlier_text(outliers, o) for o in found),
+            score=max(o.score for o in found),
         )
-    return rows
+        for node, device, found in outliers.subjects()
+    ]
