@@ -3,7 +3,8 @@
 The loop makes one at every checkpoint and the strategy saves it with the state
 (``toolkit.train.strategies``: in ``state.pt`` beside ``model`` and ``optimizer`` for
 DDP and FSDP2, alone in ``state.pt`` for DeepSpeed); a resumed run reads it back and
-continues at ``next_step``. Torch-free, for the tests and the job driver alike.
+continues at ``next_step``. A resume from an older rtk's checkpoint reads the same
+keys, so they stay as they are.
 """
 
 from __future__ import annotations
