@@ -191,15 +191,15 @@ class Fields:
             raise self.fail(key, self.words.flag_or_null)
         return value
 
-    def obj(self, key: str) -> dict[str, Any]:
-        """An object, as it is (unchecked inside)."""
+    def obj(self, key: str) -> dict[str, object]:
+        """An object, as it is (unchecked inside: read it with ``nested`` to check it)."""
         value = self._required(key, self.words.obj)
         if not isinstance(value, dict):
             raise self.fail(key, self.words.obj)
         return value
 
-    def obj_or_none(self, key: str) -> dict[str, Any] | None:
-        """An object, as it is; None when null or missing."""
+    def obj_or_none(self, key: str) -> dict[str, object] | None:
+        """An object, as it is (unchecked inside); None when null or missing."""
         value = self.data.get(key)
         if value is not None and not isinstance(value, dict):
             raise self.fail(key, self.words.obj_or_null)

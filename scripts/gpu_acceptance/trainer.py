@@ -72,7 +72,7 @@ def train(config: dict[str, Any], kernels: int = 0) -> dict[str, Any]:
         dist.destroy_process_group()
     result: dict[str, Any] = {
         "backend": backend,
-        "last": last,
+        "last": last.to_json() if last is not None else {},
         "seconds": time.monotonic() - began,
         "device": torch.cuda.get_device_name(0) if cuda else "cpu",
     }

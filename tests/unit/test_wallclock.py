@@ -19,7 +19,7 @@ def test_a_process_with_the_skew_variable_runs_that_far_ahead(
         "import time; from toolkit import wallclock; from toolkit.rundir import MarkerWriter; "
         "import tempfile, json; d = tempfile.mkdtemp(); "
         "w = MarkerWriter(d, 0, 0, 1); r = w.write('run_start', 0); "
-        "print(wallclock.wall_s() - time.time(), r['wall_s'] - time.time())"
+        "print(wallclock.wall_s() - time.time(), r.wall_s - time.time())"
     )
     env = {"PATH": "/usr/bin:/bin", "RTK_CLOCK_SKEW_S": value}
     import os

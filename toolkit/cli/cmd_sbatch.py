@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -197,9 +197,17 @@ def sbatch_group() -> None:
     type=click.Path(dir_okay=False, writable=True),
     help="Write the script to this file instead of printing it.",
 )
-def render_cmd(output_file: str | None, **given: Any) -> None:
+def render_cmd(
+    output_file: str | None,
+    inventory: str,
+    template: str,
+    command: tuple[str, ...],
+    exclude: tuple[str, ...],
+    exclude_file: tuple[str, ...],
+    **given: Any,
+) -> None:
     """Print the batch script (help: RENDER_HELP)."""
-    script = _script_and_names(given)[0]
+    script = _script_and_names(inventory, template, command, exclude, exclude_file, given)[0]
     if output_file:
         Path(output_file).write_text(script, encoding="utf-8")
         click.echo(f"rtk: wrote {output_file}; submit it with sbatch {output_file}", err=True)
@@ -218,9 +226,21 @@ def render_cmd(output_file: str | None, **given: Any) -> None:
     is_flag=True,
     help="Print the script and the sbatch command that would submit it; submit nothing.",
 )
-def submit_cmd(wait: bool, poll_s: float, dry_run: bool, **given: Any) -> None:
+def submit_cmd(
+    wait: bool,
+    poll_s: float,
+    dry_run: bool,
+    inventory: str,
+    template: str,
+    command: tuple[str, ...],
+    exclude: tuple[str, ...],
+    exclude_file: tuple[str, ...],
+    **given: Any,
+) -> None:
     """Render and submit the batch script (help: SUBMIT_HELP)."""
-    script, job_name, job_output = _script_and_names(given)
+    script, job_name, job_output = _script_and_names(
+        inventory, template, command, exclude, exclude_file, given
+    )
     if dry_run:
         click.echo(script, nl=False)
         click.echo(
@@ -286,15 +306,21 @@ def requeue_cmd(
     click.echo(f"rtk: job {job_id}: {record.reason}")
 
 
-def _script_and_names(given: dict[str, Any]) -> tuple[str, str, str]:
-    """The script, the job name and the job's output pattern."""
-    inventory_path = given.pop("inventory")
-    template = given.pop("template")
-    command = tuple(given.pop("command"))
-    asked = asked_exclusions(given.pop("exclude"), given.pop("exclude_file"))
-    given["exclude"] = tuple(e.node for e in asked)
+def _script_and_names(
+    inventory_path: str,
+    template: str,
+    command: tuple[str, ...],
+    exclude: tuple[str, ...],
+    exclude_file: tuple[str, ...],
+    given: Mapping[str, object],
+) -> tuple[str, str, str]:
+    """The script, the job name and the job's output pattern.
+
+    ``given``: the #SBATCH and run directory options, as ``merge_options`` takes them.
+    """
+    asked = asked_exclusions(exclude, exclude_file)
     inventory = load_inventory(inventory_path)
-    options = merge_options(inventory, given)
+    options = merge_options(inventory, {**given, "exclude": tuple(e.node for e in asked)})
     if template == "train":
         _check_train_options(command)
     text = Path(inventory_path).read_text(encoding="utf-8")

@@ -76,7 +76,7 @@ def record_cmd(
 ) -> None:
     """Record telemetry around a command (help: RECORD_HELP)."""
     inv, command = inventory_and_command(inventory, command, local, slurm)
-    telemetry = telemetry_from(options)
+    telemetry = telemetry_from(**options)
     run_id = run_id or f"{inv.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir = f"{output_dir.rstrip('/')}/{run_id}"
     workload = CommandWorkload(command, working_dir, run_dir=run_dir, telemetry=telemetry)

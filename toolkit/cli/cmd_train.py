@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -77,60 +79,109 @@ Options may be spelled with underscores too, as train_gpt.py's are in Ray guides
 """
 
 
+@dataclass(frozen=True)
+class TrainAsked:
+    """What ``rtk train`` was asked, its inventory aside.
+
+    Attributes:
+        trainer: The trainer's options, but for the two read once the cluster is
+            known: ``run_dir`` (empty here) and ``resources_per_worker``.
+        resources_per_worker: ``--resources-per-worker``'s JSON, as given.
+        run_id: ``--run-id``; None: the resumed run's, or a new one.
+        output_dir: ``--output-dir``.
+        preflight: Whether the fast checks run first.
+        address: ``--ray-address``.
+        local: ``--local``.
+        slurm: ``--slurm``.
+        driver: ``--driver``.
+        bring_up: ``--up``.
+        dry_run: ``--dry-run``.
+    """
+
+    trainer: TrainConfig
+    resources_per_worker: str | None
+    run_id: str | None
+    output_dir: str
+    preflight: bool
+    address: RayAddress
+    local: bool
+    slurm: bool
+    driver: Driver
+    bring_up: bool
+    dry_run: bool
+
+
 @click.command("train", cls=TrainCommand, help=TRAIN_HELP)
 @inventory_options
 @train_options
 @dry_run_option
-def train_cmd(inventory: str | None, **options: Any) -> None:
-    """Run the built-in trainer (help: TRAIN_HELP)."""
+def train_cmd(
+    inventory: str | None,
+    local: bool,
+    slurm: bool,
+    resources_per_worker: str | None,
+    run_id: str | None,
+    output_dir: str,
+    preflight: bool,
+    ray_address: RayAddress,
+    driver: str,
+    bring_up: bool,
+    show_timings: bool,
+    dry_run: bool,
+    **trainer: Any,
+) -> None:
+    """Run the built-in trainer (help: TRAIN_HELP); ``trainer``: ``TrainConfig``'s fields."""
+    asked = TrainAsked(
+        trainer=TrainConfig(run_dir="", **trainer),
+        resources_per_worker=resources_per_worker,
+        run_id=run_id,
+        output_dir=output_dir,
+        preflight=preflight,
+        address=ray_address,
+        local=local,
+        slurm=slurm,
+        driver=Driver(driver),
+        bring_up=bring_up,
+        dry_run=dry_run,
+    )
     clock = TrainClock()
-    show_timings = options.pop("show_timings")
     try:
-        _train(inventory, clock, options)
+        _train(inventory, clock, asked)
     finally:
         if show_timings:
             click.echo(clock.timings().render(), nl=False, err=True)
 
 
-def _train(inventory: str | None, clock: TrainClock, options: dict[str, Any]) -> None:
-    address: RayAddress = options.pop("ray_address")
-    inv = _cluster(inventory, options.pop("local"), options.pop("slurm"), address)
-    dry_run = options.pop("dry_run")
-    driver = Driver(options.pop("driver"))
-    bring_up = options.pop("bring_up")
+def _train(inventory: str | None, clock: TrainClock, asked: TrainAsked) -> None:
+    inv = _cluster(inventory, asked.local, asked.slurm, asked.address)
 
     def log(line: str) -> None:
         clock.see(line)
         click.echo(line)
 
-    reporter = progress_reporter(False) if bring_up and not dry_run else None
+    reporter = progress_reporter(False) if asked.bring_up and not asked.dry_run else None
     with contextlib.ExitStack() as stack:
         if reporter is not None:
             stack.enter_context(reporter)
         session = stack.enter_context(Session(inv, reporter, log=log))
-        _train_in(session, address, clock, options, dry_run, driver, bring_up)
+        _train_in(session, clock, asked)
 
 
-def _train_in(
-    session: Session,
-    address: RayAddress,
-    clock: TrainClock,
-    options: dict[str, Any],
-    dry_run: bool,
-    driver: Driver,
-    bring_up: bool,
-) -> None:
+def _train_in(session: Session, clock: TrainClock, asked: TrainAsked) -> None:
     inv = session.inventory
-    check_address(address, session.plan)
+    dry_run, driver, bring_up = asked.dry_run, asked.driver, asked.bring_up
+    check_address(asked.address, session.plan)
     run_id = (
-        options.pop("run_id")
-        or _last_run(session.store, options["resume"])
+        asked.run_id
+        or _last_run(session.store, asked.trainer.resume)
         or f"{inv.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     )
-    output_dir = options.pop("output_dir").rstrip("/")
-    options["resources_per_worker"] = _resources(options["resources_per_worker"])
-    policy = PreflightPolicy.ENFORCE if options.pop("preflight") else PreflightPolicy.SKIP
-    config = TrainConfig(run_dir=f"{output_dir}/{run_id}", **options).check()
+    output_dir = asked.output_dir.rstrip("/")
+    resources = _resources(asked.resources_per_worker)
+    policy = PreflightPolicy.ENFORCE if asked.preflight else PreflightPolicy.SKIP
+    config = dataclasses.replace(
+        asked.trainer, run_dir=f"{output_dir}/{run_id}", resources_per_worker=resources
+    ).check()
     containers = [n.container for n in session.plan.nodes if n.container is not None]
     check_path_mounted(containers, config.run_dir, "the run directory")
     workload = TrainWorkload(config, run_id)

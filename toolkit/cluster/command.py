@@ -9,6 +9,7 @@ from typing import Any
 from toolkit.cluster.containers.docker import name_tokens
 from toolkit.cluster.plan import ClusterPlan, NodePlan
 from toolkit.cluster.plan_summary import RenderedNode, group_nodes
+from toolkit.json_types import JsonObject
 from toolkit.shell import join, quote
 from toolkit.transport.base import CommandResult, Transport
 from toolkit.transport.group import run_each
@@ -29,6 +30,17 @@ class NodeRun:
     def ok(self) -> bool:
         """True when the command ran and exited 0."""
         return self.exit_code == 0
+
+    def to_json(self) -> dict[str, Any]:
+        """The run as ``rtk exec --json`` prints it."""
+        return {
+            "node": self.node,
+            "exit_code": self.exit_code,
+            "stdout": self.stdout,
+            "stderr": self.stderr,
+            "duration_s": self.duration_s,
+            "error": self.error,
+        }
 
 
 def command_line(plan: ClusterPlan, argv: Sequence[str], with_env: bool) -> str:
@@ -85,6 +97,6 @@ def run_everywhere(
     return runs
 
 
-def runs_to_json(runs: Sequence[NodeRun]) -> dict[str, Any]:
+def runs_to_json(runs: Sequence[NodeRun]) -> JsonObject:
     """``rtk exec --json`` output."""
-    return {"nodes": [vars(r) for r in runs], "failed": [r.node for r in runs if not r.ok]}
+    return {"nodes": [r.to_json() for r in runs], "failed": [r.node for r in runs if not r.ok]}

@@ -47,8 +47,7 @@ class NodeStopped:
 
     def to_json(self) -> dict[str, Any]:
         """As the agent answered, with ``containers_removed`` for a container node."""
-        out: dict[str, Any] = {"stopped": self.stopped, "killed": self.killed}
-        out["left"] = list(self.left)
+        out = {"stopped": self.stopped, "killed": self.killed, "left": list(self.left)}
         if self.removed is not None:
             out["removed"] = self.removed
         if self.containers_removed is not None:

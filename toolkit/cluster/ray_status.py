@@ -9,11 +9,62 @@ from toolkit.cluster.plan import ClusterPlan
 from toolkit.errors import ClusterError, TransportError
 from toolkit.inventory import Node
 from toolkit.nodeinfo import call_agent
+from toolkit.nodeinfo.answer_errors import answer_fields
 from toolkit.ray_resources import host_resource
 from toolkit.rundir.preflight import Exclusion
 from toolkit.transport.base import Transport
 
 STATUS_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class RayNodeEntry:
+    """One node of Ray's, as the agent's ``status`` answer lists it.
+
+    Attributes:
+        node_id: Ray's id of the node (None: not given).
+        node_ip: The address its raylet registered (None: not given).
+        alive: Whether Ray's ``state`` is ``ALIVE``.
+        resources: Its total resources, by name (empty: not given).
+    """
+
+    node_id: str | None
+    node_ip: str | None
+    alive: bool
+    resources: dict[str, float]
+
+    @classmethod
+    def from_answer(cls, node: str, data: object, index: int) -> RayNodeEntry:
+        """Entry ``index`` of the ``status`` answer's ``nodes``, from ``node`` (the head).
+
+        Raises:
+            ClusterError: A field is not what the agent writes (naming it).
+        """
+        f = answer_fields(node, "status answer", data, ("nodes", index))
+        resources = f.nested_or_none("resources")
+        return cls(
+            node_id=f.text_or_none("node_id"),
+            node_ip=f.text_or_none("node_ip"),
+            alive=f.text_or_none("state") == "ALIVE",
+            resources={}
+            if resources is None
+            else {name: resources.number(name) for name in resources.data},
+        )
+
+
+def ray_nodes(node: str, answer: object) -> tuple[str | None, list[RayNodeEntry]]:
+    """The Ray version and the nodes of the agent's ``status`` answer from ``node``.
+
+    Raises:
+        ClusterError: The answer is not what the agent writes (naming the field).
+    """
+    f = answer_fields(node, "status answer", answer)
+    entries = f.data.get("nodes")
+    if entries is not None and not isinstance(entries, list):
+        raise f.fail("nodes", "a list of nodes")
+    return f.text_or_none("ray_version"), [
+        RayNodeEntry.from_answer(node, entry, i) for i, entry in enumerate(entries or [])
+    ]
 
 
 @dataclass
@@ -78,27 +129,26 @@ def cluster_status(plan: ClusterPlan, transport: Transport) -> ClusterStatus:
     )
     try:
         answer = call_agent(transport, plan.head.node, plan.status_command(), STATUS_TIMEOUT_S)
+        status.ray_version, entries = ray_nodes(plan.head.node.name, answer)
     except (ClusterError, TransportError) as e:
         status.error = _explain(str(e), plan)
         return status
-    version, nodes = answer.get("ray_version"), answer.get("nodes")
-    status.ray_version = version if isinstance(version, str) else None
-    _match(status, [n for n in nodes if isinstance(n, dict)] if isinstance(nodes, list) else [])
+    _match(status, entries)
     return status
 
 
-def _match(status: ClusterStatus, ray_nodes: list[dict[str, Any]]) -> None:
-    alive = [n for n in ray_nodes if n.get("state") == "ALIVE"]
+def _match(status: ClusterStatus, entries: list[RayNodeEntry]) -> None:
+    alive = [n for n in entries if n.alive]
     for node in status.nodes:
         marker = host_resource(node.name)
-        claims = [n for n in alive if marker in n.get("resources", {})]
+        claims = [n for n in alive if marker in n.resources]
         if not claims:
             continue
         found = claims[-1]
-        node.ray_node_ids = [str(n.get("node_id")) for n in claims]
+        node.ray_node_ids = [str(n.node_id) for n in claims]
         node.alive = True
-        node.node_ip = found.get("node_ip")
-        node.resources = {k: float(v) for k, v in found.get("resources", {}).items()}
+        node.node_ip = found.node_ip
+        node.resources = dict(found.resources)
         short = [
             f"{node.resources.get(name, 0.0):g} {name}, expected {want:g}"
             for name, want in node.expected.items()

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from toolkit.cluster.plan import ClusterPlan
 from toolkit.errors import ClusterError, JobError, StateError
 from toolkit.jobs.logtail import LogFollower
+from toolkit.json_types import JsonObject
 from toolkit.state.store import StateStore
 
 POLL_S = 1.0
@@ -185,7 +186,7 @@ def job_client(plan: ClusterPlan, store: StateStore) -> Any:
 def submit_job(
     client: Any,
     entrypoint: str,
-    runtime_env: dict[str, Any],
+    runtime_env: JsonObject,
     submission_id: str,
     renumber: bool = True,
 ) -> str:
@@ -220,7 +221,7 @@ def submit_job(
 def run_job(
     client: Any,
     entrypoint: str,
-    runtime_env: dict[str, Any],
+    runtime_env: JsonObject,
     submission_id: str,
     echo: Callable[[str], None],
     renumber: bool = True,

@@ -19,9 +19,9 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
 
 from toolkit.errors import RtkError
+from toolkit.json_types import JsonObject, JsonValue
 
 # Variables a job must not change, and why: Ray's token auth (a job's ray.init()
 # must reach its own cluster), and the marker rtk down finds the job's processes by.
@@ -42,8 +42,8 @@ class RuntimeEnvError(RtkError):
     """A runtime environment option is malformed; the message is one line, naming it."""
 
 
-def parse_runtime_env_json(text: str | None) -> dict[str, Any]:
-    """``--runtime-env-json``'s value as a dict (``{}`` when not given).
+def parse_runtime_env_json(text: str | None) -> JsonObject:
+    """``--runtime-env-json``'s value as a JSON object (``{}`` when not given).
 
     Raises:
         RuntimeEnvError: Not JSON, not an object, ``working_dir`` is not a path, or
@@ -107,11 +107,11 @@ def parse_env_pairs(pairs: Iterable[str]) -> dict[str, str]:
 
 
 def merge_runtime_env(
-    rtk_env: Mapping[str, Any],
-    user_env: Mapping[str, Any],
+    rtk_env: Mapping[str, JsonValue],
+    user_env: Mapping[str, JsonValue],
     env_vars: Mapping[str, str],
     working_dir: str | None = None,
-) -> dict[str, Any]:
+) -> JsonObject:
     """The runtime env rtk built, with the user's merged in (the module's rules).
 
     Args:
@@ -124,16 +124,16 @@ def merge_runtime_env(
     Raises:
         RuntimeEnvError: The user sets a ``PROTECTED_ENV`` variable.
     """
-    user_vars = {**user_env.get("env_vars", {}), **env_vars}
+    user_vars: JsonObject = {**_object(user_env.get("env_vars")), **env_vars}
     for key in user_vars:
         if key in PROTECTED_ENV:
             raise RuntimeEnvError(
                 f"{key}: rtk sets it for {PROTECTED_ENV[key]}; a job cannot change it"
             )
-    merged = {**rtk_env, **{k: v for k, v in user_env.items() if k != "env_vars"}}
+    merged: JsonObject = {**rtk_env, **{k: v for k, v in user_env.items() if k != "env_vars"}}
     if working_dir is not None:
         merged["working_dir"] = str(Path(working_dir).resolve())
-    variables = {**rtk_env.get("env_vars", {}), **user_vars}
+    variables: JsonObject = {**_object(rtk_env.get("env_vars")), **user_vars}
     merged.pop("env_vars", None)
     if variables:
         merged["env_vars"] = variables
@@ -146,8 +146,8 @@ def merge_runtime_env(
 
 
 def _merged_excludes(
-    rtk_env: Mapping[str, Any], user_env: Mapping[str, Any], working_dir: Any
-) -> Any:
+    rtk_env: Mapping[str, JsonValue], user_env: Mapping[str, JsonValue], working_dir: JsonValue
+) -> JsonValue:
     """The user's ``excludes``, then rtk's (``working_dir_env``), or None when neither.
 
     rtk's patterns are anchored at the working directory rtk chose: one the JSON
@@ -156,11 +156,17 @@ def _merged_excludes(
     user = user_env.get("excludes")
     if user is not None and not isinstance(user, list):
         return user  # not a list: Ray says what is wrong with it
-    ours = rtk_env.get("excludes") or []
+    ours = rtk_env.get("excludes")
     if _same_dir(working_dir, rtk_env.get("working_dir")):
         user = user or []
-        return [*user, *(x for x in ours if x not in user)] or None
+        rtk_patterns = ours if isinstance(ours, list) else []
+        return [*user, *(x for x in rtk_patterns if x not in user)] or None
     return user
+
+
+def _object(value: JsonValue | None) -> JsonObject:
+    """``value`` when it is an object (``env_vars``), else an empty one."""
+    return value if isinstance(value, dict) else {}
 
 
 def _same_dir(given: object, ours: object) -> bool:
@@ -171,7 +177,7 @@ def _same_dir(given: object, ours: object) -> bool:
 
 def working_dir_env(
     working_dir: str, run_dir: str | None = None, state_dir: str | None = None
-) -> dict[str, Any]:
+) -> JsonObject:
     """``working_dir`` (resolved), and ``excludes`` keeping rtk's own files out of its package.
 
     Ray zips and uploads the whole working directory with every job, up to its
@@ -191,7 +197,7 @@ def working_dir_env(
         excludes += [p for p in (run.parent, run) if _inside(p, base)][:1]
     if state_dir and _inside(_absolute(state_dir), base):
         excludes.append(_absolute(state_dir))
-    env: dict[str, Any] = {"working_dir": str(base)}
+    env: JsonObject = {"working_dir": str(base)}
     if excludes:
         # Patterns anchored at the working directory: those directories, not namesakes.
         env["excludes"] = ["/" + p.relative_to(base).as_posix() for p in excludes]

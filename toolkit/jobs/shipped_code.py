@@ -17,9 +17,9 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 import toolkit
+from toolkit.json_types import JsonObject
 from toolkit.node.common import source_digest
 from toolkit.state.cluster_state import ClusterState
 
@@ -35,7 +35,7 @@ def local_digest() -> str:
     return source_digest(package_dir())
 
 
-def code_env(ship: bool) -> dict[str, Any]:
+def code_env(ship: bool) -> JsonObject:
     """The runtime environment's part that brings rtk to the nodes (empty: not shipped)."""
     return {"py_modules": [package_dir()]} if ship else {}
 

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from toolkit.errors import NetEnvError
 from toolkit.inventory import Inventory, Node
+from toolkit.json_types import JsonObject
 from toolkit.netenv.network_facts import NetworkFacts
 from toolkit.netenv.profiles import NetEnv, env_for_node
 from toolkit.nodeinfo import call_agent
@@ -84,7 +85,7 @@ class NodeNetwork:
     role: str
     address: str
     route: RouteFacts | None
-    detected: dict[str, Any]
+    detected: JsonObject
     facts: NetworkFacts | None
     env: NetEnv | None
     error: str | None = None

@@ -6,8 +6,8 @@ import ipaddress
 import json
 import logging
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from toolkit.errors import SandboxError
 from toolkit.sandbox.layout import Layout, NodeLayout
@@ -36,10 +36,51 @@ def ip(*args: str, timeout_s: float = 10.0) -> str:
     return done.stdout
 
 
-def _ip_json(*args: str) -> list[dict[str, Any]]:
-    out = ip("-j", *args).strip()
-    data = json.loads(out) if out else []
-    return data if isinstance(data, list) else []
+@dataclass(frozen=True)
+class Link:
+    """One interface as ``ip -j link/addr show`` lists it.
+
+    Attributes:
+        ifname: Its name.
+        addresses: Its addresses as ``ADDRESS/PREFIXLEN`` (``addr show`` only).
+    """
+
+    ifname: str
+    addresses: tuple[str, ...] = ()
+
+
+def parse_links(text: str) -> list[Link]:
+    """The interfaces in ``ip -j``'s output (none for empty output or another shape).
+
+    An empty object (older iproute2's ``ip -4 -j addr`` has one for each interface
+    without an IPv4 address) is no interface.
+
+    Raises:
+        SandboxError: An interface has no name, or an address no ``local`` or
+            ``prefixlen``.
+    """
+    data = json.loads(text) if text.strip() else []
+    if not isinstance(data, list):
+        return []
+    links = []
+    for entry in data:
+        if entry == {}:
+            continue
+        if not isinstance(entry, dict) or "ifname" not in entry:
+            raise SandboxError(f"ip -j: an interface without a name: {entry!r}")
+        addresses = []
+        for info in entry.get("addr_info") or []:
+            if not isinstance(info, dict) or "local" not in info or "prefixlen" not in info:
+                raise SandboxError(
+                    f"ip -j: {entry['ifname']}: an address without local or prefixlen: {info!r}"
+                )
+            addresses.append(f"{info['local']}/{info['prefixlen']}")
+        links.append(Link(str(entry["ifname"]), tuple(addresses)))
+    return links
+
+
+def _links(*args: str) -> list[Link]:
+    return parse_links(ip("-j", *args))
 
 
 def list_netns() -> list[str]:
@@ -52,18 +93,18 @@ def list_netns() -> list[str]:
 
 def list_links() -> list[str]:
     """Names of the host's network interfaces."""
-    return [str(link["ifname"]) for link in _ip_json("link", "show")]
+    return [link.ifname for link in _links("link", "show")]
 
 
 def subnet_users(subnet: str) -> list[str]:
     """Host interfaces whose IPv4 networks overlap ``<subnet>.0/24``, as ``ifname addr/len``."""
     ours = ipaddress.ip_network(f"{subnet}.0/24")
     users = []
-    for link in _ip_json("-4", "addr", "show"):
-        for info in link.get("addr_info", []):
-            iface = ipaddress.ip_interface(f"{info['local']}/{info['prefixlen']}")
+    for link in _links("-4", "addr", "show"):
+        for address in link.addresses:
+            iface = ipaddress.ip_interface(address)
             if iface.network.overlaps(ours):
-                users.append(f"{link['ifname']} {iface}")
+                users.append(f"{link.ifname} {iface}")
     return users
 
 

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 from toolkit.errors import RunDirError, StateError
 from toolkit.fields import MISSING, Errors, FieldPath, Fields, Words
+from toolkit.json_types import JsonObject
 from toolkit.rundir.preflight import Exclusion
 
 FILE_NAME = "state.json"
@@ -101,7 +102,7 @@ class ClusterState:
     up_at_wall_s: float | None = None
     nodes_rtk_digest: str | None = None
     runs: tuple[RecordedRun, ...] = ()
-    other: dict[str, Any] = field(default_factory=dict)
+    other: JsonObject = field(default_factory=dict)
 
     @property
     def last_run(self) -> RecordedRun | None:

@@ -12,6 +12,8 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +34,33 @@ from toolkit.train.stop import STOPPED_EXIT, StopOnInterrupt, stopped
 RUN_NAME = CHECKPOINTS_DIR  # Ray Train keeps its checkpoints in RUN_DIR/RUN_NAME
 
 
-def worker_layout(config: TrainConfig, resources: dict[str, float], nodes: int) -> dict[str, Any]:
+@dataclass(frozen=True)
+class WorkerLayout:
+    """Ray Train's worker group (``ScalingConfig``), as ``train_config.json`` records it.
+
+    Attributes:
+        num_workers: The workers (ranks).
+        resources_per_worker: The Ray resources each worker holds.
+        use_gpu: Whether the workers train on GPUs.
+        placement_strategy: ``STRICT_SPREAD`` (one CPU worker per node) or ``SPREAD``.
+    """
+
+    num_workers: int
+    resources_per_worker: dict[str, float]
+    use_gpu: bool
+    placement_strategy: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The layout as ``train_config.json`` keeps it, under ``layout``."""
+        return {
+            "num_workers": self.num_workers,
+            "resources_per_worker": dict(self.resources_per_worker),
+            "use_gpu": self.use_gpu,
+            "placement_strategy": self.placement_strategy,
+        }
+
+
+def worker_layout(config: TrainConfig, resources: Mapping[str, float], nodes: int) -> WorkerLayout:
     """How many workers, with what resources each, from the cluster's totals."""
     gpus = int(resources.get("GPU", 0))
     per_worker = dict(config.resources_per_worker) or ({"GPU": 1.0} if gpus else {"CPU": 1.0})
@@ -43,26 +71,26 @@ def worker_layout(config: TrainConfig, resources: dict[str, float], nodes: int) 
     else:
         count = max(1, nodes)
     use_gpu = bool(per_worker.get("GPU"))
-    return {
-        "num_workers": count,
-        "resources_per_worker": per_worker,
-        "use_gpu": use_gpu,
+    return WorkerLayout(
+        num_workers=count,
+        resources_per_worker=per_worker,
+        use_gpu=use_gpu,
         # One worker per node on CPU clusters must stay one per node: after a node is
         # lost the restart waits for it rather than doubling up on a survivor. GPU
         # workers are held to their GPUs by the GPU resource itself.
-        "placement_strategy": "STRICT_SPREAD" if not use_gpu and count <= nodes else "SPREAD",
-    }
+        placement_strategy="STRICT_SPREAD" if not use_gpu and count <= nodes else "SPREAD",
+    )
 
 
-def placement_problem(layout: dict[str, Any], totals: dict[str, float]) -> str | None:
+def placement_problem(layout: WorkerLayout, totals: Mapping[str, float]) -> str | None:
     """Why the cluster can never hold ``layout``'s workers; None when it can.
 
     Ray Train would otherwise wait for the resources until its start timeout
     (--restart-wait-s, ten minutes by default): a GPU asked of a CPU cluster, or more
     CPUs than all nodes have, is better said at once.
     """
-    count = layout["num_workers"]
-    for name, amount in layout["resources_per_worker"].items():
+    count = layout.num_workers
+    for name, amount in layout.resources_per_worker.items():
         need, have = count * amount, totals.get(name, 0.0)
         if need > have:
             return (
@@ -89,19 +117,19 @@ def main(argv: list[str]) -> int:
         print(f"rtk train: cannot start: {problem}", flush=True)
         return 1
     print(
-        f"rtk train: {layout['num_workers']} worker(s) x {layout['resources_per_worker']}, "
+        f"rtk train: {layout.num_workers} worker(s) x {layout.resources_per_worker}, "
         f"strategy {config.strategy}, run dir {config.run_dir}",
         flush=True,
     )
-    TrainConfigRecord(config.to_json(), layout).write(RunDir(config.run_dir).train_config)
+    TrainConfigRecord(config.to_json(), layout.to_json()).write(RunDir(config.run_dir).train_config)
     trainer = TorchTrainer(
         train_loop_per_worker,
         train_loop_config=config.to_json(),
         scaling_config=ScalingConfig(
-            num_workers=layout["num_workers"],
-            use_gpu=layout["use_gpu"],
-            resources_per_worker=layout["resources_per_worker"],
-            placement_strategy=layout["placement_strategy"],
+            num_workers=layout.num_workers,
+            use_gpu=layout.use_gpu,
+            resources_per_worker=layout.resources_per_worker,
+            placement_strategy=layout.placement_strategy,
         ),
         run_config=RunConfig(
             name=RUN_NAME,

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import shlex
 import time
-from typing import Any
 
 from toolkit.cluster.plan import ClusterPlan
 from toolkit.jobs.client import JOB_STOP_WAIT_S
 from toolkit.jobs.shipped_code import code_env
+from toolkit.json_types import JsonObject
 from toolkit.state.cluster_state import ClusterState, RecordedRun
 from toolkit.state.store import StateStore
 from toolkit.train.config import TrainConfig
@@ -17,7 +17,7 @@ from toolkit.train.config import TrainConfig
 
 def train_job(
     plan: ClusterPlan, config: TrainConfig, ship_code: bool = True
-) -> tuple[str, dict[str, Any]]:
+) -> tuple[str, JsonObject]:
     """The entrypoint and runtime environment of the training job (``shipped_code``)."""
     # The head's own Python (the one Ray runs), not whatever "python" is on its PATH.
     python = plan.head.node.python

@@ -10,11 +10,12 @@ import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from toolkit.rundir import MetricsLine
 from toolkit.train.config import TrainConfig
 from toolkit.train.loop import train_worker
 
@@ -32,10 +33,10 @@ class LocalContext:
         self.root = run_dir / "checkpoints"
         self.keep = keep
 
-    def report(self, metrics: dict[str, Any], checkpoint_dir: Path | None) -> None:
+    def report(self, metrics: MetricsLine, checkpoint_dir: Path | None) -> None:
         """Copy this rank's checkpoint files into the step's directory; keep the newest."""
         if checkpoint_dir is not None:
-            target = self.root / f"step-{metrics['step']:05d}"
+            target = self.root / f"step-{metrics.step:05d}"
             shutil.copytree(checkpoint_dir, target, dirs_exist_ok=True)
         dist.barrier()
         if self.rank == 0 and checkpoint_dir is not None:
@@ -49,12 +50,12 @@ class LocalContext:
         return load(found[-1]) if found else None
 
 
-def _worker(rank: int, world: int, init: str, config: dict[str, Any]) -> None:
+def _worker(rank: int, world: int, init: str, config: TrainConfig) -> None:
     os.environ["RTK_NODE"] = f"local{rank}"
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     try:
-        cfg = TrainConfig.from_json(config)
-        train_worker(cfg, LocalContext(rank, world, Path(cfg.run_dir), cfg.keep_checkpoints))
+        context = LocalContext(rank, world, Path(config.run_dir), config.keep_checkpoints)
+        train_worker(config, context)
     finally:
         dist.destroy_process_group()
 
@@ -64,7 +65,7 @@ def run_local(config: TrainConfig, world: int, rendezvous: Path) -> None:
     rendezvous.unlink(missing_ok=True)
     mp.start_processes(  # type: ignore[attr-defined,no-untyped-call]
         _worker,
-        args=(world, f"file://{rendezvous}", config.to_json()),
+        args=(world, f"file://{rendezvous}", config),
         nprocs=world,
         join=True,
         start_method="spawn",

@@ -24,18 +24,19 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol, TextIO, TypeVar
+from typing import Protocol, TextIO, TypeVar
 
 import torch
 import torch.distributed as dist
 
 from toolkit import wallclock
 from toolkit.rundir import MarkerWriter, MetricsLine, RunDir, ThroughputSums, metrics_step
+from toolkit.train.checkpoint_meta import CheckpointMeta
 from toolkit.train.compiling import CompileClock
 from toolkit.train.config import TrainConfig
 from toolkit.train.data import make_data
 from toolkit.train.model import GPT
-from toolkit.train.strategies import make_strategy
+from toolkit.train.strategies import Strategy, make_strategy
 
 T = TypeVar("T")
 
@@ -50,15 +51,15 @@ class WorkerContext(Protocol):
     local_rank: int
     world_size: int
 
-    def report(self, metrics: dict[str, Any], checkpoint_dir: Path | None) -> None:
+    def report(self, metrics: MetricsLine, checkpoint_dir: Path | None) -> None:
         """Hand over this step's metrics and, on checkpoint steps, this rank's files."""
 
     def load_latest(self, load: Callable[[Path], T]) -> T | None:
         """Call ``load`` on the latest checkpoint's directory; None when there is none."""
 
 
-def train_worker(config: TrainConfig, ctx: WorkerContext) -> dict[str, Any]:
-    """Train until ``config.max_steps``; returns rank 0's last metrics."""
+def train_worker(config: TrainConfig, ctx: WorkerContext) -> MetricsLine | None:
+    """Train until ``config.max_steps``; returns the last step's metrics (None: no step ran)."""
     torch.manual_seed(config.seed)
     device = _device(ctx.local_rank)
     shape = config.shape()
@@ -70,7 +71,7 @@ def train_worker(config: TrainConfig, ctx: WorkerContext) -> dict[str, Any]:
     run_dir = Path(config.run_dir)
     markers = MarkerWriter(run_dir, ctx.rank, ctx.local_rank, ctx.world_size, _gpu_uuid(device))
     saved = ctx.load_latest(strategy.load)
-    start = int(saved["step"]) if saved else 0
+    start = saved.step if saved is not None else 0
     markers.write("run_start", start, strategy=config.strategy, resumed=saved is not None)
     metrics_file = _open_metrics(run_dir, start) if ctx.rank == 0 else None
 
@@ -81,7 +82,7 @@ def train_worker(config: TrainConfig, ctx: WorkerContext) -> dict[str, Any]:
     compile_clock = CompileClock(strategy.compiled)
     throughput = ThroughputSums()
     stop_request = RunDir(run_dir).stop_request if config.stops_with_checkpoint else None
-    last: dict[str, Any] = {}
+    last: MetricsLine | None = None
     stopped = False
     try:
         for step in range(start + 1, config.max_steps + 1):
@@ -121,27 +122,27 @@ def train_worker(config: TrainConfig, ctx: WorkerContext) -> dict[str, Any]:
                 compile_s=compile_clock.step(step_s, first=step == start + 1),
             )
             throughput.add(line)
-            last = line.to_json()
+            last = line
             if metrics_file is not None:
                 metrics_file.write(line.to_line())
                 if step % config.log_every == 0 or step in (start + 1, config.max_steps):
                     print(
                         f"step {step}/{config.max_steps} loss {loss:.4f} "
-                        f"{last['tokens_per_s']:,.0f} tok/s {step_s:.3f} s/step",
+                        f"{line.tokens_per_s:,.0f} tok/s {step_s:.3f} s/step",
                         flush=True,
                     )
             checkpointed = False
             if config.save_steps and (step % config.save_steps == 0 or step == config.max_steps):
-                _checkpoint(strategy, ctx, markers, step, config, last)
+                _checkpoint(strategy, ctx, markers, step, config, line)
                 checkpointed = True
             elif step == config.max_steps:
                 # Reports synchronise every rank with Ray Train's controller (about 2 s
                 # each in Ray 2.60), so only checkpoints and the last step report;
                 # per-step metrics go to metrics.jsonl and the markers.
-                ctx.report(last, None)
+                ctx.report(line, None)
             if stop and step < config.max_steps:
                 if not checkpointed:
-                    _checkpoint(strategy, ctx, markers, step, config, last)
+                    _checkpoint(strategy, ctx, markers, step, config, line)
                 markers.write("stop", step)
                 if ctx.rank == 0:
                     print(
@@ -164,20 +165,20 @@ def train_worker(config: TrainConfig, ctx: WorkerContext) -> dict[str, Any]:
 
 
 def _checkpoint(
-    strategy: Any,
+    strategy: Strategy,
     ctx: WorkerContext,
     markers: MarkerWriter,
     step: int,
     config: TrainConfig,
-    metrics: dict[str, Any],
+    metrics: MetricsLine,
 ) -> None:
-    meta = {
-        "step": step,
-        "next_step": step + 1,
-        "seed": config.seed,
-        "world_size": ctx.world_size,
-        "strategy": config.strategy,
-    }
+    meta = CheckpointMeta(
+        step=step,
+        next_step=step + 1,
+        seed=config.seed,
+        world_size=ctx.world_size,
+        strategy=config.strategy,
+    )
     with tempfile.TemporaryDirectory(prefix="rtk-ckpt-") as tmp:
         wrote = strategy.save(Path(tmp), meta)
         markers.write("checkpoint", step)

@@ -19,18 +19,21 @@ import json
 import signal
 import threading
 import time
-from typing import Any, Protocol
+from typing import Protocol, TypeVar
 
 from toolkit.rundir import RunDir
+
+R = TypeVar("R", covariant=True)
+T = TypeVar("T")
 
 # The driver's exit status when it stopped as asked before the last step (128+SIGINT).
 STOPPED_EXIT = 130
 
 
-class Fittable(Protocol):
+class Fittable(Protocol[R]):
     """What ``StopOnInterrupt.fit`` runs: a Ray Train trainer."""
 
-    def fit(self) -> Any:
+    def fit(self) -> R:
         """Train; return the result."""
 
 
@@ -60,20 +63,21 @@ class StopOnInterrupt:
             json.dumps({"why": why, "wall_s": time.time()}) + "\n", encoding="utf-8"
         )
 
-    def fit(self, trainer: Fittable) -> Any:
+    def fit(self, trainer: Fittable[T]) -> T:
         """``trainer.fit()`` in a thread, with SIGINT handled here until it returns.
 
         Raises:
             KeyboardInterrupt: A second SIGINT came before the run stopped.
             BaseException: Whatever ``fit`` raised.
         """
-        outcome: dict[str, Any] = {}
+        results: list[T] = []
+        errors: list[BaseException] = []
 
         def run() -> None:
             try:
-                outcome["result"] = trainer.fit()
+                results.append(trainer.fit())
             except BaseException as e:  # noqa: BLE001 - raised again in the main thread
-                outcome["error"] = e
+                errors.append(e)
 
         thread = threading.Thread(target=run, name="rtk-train-fit", daemon=True)
         previous = signal.signal(signal.SIGINT, self._on_sigint)
@@ -83,9 +87,9 @@ class StopOnInterrupt:
                 thread.join(self.poll_s)
         finally:
             signal.signal(signal.SIGINT, previous)
-        if "error" in outcome:
-            raise outcome["error"]
-        return outcome["result"]
+        if errors:
+            raise errors[0]
+        return results[0]
 
     def _on_sigint(self, signum: int, frame: object) -> None:
         if self.requested:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from toolkit.json_types import JsonObject
+from toolkit.train.checkpoint_meta import CheckpointMeta
 from toolkit.train.compiling import compile_in_place
 from toolkit.train.config import TrainConfig
 from toolkit.train.model import GPT
@@ -141,26 +143,28 @@ class Strategy:
         """The unwrapped model."""
         return getattr(self.model, "module", self.model)
 
-    def state(self) -> tuple[dict[str, Any], dict[str, Any]]:
+    def state(self) -> tuple[Mapping[str, object], Mapping[str, object]]:
         """Model and optimizer state, whole (as rank 0 writes it)."""
         return self.module().state_dict(), self.optimizer.state_dict()
 
-    def save(self, directory: Path, meta: dict[str, Any]) -> bool:
+    def save(self, directory: Path, meta: CheckpointMeta) -> bool:
         """Write a checkpoint into ``directory``; True when this rank wrote files."""
         model_state, optimizer_state = self.state()
         if self.rank != 0:
             return False
         torch.save(
-            {**meta, "model": model_state, "optimizer": optimizer_state}, directory / STATE_FILE
+            {**meta.to_json(), "model": model_state, "optimizer": optimizer_state},
+            directory / STATE_FILE,
         )
         return True
 
-    def load(self, directory: Path) -> dict[str, Any]:
+    def load(self, directory: Path) -> CheckpointMeta:
         """Restore from a checkpoint directory; returns its metadata."""
-        saved = torch.load(directory / STATE_FILE, map_location=self.device, weights_only=False)
+        path = directory / STATE_FILE
+        saved = torch.load(path, map_location=self.device, weights_only=False)
         self.module().load_state_dict(saved.pop("model"))
         self.optimizer.load_state_dict(saved.pop("optimizer"))
-        return dict(saved)
+        return CheckpointMeta.from_json(saved, str(path))
 
 
 class Fsdp2(Strategy):
@@ -183,18 +187,19 @@ class Fsdp2(Strategy):
         fully_shard(model)
         return model
 
-    def state(self) -> tuple[dict[str, Any], dict[str, Any]]:
+    def state(self) -> tuple[Mapping[str, object], Mapping[str, object]]:
         """Gather full, CPU-resident state dicts (a collective: every rank calls it)."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         return get_state_dict(self.model, self.optimizer, options=options)
 
-    def load(self, directory: Path) -> dict[str, Any]:
+    def load(self, directory: Path) -> CheckpointMeta:
         """Every rank reads the full state and keeps its shards."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
 
-        saved = torch.load(directory / STATE_FILE, map_location="cpu", weights_only=False)
+        path = directory / STATE_FILE
+        saved = torch.load(path, map_location="cpu", weights_only=False)
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         set_state_dict(
             self.model,
@@ -203,7 +208,7 @@ class Fsdp2(Strategy):
             optim_state_dict=saved.pop("optimizer"),
             options=options,
         )
-        return dict(saved)
+        return CheckpointMeta.from_json(saved, str(path))
 
 
 class DeepSpeed(Strategy):
@@ -217,10 +222,10 @@ class DeepSpeed(Strategy):
         self.rank = rank
         self.dtype = None
         self.scaler = None
-        zero: dict[str, Any] = {"stage": config.zero_stage}
+        zero: JsonObject = {"stage": config.zero_stage}
         if config.offload_optimizer:
             zero["offload_optimizer"] = {"device": "cpu"}
-        ds_config: dict[str, Any] = {
+        ds_config: JsonObject = {
             "train_micro_batch_size_per_gpu": config.batch_size,
             "gradient_accumulation_steps": config.gradient_accumulation_steps,
             "zero_optimization": zero,
@@ -274,20 +279,20 @@ class DeepSpeed(Strategy):
         module: nn.Module = self.engine.module
         return module
 
-    def save(self, directory: Path, meta: dict[str, Any]) -> bool:
+    def save(self, directory: Path, meta: CheckpointMeta) -> bool:
         """Every rank writes its ZeRO shard; rank 0 adds the metadata."""
         self.engine.save_checkpoint(str(directory), tag=DEEPSPEED_TAG)
         if self.rank == 0:
-            torch.save(meta, directory / STATE_FILE)
+            torch.save(meta.to_json(), directory / STATE_FILE)
         return True
 
-    def load(self, directory: Path) -> dict[str, Any]:
+    def load(self, directory: Path) -> CheckpointMeta:
         """Restore engine, optimizer shards and metadata."""
         self.engine.load_checkpoint(str(directory), tag=DEEPSPEED_TAG)
-        saved: dict[str, Any] = torch.load(
-            directory / STATE_FILE, map_location="cpu", weights_only=False
+        path = directory / STATE_FILE
+        return CheckpointMeta.from_json(
+            torch.load(path, map_location="cpu", weights_only=False), str(path)
         )
-        return saved
 
 
 def make_strategy(

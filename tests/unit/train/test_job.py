@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 from toolkit.train.config import TrainConfig
-from toolkit.train.job import placement_problem, worker_layout
+from toolkit.train.job import WorkerLayout, placement_problem, worker_layout
 
 TWO_NODES_TWO_GPUS = {"CPU": 32.0, "GPU": 4.0, "memory": 1e11}
 THREE_CPU_NODES = {"CPU": 6.0, "memory": 3e9}
 
 
-def layout(totals: dict[str, float], nodes: int, **options: Any) -> dict[str, Any]:
+def layout(totals: dict[str, float], nodes: int, **options: Any) -> WorkerLayout:
     return worker_layout(TrainConfig(run_dir="r", **options), totals, nodes)
 
 
@@ -21,25 +22,33 @@ def test_the_seed_guides_num_workers_0_is_one_worker_per_gpu() -> None:
     # The guide's "2 nodes, 2 GPUs each (4 total GPUs)": --num_workers 0 with
     # --resources_per_worker '{"GPU": 1, "CPU": 4}' trains on every GPU.
     got = layout(TWO_NODES_TWO_GPUS, 2, resources_per_worker={"GPU": 1.0, "CPU": 4.0})
-    assert got == {
-        "num_workers": 4,
-        "resources_per_worker": {"GPU": 1.0, "CPU": 4.0},
-        "use_gpu": True,
-        "placement_strategy": "SPREAD",
-    }
+    assert got == WorkerLayout(
+        num_workers=4,
+        resources_per_worker={"GPU": 1.0, "CPU": 4.0},
+        use_gpu=True,
+        placement_strategy="SPREAD",
+    )
     assert placement_problem(got, TWO_NODES_TWO_GPUS) is None
+
+
+def test_the_layout_is_recorded_under_the_keys_train_config_json_has() -> None:
+    got = layout(THREE_CPU_NODES, 3, resources_per_worker={"CPU": 1.0})
+    assert json.dumps(got.to_json()) == (
+        '{"num_workers": 3, "resources_per_worker": {"CPU": 1.0}, "use_gpu": false, '
+        '"placement_strategy": "STRICT_SPREAD"}'
+    )
 
 
 def test_num_workers_0_on_cpu_nodes_is_one_worker_per_node() -> None:
     got = layout(THREE_CPU_NODES, 3, resources_per_worker={"CPU": 1.0})
-    assert (got["num_workers"], got["use_gpu"], got["placement_strategy"]) == (
+    assert (got.num_workers, got.use_gpu, got.placement_strategy) == (
         3,
         False,
         "STRICT_SPREAD",
     )
     assert placement_problem(got, THREE_CPU_NODES) is None
     two_gpus = layout(TWO_NODES_TWO_GPUS, 2, num_workers=0, resources_per_worker={"GPU": 2.0})
-    assert two_gpus["num_workers"] == 2
+    assert two_gpus.num_workers == 2
 
 
 @pytest.mark.parametrize(

@@ -63,11 +63,11 @@ def test_learns_marks_barriers_and_resumes_exactly(strategy: str, tmp_path: Path
 
     records = read_markers(straight)
     for rank in (0, 1):
-        mine = [r for r in records if r["rank"] == rank]
-        assert [r["step"] for r in mine if r["event"] == "barrier"] == [5, 10, 15, 20, 25, 30]
-        assert [r["step"] for r in mine if r["event"] == "step_end"] == list(range(1, 31))
-        assert all(r["wall_s"] > 0 and r["mono_s"] > 0 for r in mine)
-        assert {r["node"] for r in mine} == {f"local{rank}"}
+        mine = [r for r in records if r.rank == rank]
+        assert [r.step for r in mine if r.event == "barrier"] == [5, 10, 15, 20, 25, 30]
+        assert [r.step for r in mine if r.event == "step_end"] == list(range(1, 31))
+        assert all(r.wall_s > 0 and r.mono_s > 0 for r in mine)
+        assert {r.node for r in mine} == {f"local{rank}"}
     kept = sorted(p.name for p in (straight / "checkpoints").iterdir())
     assert kept == ["step-00010", "step-00020", "step-00030"]
 
@@ -118,8 +118,8 @@ def test_straggle_makes_one_rank_arrive_last_at_every_barrier(tmp_path: Path) ->
         2,
         tmp_path / "rendezvous",
     )
-    barriers = [r for r in read_markers(run_dir) if r["event"] == "barrier"]
-    waits = {(r["rank"], r["step"]): r["wait_s"] for r in barriers}
+    barriers = [r for r in read_markers(run_dir) if r.event == "barrier"]
+    waits = {(r.rank, r.step): r.fields["wait_s"] for r in barriers}
     for step in (2, 4, 6):
         assert waits[(0, step)] >= 0.25  # rank 0 waited for the sleeper
         assert waits[(1, step)] < 0.2
@@ -155,9 +155,9 @@ def test_a_stop_request_ends_every_rank_at_one_step_with_a_checkpoint(tmp_path: 
     stopped_at = len(metrics(run))
     assert 5 <= stopped_at < 400
     records = read_markers(run)
-    stops = {(r["rank"], r["step"]) for r in records if r["event"] == "stop"}
+    stops = {(r.rank, r.step) for r in records if r.event == "stop"}
     assert stops == {(0, stopped_at), (1, stopped_at)}  # both ranks, the same step
-    assert not [r for r in records if r["event"] == "run_end"]
+    assert not [r for r in records if r.event == "run_end"]
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [f"step-{stopped_at:05d}"]
     # The next attempt (its driver removes the request first) trains on from there.
     RunDir(run).stop_request.unlink()
@@ -171,4 +171,4 @@ def test_a_run_without_checkpoints_on_stop_ignores_the_request(tmp_path: Path) -
     RunDir(run).stop_request.write_text("{}")
     run_local(config(run, max_steps=3, save_steps=0, barrier_every=0), 1, tmp_path / "rv")
     assert [m["step"] for m in metrics(run)] == [1, 2, 3]
-    assert [r["step"] for r in read_markers(run) if r["event"] == "run_end"] == [3]
+    assert [r.step for r in read_markers(run) if r.event == "run_end"] == [3]

@@ -156,18 +156,27 @@ def telemetry_options(func: F) -> F:
     return func
 
 
-def telemetry_from(options: dict[str, Any]) -> TelemetryOptions:
-    """Take ``telemetry_options``' values out of a command's keyword arguments.
+def telemetry_from(
+    *,
+    telemetry_sensors: str,
+    telemetry_rate_hz: float,
+    power_rate_hz: float,
+    prometheus_port: int,
+    energy_rate_hz: float,
+) -> TelemetryOptions:
+    """``telemetry_options``' values, as a command gets them, as checked options.
+
+    A command passes on what it did not name itself: ``telemetry_from(**options)``.
 
     Raises:
         RtkError: A value cannot work (named as its flag).
     """
     return TelemetryOptions(
-        sensors=options.pop("telemetry_sensors"),
-        rate_hz=options.pop("telemetry_rate_hz"),
-        power_rate_hz=options.pop("power_rate_hz"),
-        prometheus_port=options.pop("prometheus_port"),
-        energy_rate_hz=options.pop("energy_rate_hz"),
+        sensors=telemetry_sensors,
+        rate_hz=telemetry_rate_hz,
+        power_rate_hz=power_rate_hz,
+        prometheus_port=prometheus_port,
+        energy_rate_hz=energy_rate_hz,
     ).check()
 
 
