@@ -24,6 +24,49 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+# CI runs the suite on several pytest-xdist workers (scripts/test.sh): most integration
+# tests wait on Ray, SLURM and sshd rather than use a core. A worker takes a whole group
+# of tests at a time. Tests that share something machine-wide are one group and so run
+# on one worker, one after another: the session's ``sb3`` sandbox (and test_sandbox.py,
+# which takes its names and subnet on purpose), the host's own Ray (``rtk up --local``,
+# ``rtk demo``, ``ray.init`` clusters), and the SLURM sandboxes. Every other module is a
+# group of its own; no two groups may use one sandbox name or subnet
+# (tests/unit/test_test_groups.py).
+XDIST_GROUPS: dict[str, str] = {
+    "test_jobs_cluster": "sb3",
+    "test_ray_cli_env": "sb3",
+    "test_sandbox": "sb3",
+    "test_ssh_cluster": "sb3",
+    "test_tls_cluster": "sb3",
+    "test_local_cluster": "host-ray",
+    "test_packaging": "host-ray",
+    "test_demo": "host-ray",
+    "test_telemetry_session": "host-ray",
+    "test_rank_files_cluster": "host-ray",
+    "test_sandbox_slurm": "slurm",
+    "test_slurm_cluster": "slurm",
+}
+
+
+def xdist_group(path: Path) -> str:
+    """The group of a test module: its shared resource, else the module itself."""
+    if path.parent.name == "integration" and path.stem in XDIST_GROUPS:
+        return XDIST_GROUPS[path.stem]
+    return str(path.relative_to(REPO))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """xdist's scope scheduler with a scope per group (its ``loadgroup`` marks do not
+    reach the scheduler under pytest 9, whose node ids are no longer plain strings)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group(REPO / nodeid.split("::", 1)[0])
+
+    return ByGroup(config, log)
+
+
 # Hypothesis (tests/unit/properties/): "ci", the default everywhere, is CI's bounded
 # budget: a fixed seed (derandomize), so every run tries the same cases and a failure
 # reproduces; no example database. "long" (RTK_HYPOTHESIS_PROFILE=long) is the run by

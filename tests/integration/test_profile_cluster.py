@@ -40,7 +40,7 @@ cooldown_max_s: 4
 def sandbox(ray_available: None) -> Iterator[Sandbox]:
     require_sandbox_host()
     destroy("sbprof")
-    made = create(2, name="sbprof", subnet="10.77.22")
+    made = create(2, name="sbprof", subnet="10.77.25")
     try:
         yield made
     finally:

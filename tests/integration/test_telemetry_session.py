@@ -16,6 +16,7 @@ from toolkit.rundir import Manifest, RunDir
 from toolkit.rundir.traces import read_table
 
 
+@pytest.mark.timing
 @pytest.mark.usefixtures("ray_available")
 def test_two_nodes_sharing_tmp_keep_separate_traces(tmp_path: Path) -> None:
     import ray

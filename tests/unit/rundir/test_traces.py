@@ -85,6 +85,7 @@ def test_a_stream_cut_mid_batch_reads_up_to_its_last_whole_batch(tmp_path: Path)
     assert len(stats.truncated) == 1 and "ends inside a batch" in stats.truncated[0]
 
 
+@pytest.mark.timing
 def test_a_killed_writer_loses_at_most_about_a_second(tmp_path: Path) -> None:
     """A real process writing 20 rows/s, flushing each second, killed with SIGKILL."""
     path = tmp_path / "killed.arrows"

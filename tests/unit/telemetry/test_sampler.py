@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from fake_nvml import FakeGpu, FakeNvml
 
 from toolkit.rundir.traces import read_table, row_dicts
@@ -25,6 +26,7 @@ def lines(path: Path) -> list[dict[str, object]]:
     return [row for batch in read_table([path]).to_batches() for row in row_dicts(batch)]
 
 
+@pytest.mark.timing
 def test_samples_at_the_rate_with_both_clocks(tmp_path: Path) -> None:
     path = tmp_path / "samples.arrows"
     sampler = Sampler([HostSensor()], path, rate_hz=20.0)
@@ -44,6 +46,7 @@ def test_samples_at_the_rate_with_both_clocks(tmp_path: Path) -> None:
     assert max(gaps) < 0.2  # 50 ms period, no tick lost on an idle machine
 
 
+@pytest.mark.timing
 def test_a_killed_sampler_loses_at_most_about_a_second(tmp_path: Path) -> None:
     path = tmp_path / "samples.arrows"
     proc = subprocess.Popen(
@@ -105,6 +108,7 @@ def gpu_rows(path: Path) -> dict[str, list[dict[str, object]]]:
     return rows
 
 
+@pytest.mark.timing
 def test_energy_counter_read_at_its_own_rate_and_with_the_first_and_last(
     tmp_path: Path,
 ) -> None:

@@ -66,6 +66,7 @@ def local(tmp_path: Path) -> Iterator[Local]:
     sampler.stop()
 
 
+@pytest.mark.timing
 def test_a_window_averages_the_samples_of_its_last_seconds(local: Local) -> None:
     time.sleep(1.2)
     window = local.window(1.0)["local"]
@@ -76,6 +77,7 @@ def test_a_window_averages_the_samples_of_its_last_seconds(local: Local) -> None
     )
 
 
+@pytest.mark.timing
 def test_baseline_then_cooldown_on_a_real_sampler(local: Local) -> None:
     baseline = measure_baseline(local, 1.0)
     assert baseline.power_w is not None and baseline.power_w > 0

@@ -38,6 +38,7 @@ def test_a_cpu_node_measures_one_fp32_gemm_and_a_memory_copy(cpu_load: NodeLoad)
     assert cpu.samples == 0 and cpu.sm_clock_mhz is None and cpu.clocks_events == {}
 
 
+@pytest.mark.timing
 def test_the_gemm_runs_for_about_its_duration() -> None:
     start = time.perf_counter()
     run_node_load("fp32", duration_s=0.5, size=256)
@@ -153,6 +154,7 @@ def busy_cpus() -> Iterator[None]:
             p.wait()
 
 
+@pytest.mark.timing
 def test_a_cpu_starved_node_measures_clearly_less(request: pytest.FixtureRequest) -> None:
     unloaded = _gemm_in_subprocess()
     request.getfixturevalue("busy_cpus")
