@@ -1,0 +1,79 @@
+"""The measures that keep toolkit/ readable (issue 31): folder and module sizes, and
+few untyped records.
+
+- No folder holds more than 15 modules (``__init__.py`` aside).
+- No module outside ``toolkit/node/`` (the stdlib node scripts, sent whole) has more
+  than 450 lines.
+- At most 60 ``dict[str, Any]`` outside the node scripts and the ``to_json``/
+  ``from_json`` signatures: records crossing modules are dataclasses, documents that
+  are JSON by contract are ``toolkit.json_types.JsonObject``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from conftest import REPO
+
+TOOLKIT = REPO / "toolkit"
+MAX_MODULES_PER_FOLDER = 15
+MAX_LINES_PER_MODULE = 450
+MAX_UNTYPED_RECORDS = 60
+UNTYPED = re.compile(r"dict\[str, Any\]")
+SIGNATURE = re.compile(r"def (to|from)_json\b")
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in TOOLKIT.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _outside_node(path: Path) -> bool:
+    return path.relative_to(TOOLKIT).parts[0] != "node"
+
+
+def untyped_records(paths: list[Path]) -> list[tuple[Path, int]]:
+    """The file and line of each counted ``dict[str, Any]``."""
+    found = []
+    for path in paths:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if UNTYPED.search(line) and not SIGNATURE.search(line):
+                found.append((path, number))
+    return found
+
+
+def test_no_folder_holds_more_than_15_modules() -> None:
+    folders: dict[Path, int] = {}
+    for path in _modules():
+        if path.name != "__init__.py":
+            folders[path.parent] = folders.get(path.parent, 0) + 1
+    crowded = {
+        str(f.relative_to(REPO)): n for f, n in folders.items() if n > MAX_MODULES_PER_FOLDER
+    }
+    assert len(folders) > 20 and not crowded, crowded
+
+
+def test_no_module_outside_the_node_scripts_is_longer_than_450_lines() -> None:
+    long = {
+        str(p.relative_to(REPO)): n
+        for p in _modules()
+        if _outside_node(p) and (n := len(p.read_text().splitlines())) > MAX_LINES_PER_MODULE
+    }
+    assert not long, long
+
+
+def test_the_counter_counts_what_it_should(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text(
+        "def f(x: dict[str, Any]) -> None: ...\n"
+        "    def to_json(self) -> dict[str, Any]:\n"
+        "    def from_json(cls, data: dict[str, Any]) -> X:\n"
+        "y: dict[str, object] = {}\n"
+        "z: list[dict[str, Any]] = []\n"
+    )
+    assert untyped_records([module]) == [(module, 1), (module, 5)]
+
+
+def test_at_most_60_untyped_records_outside_the_node_scripts() -> None:
+    found = untyped_records([p for p in _modules() if _outside_node(p)])
+    assert len(found) <= MAX_UNTYPED_RECORDS, [f"{p.relative_to(REPO)}:{n}" for p, n in found]
