@@ -40,6 +40,7 @@ def ray_nodes(ray_available: None) -> Iterator[list[dict[str, Any]]]:
         cluster.shutdown()
 
 
+@pytest.mark.timing
 def test_a_node_that_never_answers_is_named_and_the_others_are_written(
     ray_nodes: list[dict[str, Any]],
     tmp_path: Path,

@@ -168,6 +168,7 @@ def test_live_block_draws_counts_in_place_and_closes_on_ctrl_c() -> None:
     ]
 
 
+@pytest.mark.timing
 def test_live_block_redraws_by_itself_and_uses_block_characters_on_utf8() -> None:
     class Utf8(io.StringIO):
         encoding = "utf-8"
