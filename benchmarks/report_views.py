@@ -31,7 +31,7 @@ import numpy as np
 
 def synthetic_report(nodes: int, gpus: int, seconds: float, root: Path) -> Any:
     """A Report with the figures and views of a run of that size (nothing on disk)."""
-    from toolkit.rundir import Manifest, RunSummary
+    from toolkit.rundir import Manifest, NodeManifest, RunSummary
     from toolkit.telemetry.report.build import Report
     from toolkit.telemetry.report.figures.crosscheck import CheckWindow, CrossCheck
     from toolkit.telemetry.report.figures.energy import DeviceReport, NodeReport
@@ -137,7 +137,9 @@ def synthetic_report(nodes: int, gpus: int, seconds: float, root: Path) -> Any:
         for d in n.devices.values()
         if d.kind == "gpu"
     ]
-    manifest = Manifest(head=names[0], rate_hz=10.0, power_rate_hz=10.0, nodes={})
+    # Every node listed, as the report's loader lists a node it finds samples of.
+    listed = {n: NodeManifest.unlisted(n) for n in names}
+    manifest = Manifest(head=names[0], rate_hz=10.0, power_rate_hz=10.0, nodes=listed)
     timeline = Timeline(
         head=names[0],
         offsets_s={n: 0.0 for n in names},
