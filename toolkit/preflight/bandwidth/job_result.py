@@ -57,16 +57,11 @@ class TcpPair:
 
     def to_json(self) -> dict[str, Any]:
         """As written in the job's result (what was not measured left out)."""
-        out: dict[str, object] = {"src": self.src, "dst": self.dst, "attempts": self.attempts}
-        if self.error is not None:
-            out["error"] = self.error
-        if self.sent_bytes is not None:
-            out["bytes"] = self.sent_bytes
-        if self.seconds is not None:
-            out["seconds"] = self.seconds
-        if self.gbit_s is not None:
-            out["gbit_s"] = self.gbit_s
-        return out
+        # The measured part is written as a stream's: one owner of those keys.
+        stream = TcpSendResult(
+            seconds=self.seconds, sent_bytes=self.sent_bytes, gbit_s=self.gbit_s, error=self.error
+        )
+        return {"src": self.src, "dst": self.dst, "attempts": self.attempts, **stream.to_json()}
 
     @classmethod
     def from_fields(cls, f: Fields) -> TcpPair:
