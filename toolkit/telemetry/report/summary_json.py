@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import fields
 
 from toolkit.json_types import JsonObject, JsonValue
 from toolkit.rundir.summary import SCHEMA_VERSION
@@ -70,7 +71,7 @@ def _summary(report: Report) -> JsonObject:
         },
         "steps": {
             "rank": report.timeline.step_rank,
-            "stats": None if stats is None else _step_stats(stats),
+            "stats": None if stats is None else _scalars(stats),
             "per_step": [
                 {
                     "step": s.step,
@@ -107,20 +108,6 @@ def _summary(report: Report) -> JsonObject:
         "stragglers": _stragglers(report),
         "outliers": _outliers(outliers_of(report)),
         "notes": list[JsonValue](report.notes),
-    }
-
-
-def _step_stats(stats: StepStats) -> JsonObject:
-    return {
-        "steps": stats.steps,
-        "incomplete": stats.incomplete,
-        "with_incomplete": stats.with_incomplete,
-        "median_j": stats.median_j,
-        "p10_j": stats.p10_j,
-        "p90_j": stats.p90_j,
-        "mean_j": stats.mean_j,
-        "min_j": stats.min_j,
-        "max_j": stats.max_j,
     }
 
 
@@ -161,19 +148,7 @@ def _stragglers(report: Report) -> JsonObject | None:
         "share_of_run": found.share,
         "last_by_node": _numbers(found.last_by_node),
         "slowest_rank": None if slowest is None else slowest.rank,
-        "ranks": [_rank(r) for r in found.ranks],
-    }
-
-
-def _rank(rank: RankWaits) -> JsonObject:
-    return {
-        "rank": rank.rank,
-        "node": rank.node,
-        "device": rank.device,
-        "barriers": rank.barriers,
-        "wait_s": rank.wait_s,
-        "wait_energy_j": rank.wait_energy_j,
-        "last": rank.last,
+        "ranks": [_scalars(r) for r in found.ranks],
     }
 
 
@@ -250,3 +225,14 @@ def _check(report: Report, check: CrossCheck) -> JsonObject:
             for w in check.windows
         ],
     }
+
+
+def _scalars(record: StepStats | RankWaits) -> JsonObject:
+    """A record of scalar fields, field by field in its order (what ``asdict`` gave)."""
+    out: JsonObject = {}
+    for name in (f.name for f in fields(record)):
+        value = getattr(record, name)
+        if not (value is None or isinstance(value, bool | int | float | str)):
+            raise TypeError(f"{type(record).__name__}.{name} is not a JSON scalar: {value!r}")
+        out[name] = value
+    return out
