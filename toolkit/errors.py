@@ -79,6 +79,10 @@ class JobError(RtkError):
     """A Ray job is unknown to the cluster, or did not end when asked to stop."""
 
 
+class TorchrunError(JobError):
+    """``rtk torchrun`` cannot start: a node lacks the script, the port is taken, too many ranks."""
+
+
 class StateError(RtkError):
     """rtk's record of a cluster is missing or does not match the inventory."""
 

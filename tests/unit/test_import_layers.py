@@ -60,6 +60,7 @@ LAYERS: dict[str, int] = {
     "telemetry": 3,
     "train": 3,
     "profile": 3,
+    "torchrun": 3,  # rtk torchrun: the spec, the checks, the job's driver and node actor
     "sandbox": 3,
     # 4: whole flows (up, train, profile) that the CLI and batch scripts call
     "flows": 4,
@@ -88,6 +89,8 @@ RUNS_ON: dict[str, str] = {
     "toolkit.telemetry.rank_files": RAY_WORKER,  # a task on each node, and the driver's loop
     "toolkit.telemetry.sampler": RAY_WORKER,  # in the NodeSampler actor (and python -m)
     "toolkit.preflight.ray_ranks": RAY_WORKER,  # Rank actors, for the preflight jobs
+    "toolkit.torchrun.fanout": JOB_DRIVER,
+    "toolkit.torchrun.node_runner": RAY_WORKER,  # the TorchrunNode actor on every node
 }
 
 # What code that runs under Ray must never reach: host-only packages and libraries.

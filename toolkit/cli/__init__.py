@@ -31,6 +31,7 @@ Start here:
   eval "$(rtk env inv.yaml --export)"    then Ray's own CLI: ray status, ray job ...
   rtk shell inv.yaml             a shell on the head with the cluster's environment
   rtk train inv.yaml --barrier-every 5   GPT on Ray Train, with power telemetry
+  rtk torchrun inv.yaml -- train.py      torchrun on every node, power-profiled per step
   rtk launch inv.yaml --no-wait -- CMD   any command as a Ray job; rtk jobs/logs/stop
   rtk report RUN_DIR             energy per node, GPU, step and token; report.html
   rtk telemetry record inv.yaml -- CMD   telemetry around any workload
@@ -52,6 +53,7 @@ COMMANDS = {
     "sandbox": "toolkit.cli.cmd_sandbox:sandbox_group",
     "exec": "toolkit.cli.cmd_exec:exec_cmd",
     "train": "toolkit.cli.cmd_train:train_cmd",
+    "torchrun": "toolkit.cli.cmd_torchrun:torchrun_cmd",
     "launch": "toolkit.cli.cmd_jobs:launch_cmd",
     "jobs": "toolkit.cli.cmd_jobs:jobs_cmd",
     "logs": "toolkit.cli.cmd_jobs:logs_cmd",

@@ -8,6 +8,7 @@ same for ``rtk exec``: one shell command on every node, no job.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import time
@@ -18,14 +19,17 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.cluster.plan import ClusterPlan
+from toolkit.inventory.hostrange import fit_hostlist
 from toolkit.jobs.runtime_env import working_dir_env
 from toolkit.state.store import state_root
 from toolkit.telemetry.options import TelemetryOptions
 from toolkit.telemetry.record_submission import record_job
+from toolkit.torchrun.spec import TorchrunSpec, node_argv, nproc_for
 from toolkit.train.config import TrainConfig
 from toolkit.train.job_spec import train_job
 
 VLLM_BENCH_MODULE = "toolkit.profile.vllm_bench"
+TORCHRUN_MODULE = "toolkit.torchrun.fanout"
 
 
 @dataclass(frozen=True)
@@ -69,7 +73,17 @@ class VllmWorkload:
     env: Mapping[str, str] = field(default_factory=dict)
 
 
-Workload = TrainWorkload | CommandWorkload | VllmWorkload
+@dataclass(frozen=True)
+class TorchrunWorkload:
+    """``rtk torchrun``: torchrun on every node (``toolkit.torchrun``), under telemetry."""
+
+    spec: TorchrunSpec
+    run_dir: str
+    working_dir: str = "."
+    telemetry: TelemetryOptions = field(default_factory=TelemetryOptions)
+
+
+Workload = TrainWorkload | CommandWorkload | VllmWorkload | TorchrunWorkload
 
 
 class Driver(StrEnum):
@@ -98,6 +112,7 @@ class JobRequest:
     dashboard_url: str
     run_dir: str | None = None
     driver: Driver = Driver.JOB
+    notes: tuple[str, ...] = ()  # lines ``--dry-run`` prints after the request
 
     def render(self) -> str:
         """The request as text (``--dry-run``)."""
@@ -117,6 +132,7 @@ class JobRequest:
                 lines.append(f"  {key}: {value}")
         if self.run_dir:
             lines.append(f"  run directory: {self.run_dir}")
+        lines += [f"  {note}" for note in self.notes]
         return "\n".join(lines) + "\n"
 
     def to_json(self) -> dict[str, Any]:
@@ -177,6 +193,8 @@ def job_request(
             tuple(argv), workload.working_dir, workload.env, workload.run_dir, workload.telemetry
         )
         return _recorded(plan, command, "vllm", stamp, ship_code)
+    if isinstance(workload, TorchrunWorkload):
+        return _torchrun(plan, workload, stamp, ship_code)
     if workload.telemetry is not None:
         return _recorded(plan, workload, "record", stamp, ship_code)
     env = working_dir_env(workload.working_dir, workload.run_dir, str(state_root()))
@@ -196,3 +214,39 @@ def _recorded(
     )
     name = f"rtk-record-{Path(run_dir).name}-{stamp}"
     return JobRequest(kind, entrypoint, env, name, plan.dashboard_url, run_dir)
+
+
+def _torchrun(
+    plan: ClusterPlan, workload: TorchrunWorkload, stamp: int, ship_code: bool
+) -> JobRequest:
+    spec = workload.spec
+    argv = [plan.head.node.python, "-m", TORCHRUN_MODULE, json.dumps(spec.to_json())]
+    command = CommandWorkload(
+        tuple(argv), workload.working_dir, {}, workload.run_dir, workload.telemetry
+    )
+    request = _recorded(plan, command, "torchrun", stamp, ship_code)
+    return dataclasses.replace(
+        request,
+        submission_id=request.submission_id.replace("rtk-record-", "rtk-torchrun-", 1),
+        notes=tuple(torchrun_lines(plan, spec)),
+    )
+
+
+def torchrun_lines(plan: ClusterPlan, spec: TorchrunSpec) -> list[str]:
+    """What each node runs, one line per distinct command (``--dry-run``).
+
+    The rendezvous address is the head's as the inventory gives it; the job uses the
+    address Ray knows the head by.
+    """
+    nodes = [n.node for n in plan.nodes]
+    by_command: dict[str, list[str]] = {}
+    for node in nodes:
+        nproc = nproc_for(spec, node.gpus)
+        argv = node_argv(spec, len(nodes), plan.head.node.address, nproc)
+        by_command.setdefault(shlex.join([node.python, *argv]), []).append(node.name)
+    lines = ["torchrun on every node, started together by the job:"]
+    for command, names in by_command.items():
+        lines.append(f"  {fit_hostlist(names, 60)} ({len(names)}): {command}")
+    if spec.env:
+        lines.append("  with " + " ".join(f"{k}={v}" for k, v in spec.env.items()))
+    return lines

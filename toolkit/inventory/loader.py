@@ -33,6 +33,7 @@ ports:
   dashboard_agent_grpc: 6483
   dashboard_agent_listen: 6484
   metrics_export: 6485
+  rendezvous: 6486
   min_worker: 21000
   max_worker: 22999
 ray:

@@ -224,6 +224,7 @@ class PortSettings(_Strict):
     dashboard_agent_grpc: Port = 6383
     dashboard_agent_listen: Port = 6384
     metrics_export: Port = 6385
+    rendezvous: Port = Field(29400, description="Head: torchrun's c10d rendezvous (rtk torchrun).")
     min_worker: Port = Field(10002, description="First port of the worker range.")
     max_worker: Port = Field(19999, description="Last port of the worker range.")
 

@@ -38,7 +38,7 @@ from toolkit.inventory.models import PortSettings
 logger = logging.getLogger(__name__)
 
 PORT_BASE = 10000
-PORT_BLOCK = 200  # 9 fixed ports, then 191 worker ports
+PORT_BLOCK = 200  # 10 fixed ports, then 190 worker ports
 PORT_SLOTS = 100  # blocks from 10000 up to 29999: below the kernel's ephemeral range
 FIXED_PORTS = (
     "gcs",
@@ -50,6 +50,7 @@ FIXED_PORTS = (
     "dashboard_agent_grpc",
     "dashboard_agent_listen",
     "metrics_export",
+    "rendezvous",
 )
 SCONTROL_TIMEOUT_S = 30.0
 

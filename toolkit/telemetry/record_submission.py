@@ -37,7 +37,13 @@ def record_job(
     entrypoint = shlex.join(
         [python, "-m", "toolkit.telemetry.record_job", json.dumps(arguments), *command]
     )
-    env_vars: JsonObject = {"RAY_JOB_STOP_WAIT_TIME_S": str(JOB_STOP_WAIT_S), **(env or {})}
+    # RTK_RUN_DIR reaches every process of the job on every node (a Ray Train
+    # script's workers too): toolkit.markers writes there when it is set.
+    env_vars: JsonObject = {
+        "RAY_JOB_STOP_WAIT_TIME_S": str(JOB_STOP_WAIT_S),
+        "RTK_RUN_DIR": run_dir,
+        **(env or {}),
+    }
     runtime_env: JsonObject = (
         code_env(ship_code)
         | working_dir_env(working_dir, run_dir, str(state_root()))

@@ -1,0 +1,125 @@
+"""What ``rtk torchrun`` runs on every node, as data (pure, printable).
+
+One ``torchrun`` per node, all meeting at a c10d rendezvous on the head's pinned port
+(``ports.rendezvous``): ranks are given out by the rendezvous, so every node runs the
+same command line and only ``--nproc-per-node`` may differ (a node's GPUs, or 1 on a
+node without one). ``node_argv`` builds it; ``TorchrunSpec`` travels as JSON to the
+job's driver on the head (``toolkit.torchrun.fanout``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from toolkit.rundir.record_base import record_fields
+
+# torchrun's module, run by the node's Python (the ``torchrun`` script may not be on
+# the PATH of a Ray worker, the module always is where torch is).
+TORCHRUN = ("-m", "torch.distributed.run")
+AUTO_STEPS_MODULE = "toolkit.markers.auto_steps"
+
+
+@dataclass(frozen=True)
+class TorchrunSpec:
+    """A user's ``rtk torchrun`` request.
+
+    Attributes:
+        script: The training script, as given (relative to the working directory).
+        args: Its arguments.
+        nproc_per_node: Processes per node; None: the node's GPUs, or 1 without GPUs.
+        auto_steps: Count steps by optimizer hooks (``toolkit.markers.auto_steps``).
+        env: Variables for every rank on every node (``--env``), after rtk's own.
+        rdzv_port: The head's port for the c10d rendezvous.
+        run_id: The rendezvous id (the run's id: two runs never meet).
+        max_restarts: torchrun's ``--max-restarts``.
+        module: Run ``script`` as a module (torchrun's ``-m``).
+    """
+
+    script: str
+    args: tuple[str, ...] = ()
+    nproc_per_node: int | None = None
+    auto_steps: bool = False
+    env: Mapping[str, str] = field(default_factory=dict)
+    rdzv_port: int = 29400
+    run_id: str = "rtk"
+    max_restarts: int = 0
+    module: bool = False
+
+    def to_json(self) -> dict[str, object]:
+        """A JSON-ready object (the driver's argument)."""
+        return {
+            "script": self.script,
+            "args": list(self.args),
+            "nproc_per_node": self.nproc_per_node,
+            "auto_steps": self.auto_steps,
+            "env": dict(self.env),
+            "rdzv_port": self.rdzv_port,
+            "run_id": self.run_id,
+            "max_restarts": self.max_restarts,
+            "module": self.module,
+        }
+
+    @classmethod
+    def from_json(cls, data: object) -> TorchrunSpec:
+        """The inverse of ``to_json``.
+
+        Raises:
+            toolkit.errors.RunDirError: A field is missing or of the wrong type.
+        """
+        f = record_fields(data, "torchrun spec")
+        env = f.obj("env")
+        return cls(
+            script=f.text("script"),
+            args=tuple(f.texts("args")),
+            nproc_per_node=f.integer_or_none("nproc_per_node"),
+            auto_steps=f.flag("auto_steps"),
+            env={str(k): str(v) for k, v in env.items()},
+            rdzv_port=f.integer("rdzv_port"),
+            run_id=f.text("run_id"),
+            max_restarts=f.integer("max_restarts"),
+            module=f.flag("module"),
+        )
+
+
+def nproc_for(spec: TorchrunSpec, gpus: int) -> int:
+    """Processes to start on a node with ``gpus`` GPUs: the asked number, else its GPUs, else 1."""
+    if spec.nproc_per_node is not None:
+        return spec.nproc_per_node
+    return gpus if gpus > 0 else 1
+
+
+def nproc_problem(spec: TorchrunSpec, node: str, gpus: int) -> str | None:
+    """Why ``spec`` cannot run on ``node`` (with ``gpus`` GPUs), or None.
+
+    On a node with GPUs a rank per GPU is the most: more would share GPUs (NCCL refuses
+    two ranks on one GPU). A node without GPUs runs as many CPU ranks as asked.
+    """
+    asked = spec.nproc_per_node
+    if asked is not None and asked < 1:
+        return f"--nproc-per-node {asked}: give 1 or more"
+    if asked is not None and gpus > 0 and asked > gpus:
+        return (
+            f"{node} has {gpus} GPU(s): --nproc-per-node {asked} would put two ranks on "
+            f"one GPU; give at most {gpus}, or leave it out (a rank per GPU)"
+        )
+    return None
+
+
+def node_argv(spec: TorchrunSpec, nnodes: int, head_host: str, nproc: int) -> list[str]:
+    """What a node's Python runs (its path goes first): torchrun, then the script."""
+    host = f"[{head_host}]" if ":" in head_host else head_host
+    argv = [
+        *TORCHRUN,
+        f"--nnodes={nnodes}",
+        f"--nproc-per-node={nproc}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={host}:{spec.rdzv_port}",
+        f"--rdzv-id={spec.run_id}",
+        f"--max-restarts={spec.max_restarts}",
+    ]
+    if spec.auto_steps:
+        # The hooks go in first, then the script runs as __main__ (as python SCRIPT).
+        argv += ["-m", AUTO_STEPS_MODULE]
+    argv += ["-m", spec.script] if spec.module else [spec.script]
+    return [*argv, *spec.args]
