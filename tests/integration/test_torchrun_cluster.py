@@ -1,0 +1,180 @@
+"""``rtk torchrun`` on a 3-node sandbox: users' own DDP scripts, profiled per step.
+
+The scripts in tests/data/user_scripts are written as users write them for torchrun
+(gloo on CPU here). Each run's directory is in this machine's /tmp, which no sandbox
+node shares (each node's /tmp is its own): the ranks' markers are gathered on the head
+and the run comes back here, as on a cluster without a shared filesystem.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from importlib.util import find_spec
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import REPO, pids_mentioning, require, require_sandbox_host, rtk
+
+from toolkit.sandbox import Sandbox
+from toolkit.sandbox.procs import nsenter_argv
+
+pytestmark = pytest.mark.ray
+
+SCRIPTS = REPO / "tests" / "data" / "user_scripts"
+TORCHRUN_PROCESS = "torch.distributed.run"
+
+
+@pytest.fixture(scope="module")
+def sandbox_torchrun() -> Iterator[Sandbox]:
+    """A fresh 3-node sandbox ``sbtr`` for these tests alone."""
+    from toolkit.sandbox import create, destroy
+
+    require_sandbox_host()
+    destroy("sbtr")
+    sandbox = create(3, name="sbtr", subnet="10.77.26")
+    try:
+        yield sandbox
+    finally:
+        sandbox.destroy()
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    sandbox_torchrun: Sandbox, tmp_path_factory: pytest.TempPathFactory, ray_available: None
+) -> Iterator[dict[str, Any]]:
+    require(find_spec("torch") is not None, "torch is not installed (pip install '.[train]')")
+    env = {"RTK_STATE_DIR": str(tmp_path_factory.mktemp("torchrun-state"))}
+    inventory = str(sandbox_torchrun.inventory_path)
+    up = rtk("up", inventory, env=env)
+    assert up.returncode == 0, up.stderr
+    try:
+        yield {"env": env, "inventory": inventory, "sandbox": sandbox_torchrun}
+    finally:
+        rtk("down", inventory, env=env)
+
+
+def torchrun(
+    ctx: dict[str, Any], run_dir: Path, *args: str, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """``rtk torchrun INVENTORY ARGS`` from the scripts' folder, into ``run_dir``."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "toolkit",
+            "torchrun",
+            ctx["inventory"],
+            *("--output-dir", str(run_dir.parent), "--run-id", run_dir.name),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=SCRIPTS,
+        env={**os.environ, **ctx["env"]},
+        check=False,
+    )
+
+
+def nothing_left(ctx: dict[str, Any]) -> None:
+    """No torchrun and no rank of it on any node (the sandbox's processes are seen here)."""
+    deadline = time.monotonic() + 30
+    while pids_mentioning(TORCHRUN_PROCESS) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert pids_mentioning(TORCHRUN_PROCESS) == []
+    assert pids_mentioning("train_ddp") == []
+
+
+def test_bad_input_is_one_line_and_nothing_starts(cluster: dict[str, Any], tmp_path: Path) -> None:
+    # A script that is not there.
+    done = torchrun(cluster, tmp_path / "missing", "--", "trian_ddp.py")
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        "rtk: trian_ddp.py: no such file in the working directory . (shipped to every "
+        "node); give the script's path relative to --working-dir"
+    ]
+    # More ranks than a node's GPUs (the inventory says each node has one).
+    data = yaml.safe_load(Path(cluster["inventory"]).read_text())
+    for node in data["nodes"]:
+        node["gpus"] = 1
+    gpus = tmp_path / "gpus.yaml"
+    gpus.write_text(yaml.safe_dump(data))
+    done = torchrun(
+        {**cluster, "inventory": str(gpus)},
+        tmp_path / "ranks",
+        "--nproc-per-node",
+        "2",
+        "--",
+        "train_ddp.py",
+    )
+    assert done.returncode == 1
+    (line,) = done.stderr.strip().splitlines()
+    assert "node1 has 1 GPU(s): --nproc-per-node 2 would put two ranks on one GPU" in line
+    # A rendezvous port some other process listens on, on the head.
+    sandbox: Sandbox = cluster["sandbox"]
+    head = sandbox.nodes[0].name
+    listen = (
+        "import socket,time; s=socket.socket(); s.bind(('',29455)); s.listen(); time.sleep(120)"
+    )
+    holder = subprocess.Popen(
+        nsenter_argv(sandbox.node(head).init_pid, [sys.executable, "-c", listen]),
+        start_new_session=True,
+    )
+    try:
+        time.sleep(1.0)
+        done = torchrun(cluster, tmp_path / "port", "--rdzv-port", "29455", "--", "train_ddp.py")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert done.returncode == 1
+    (line,) = done.stderr.strip().splitlines()
+    assert "the rendezvous port 29455 on the head node1 is in use by another process" in line
+    for name in ("missing", "ranks", "port"):
+        assert not (tmp_path / name).exists()  # refused before the run began
+    nothing_left(cluster)
+
+
+def test_ctrl_c_stops_every_nodes_ranks(cluster: dict[str, Any], tmp_path: Path) -> None:
+    run = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "toolkit",
+            "torchrun",
+            cluster["inventory"],
+            *("--output-dir", str(tmp_path), "--run-id", "stopped"),
+            "--",
+            "train_ddp.py",
+            "--steps",
+            "100000",
+            "--slow-rank",
+            "0",
+            "--slow-s",
+            "0.05",
+        ],
+        cwd=SCRIPTS,
+        env={**os.environ, **cluster["env"]},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert run.stdout is not None
+    seen = []
+    for line in run.stdout:
+        seen.append(line)
+        if "epoch 0 step 10 " in line:
+            break
+    else:
+        pytest.fail("".join(seen[-40:]))
+    assert len(pids_mentioning(TORCHRUN_PROCESS)) == 3  # one torchrun per node
+    run.send_signal(signal.SIGINT)
+    rest, _ = run.communicate(timeout=120)
+    assert run.returncode == 130, "".join(seen[-20:]) + rest
+    nothing_left(cluster)
