@@ -17,7 +17,7 @@ from toolkit.inventory import load_inventory
 from toolkit.rundir import RunDir
 from toolkit.slurm.options import DEFAULT_MAX_RESTARTS, PREFLIGHT_MODES, merge_options
 from toolkit.slurm.requeue import ENDED_BY, Allocation, end_allocation
-from toolkit.slurm.sbatch_script import TEMPLATES, render_script
+from toolkit.slurm.sbatch_script import TEMPLATES, render_script, torchrun_words
 from toolkit.slurm.submit import exit_status, expand_output_pattern, follow, submit
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -126,7 +126,8 @@ def job_options(func: F) -> F:
             type=click.Choice(list(TEMPLATES)),
             default="cluster",
             show_default=True,
-            help="cluster: Ray (+ COMMAND under telemetry); train: rtk train's power run.",
+            help="cluster: Ray (+ COMMAND under telemetry); train: rtk train's power run; "
+            "torchrun: rtk torchrun (the words after --: its options, --, the script).",
         ),
         click.option("--nodes", type=int, help="Nodes to allocate, one Ray node each."),
         click.option("--gpus-per-node", type=int, help="GPUs per node; 0 leaves them out."),
@@ -323,10 +324,28 @@ def _script_and_names(
     options = merge_options(inventory, {**given, "exclude": tuple(e.node for e in asked)})
     if template == "train":
         _check_train_options(command)
+    if template == "torchrun":
+        command = tuple(torchrun_words(command))
+        _check_torchrun_words(command)
     text = Path(inventory_path).read_text(encoding="utf-8")
     note = batch_script_note(inventory)
     script = render_script(template, text, inventory_path, options, command, note)
     return script, options.job_name, options.job_output
+
+
+def _check_torchrun_words(args: tuple[str, ...]) -> None:
+    """Parse the words as rtk torchrun would, so a typo fails now, not in the queue."""
+    from toolkit.cli.cmd_torchrun import torchrun_cmd
+
+    if "--" not in args:
+        raise click.UsageError(
+            "--template torchrun: give the script after rtk torchrun's options and --, "
+            "e.g. -- --auto-steps -- train.py --epochs 1"
+        )
+    try:
+        torchrun_cmd.make_context("rtk torchrun", ["inv.yaml", *args], resilient_parsing=False)
+    except click.UsageError as e:
+        raise click.UsageError(f"the words after -- (rtk torchrun's): {e.format_message()}") from e
 
 
 def _check_train_options(args: tuple[str, ...]) -> None:

@@ -14,6 +14,7 @@ from toolkit.slurm.options import SbatchOptionError, SbatchOptions
 TEMPLATES = {
     "cluster": "ray-cluster.sbatch.j2",
     "train": "train.sbatch.j2",
+    "torchrun": "torchrun.sbatch.j2",
 }
 HEREDOC_END = "RTK_INVENTORY_EOF"
 
@@ -29,13 +30,15 @@ def render_script(
     """The complete batch script.
 
     Args:
-        template: ``cluster`` (Ray, then COMMAND under telemetry, or hold the cluster)
-            or ``train`` (Ray, preflight, rtk train with telemetry, report).
+        template: ``cluster`` (Ray, then COMMAND under telemetry, or hold the cluster),
+            ``train`` (Ray, preflight, rtk train with telemetry, report) or ``torchrun``
+            (Ray, preflight, rtk torchrun with telemetry, report).
         inventory_text: The inventory file's text, embedded verbatim in the script.
         inventory_path: Where it came from, as the user named it (shown in the log).
         options: The merged job options.
         command: For ``cluster``, the command to run (none: hold the cluster); for
-            ``train``, options passed on to ``rtk train``.
+            ``train``, options passed on to ``rtk train``; for ``torchrun``, rtk
+            torchrun's options and script (``torchrun_words``).
         container_note: Comment lines on how Ray's steps run in containers
             (``toolkit.cluster.containers.slurm_step.batch_script_note``); none without.
 
@@ -83,3 +86,15 @@ def _heredoc_end(text: str) -> str:
         n += 1
         end = f"{HEREDOC_END}_{n}"
     return end
+
+
+def torchrun_words(command: Sequence[str]) -> list[str]:
+    """``rtk torchrun``'s words after the inventory: its options, ``--``, the script.
+
+    ``train.py --epochs 1`` (no ``--``, no option first) is the script alone, so the
+    ``--`` that keeps its options from rtk's is put in front of it.
+    """
+    words = list(command)
+    if words and "--" not in words and not words[0].startswith("-"):
+        return ["--", *words]
+    return words

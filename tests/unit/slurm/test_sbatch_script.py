@@ -25,7 +25,7 @@ from toolkit.cli import cli
 from toolkit.cluster.containers.slurm_step import batch_script_note
 from toolkit.inventory import load_inventory
 from toolkit.slurm.options import SbatchOptionError, SbatchOptions, merge_options
-from toolkit.slurm.sbatch_script import render_script
+from toolkit.slurm.sbatch_script import render_script, torchrun_words
 from toolkit.slurm.submit import (
     UNKNOWN,
     JobState,
@@ -166,6 +166,13 @@ CONFIGURATIONS = [
     ),
     ("cluster-pyxis.sbatch", "pyxis.yaml", "cluster", (), {}),
     ("train-apptainer.sbatch", "apptainer.yaml", "train", (), {"nodes": 3}),
+    (
+        "torchrun.sbatch",
+        "plain.yaml",
+        "torchrun",
+        ("--auto-steps", "--", "train_ddp.py", "--epochs", "1"),
+        {"nodes": 3},
+    ),
     (
         "train-requeue.sbatch",
         "plain.yaml",
@@ -889,3 +896,30 @@ def test_outside_slurm_the_script_says_so(tmp_path: Path, inventories: Path) -> 
     assert done.returncode != 0
     assert "not inside a SLURM job: submit this script with sbatch" in done.stderr
     assert shutil.which("bash")
+
+
+def test_torchrun_words_put_the_script_after_a_double_dash() -> None:
+    assert torchrun_words(["train.py", "--epochs", "1"]) == ["--", "train.py", "--epochs", "1"]
+    given = ["--auto-steps", "--", "train.py", "--x"]
+    assert torchrun_words(given) == given
+
+
+def test_torchrun_options_are_parsed_before_the_job_is_queued(inventories: Path) -> None:
+    done = rtk("sbatch", "render", "plain.yaml", "--template", "torchrun", "--", "train.py")
+    assert done.returncode == 0, done.stderr
+    assert "torchrun --slurm" in done.stdout and " -- train.py\n" not in done.stdout
+    assert '--run-id "$RTK_RUN_ID" -- train.py ||' in done.stdout
+    bad = rtk(
+        "sbatch",
+        "render",
+        "plain.yaml",
+        "--template",
+        "torchrun",
+        "--",
+        "--nproc-per-node",
+        "zero",
+        "--",
+        "train.py",
+    )
+    assert bad.returncode == 2
+    assert "the words after -- (rtk torchrun's)" in bad.stderr and "zero" in bad.stderr
