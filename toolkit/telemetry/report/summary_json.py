@@ -141,8 +141,13 @@ def _stragglers(report: Report) -> JsonObject | None:
     if found is None:
         return None
     slowest = found.slowest
+    # Where the waits came from, once backward phases gave some (else: barriers only).
+    source: JsonObject = {}
+    if "backward" in found.sources:
+        source = {"source": "+".join(found.sources), "backward_steps": found.from_backward}
     return {
         "barriers": found.barriers,
+        **source,
         "wait_s": found.wait_s,
         "wait_energy_j": found.wait_energy_j,
         "share_of_run": found.share,

@@ -47,8 +47,13 @@ def straggler_line(report: Report) -> str | None:
     if found is None or slowest is None or not found.barriers:
         return None
     share = f" ({found.share:.1%} of the run)" if found.share is not None else ""
+    derived, at = found.from_backward, f"barriers: {found.barriers}"
+    if derived:
+        at = f"step collectives (from backward phases): {derived}"
+        if derived < found.barriers:
+            at = f"barriers: {found.barriers - derived}, {at}"
     return (
-        f"barriers: {found.barriers}, ranks waited {found.wait_s:.1f} s in all, using "
+        f"{at}, ranks waited {found.wait_s:.1f} s in all, using "
         f"{found.wait_energy_j:.1f} J{share}; last to arrive most often: rank {slowest.rank} "
         f"on {slowest.node} ({slowest.last} of {found.barriers})"
     )

@@ -4,7 +4,9 @@ Every rank's barrier record says when the barrier let it go and how long it wait
 (``wait_s``), so when it arrived. The rank that arrives last holds everyone else; the
 others' GPUs draw power all the while. Per rank: its total wait, the energy its GPU
 used while waiting (a rank without a GPU of its own is given its share of the host's),
-and how often it was the last to arrive.
+and how often it was the last to arrive. A step without barrier records has its waits
+at the step's collective derived from the ranks' backward phases
+(``inputs/phase_markers.py``); they count here the same way.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ import numpy as np
 import numpy.typing as npt
 
 from toolkit.telemetry.report.figures.energy import NodeReport
-from toolkit.telemetry.report.inputs.marker_summary import Waits
 from toolkit.telemetry.report.inputs.series import FloatArray
+from toolkit.telemetry.report.inputs.spans import Waits
 
 
 @dataclass(frozen=True)
@@ -49,12 +51,15 @@ class Stragglers:
     """Every rank's waiting, and who kept them waiting.
 
     Attributes:
-        barriers: Barriers at which two or more ranks waited.
+        barriers: Barriers (or steps' collectives) at which two or more ranks waited.
         ranks: Per rank, in rank order.
         wait_s: All ranks' waits together.
         wait_energy_j: Energy used while waiting, all ranks together.
         share: ``wait_energy_j`` over the run's energy.
         last_by_node: Node -> barriers at which one of its ranks arrived last.
+        sources: Where the waits came from: ``barriers``, ``backward`` (the step's
+            collective, from backward phases), or both.
+        from_backward: Of ``barriers``, the steps whose waits came from backward phases.
     """
 
     barriers: int
@@ -63,6 +68,8 @@ class Stragglers:
     wait_energy_j: float
     share: float | None
     last_by_node: dict[str, int]
+    sources: tuple[str, ...] = ("barriers",)
+    from_backward: int = 0
 
     @property
     def slowest(self) -> RankWaits | None:
@@ -143,6 +150,8 @@ def stragglers(
             )
         )
     total_j = float(np.nansum(energy.energy_j)) if len(waits) else 0.0
+    derived = waits.backward
+    from_backward = 0 if derived is None else int(derived[last_of_step].sum())
     return Stragglers(
         barriers=int(last_of_step.size),
         ranks=per_rank,
@@ -150,4 +159,6 @@ def stragglers(
         wait_energy_j=total_j,
         share=total_j / run_energy_j if run_energy_j > 0 else None,
         last_by_node=dict(last_by_node.most_common()),
+        sources=tuple(waits.sources),
+        from_backward=from_backward,
     )
