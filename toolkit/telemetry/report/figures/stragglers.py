@@ -80,13 +80,22 @@ class Stragglers:
 
 
 class WaitEnergy:
-    """The energy of every wait, filled in node by node while the curves exist."""
+    """The energy of every wait, filled in node by node while the curves exist.
+
+    Any spans on ranks will do: the report measures the ranks' phases with it too.
+    """
 
     def __init__(self, waits: Waits) -> None:
         """Every wait unmeasured yet."""
         self.waits = waits
         self.energy_j: FloatArray = np.full(len(waits), np.nan)
-        self.device: list[str | None] = [None] * len(waits)
+        self._device = np.full(len(waits), -1, dtype=np.int64)  # into _devices
+        self._devices: list[str] = []
+
+    def device(self, i: int) -> str | None:
+        """The device wait ``i`` was measured on (None: unmeasured)."""
+        code = int(self._device[i])
+        return self._devices[code] if code >= 0 else None
 
     def add(self, node: NodeReport) -> None:
         """Measure the waits of ``node``'s ranks on its devices' curves."""
@@ -106,14 +115,15 @@ class WaitEnergy:
         host = node.devices.get("host")
         if host is not None and host.curve is not None and unmatched.any():
             # Ranks without a GPU here share the host: each counts 1/n of it.
-            ranks = max(len(set(waits.rank[unmatched].tolist())), 1)
+            ranks = max(np.unique(waits.rank[unmatched]).size, 1)
             energy_j = host.curve.energy_j(waits.enter_s[unmatched], waits.exit_s[unmatched])
             self._measure(unmatched, energy_j / ranks, "host")
 
     def _measure(self, which: npt.NDArray[np.bool_], energy_j: FloatArray, device: str) -> None:
         self.energy_j[which] = energy_j
-        for i in np.flatnonzero(which):
-            self.device[int(i)] = device
+        if device not in self._devices:
+            self._devices.append(device)
+        self._device[which] = self._devices.index(device)
 
 
 def stragglers(
@@ -142,7 +152,7 @@ def stragglers(
             RankWaits(
                 rank=int(rank),
                 node=waits.nodes[int(waits.node[mine[0]])],
-                device=energy.device[int(mine[0])],
+                device=energy.device(int(mine[0])),
                 barriers=int(mine.size),
                 wait_s=float(wait_s[mine].sum()),
                 wait_energy_j=float(measured.sum()) if measured.size else None,
