@@ -94,11 +94,11 @@ def phase_lines(report: Report) -> list[str]:
     phases = sorted(report.marker_phases, key=lambda p: (-p.total_s, p.name))
     if not phases:
         return []
-    energy = any(p.energy_j is not None for p in phases)
-    prefixes = [f"phases, per rank median/max (slowest rank{', energy' if energy else ''}): ", "  "]
+    energy = "; energy" if any(p.energy_j is not None for p in phases) else ""
+    prefixes = [f"phases, per rank median/max s (slowest rank{energy}): ", "  "]
     items = [
-        f"{p.name[:20]} {_seconds(p.median_rank_s)}/{_seconds(p.max_rank_s)} s "
-        f"(rank {p.slowest_rank}" + (f", {joules(p.energy_j)})" if p.energy_j is not None else ")")
+        f"{p.name[:20]} {_seconds(p.median_rank_s)}/{_seconds(p.max_rank_s)} "
+        f"({p.slowest_rank}" + (f"; {joules(p.energy_j)})" if p.energy_j is not None else ")")
         for p in phases
     ]
     rows: list[list[str]] = [[]]
@@ -121,7 +121,7 @@ def phase_lines(report: Report) -> list[str]:
             break
         rows[-1].pop()
         shown -= 1
-    return [prefix + ", ".join(row) for prefix, row in zip(prefixes, rows, strict=False)]
+    return [(prefix + ", ".join(row)).rstrip() for prefix, row in zip(prefixes, rows, strict=False)]
 
 
 def outliers_of(report: Report) -> Outliers:
