@@ -211,6 +211,8 @@ def plan_slices(timeline: Timeline, span: tuple[float, float], max_slices: int) 
     n_waits = 0
     if waits is not None and len(waits):
         inside = (waits.enter_s <= hi) & (waits.exit_s >= lo)
+        if waits.backward is not None:  # the trace draws barrier waits, not derived ones
+            inside &= ~waits.backward
         n_waits = int(inside.sum())
         barriers = sorted({int(s) for s in waits.step[inside]})
     n_phases = 0
