@@ -30,11 +30,11 @@ class RankWaits:
         rank: The rank.
         node: Its node.
         device: The device whose energy its waits are counted on (its GPU, or ``host``).
-        barriers: Barriers it waited at.
+        barriers: Barriers (or steps' collectives) it waited at.
         wait_s: Its total wait.
         wait_energy_j: Energy its device used while it waited (its share, on a host);
             None when no curve covers it.
-        last: Barriers at which it arrived last.
+        last: Barriers (or collectives) at which it arrived last.
     """
 
     rank: int
