@@ -74,6 +74,14 @@ class RunSpec:
     metrics: bool = True
     trace_format: str = "arrow"  # or "jsonl": the format of runs recorded before Arrow
     straggler_rank: int | None = None  # arrives at every barrier as it lets go (waits 0 s)
+    # The marker API's events (docs/markers.md): phases splitting every step evenly, in
+    # this order (forward, backward, optimizer, ...), as phase_begin/phase_end records ...
+    phases: tuple[str, ...] = ()
+    late_rank: int | None = None  # ... this rank enters "backward" late_s late every step
+    late_s: float = 0.1
+    steps_from: str | None = None  # run_start's steps_from
+    steps_from_of: dict[int, str] = field(default_factory=dict)  # ... other ranks' own
+    marks: tuple[str, ...] = ()  # user events (mark) written after every step_end
 
 
 @dataclass
@@ -196,7 +204,7 @@ class _Schedule:
     def __init__(self, spec: RunSpec, tick_hz: float) -> None:
         step, idle = round(spec.step_s * tick_hz), round(spec.idle_s * tick_hz)
         barrier = round(spec.barrier_s * tick_hz)
-        self.events: list[tuple[str, int, int, dict[str, Any]]] = []
+        self.events: list[tuple[str, int, float, dict[str, Any]]] = []
         self.busy: list[tuple[int, int]] = []
         self.final_steps: dict[int, tuple[int, int]] = {}
         self.final_barriers: dict[int, int] = {}
@@ -217,8 +225,14 @@ class _Schedule:
                 self.events.append(("step_begin", s, k, {}))
                 self.busy.append((k, k + step))
                 self.final_steps[s] = (k, k + step)
+                for i, name in enumerate(spec.phases):
+                    part = step / len(spec.phases)
+                    self.events.append(("phase_begin", s, k + i * part, {"name": name}))
+                    self.events.append(("phase_end", s, k + (i + 1) * part, {"name": name}))
                 k += step
                 self.events.append(("step_end", s, k, {"loss": 5.0 / s}))
+                for name in spec.marks:
+                    self.events.append((name, s, k, {"value": float(s)}))
                 if spec.barrier_every and s % spec.barrier_every == 0:
                     k += barrier
                     self.events.append(("barrier", s, k, {"wait_s": spec.barrier_s}))
@@ -405,6 +419,10 @@ def _markers(
             extra["tokens"] = spec.tokens_per_step // world
         if event == "barrier" and rank == spec.straggler_rank:
             extra["wait_s"] = 0.0
+        if event == "run_start" and spec.steps_from_of.get(rank, spec.steps_from) is not None:
+            extra["steps_from"] = spec.steps_from_of.get(rank, spec.steps_from)
+        if (event, extra.get("name"), rank) == ("phase_begin", "backward", spec.late_rank):
+            tick += spec.late_s * tick_hz
         records.append(
             {
                 "v": 1,

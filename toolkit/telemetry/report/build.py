@@ -8,13 +8,14 @@ memory holds one node's trace at a time, whatever the cluster's size.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolkit.rundir import RunSummary
 from toolkit.telemetry.report.figures.crosscheck import CrossCheck, check_windows, cross_checks
 from toolkit.telemetry.report.figures.curves import gap_threshold_s
 from toolkit.telemetry.report.figures.energy import NodeReport, node_report
+from toolkit.telemetry.report.figures.marker_phases import MarkerPhase, marker_phases
 from toolkit.telemetry.report.figures.steps import (
     Phase,
     StepEnergy,
@@ -51,6 +52,8 @@ class Report:
         stragglers: Who arrived last at the barriers and what the waiting cost; None
             without barrier waits in the markers.
         notes: What the reader should know (lost nodes, gaps, restarts, disagreement).
+        marker_phases: Time and energy per phase name the ranks marked (forward,
+            backward, ...); empty without phase markers.
     """
 
     run_dir: Path
@@ -64,6 +67,7 @@ class Report:
     cross_checks: list[CrossCheck]
     stragglers: Stragglers | None
     notes: list[str]
+    marker_phases: list[MarkerPhase] = field(default_factory=list)
 
     @property
     def window(self) -> Window:
@@ -101,6 +105,8 @@ def build_report(run_dir: Path) -> Report:
     spans = check_windows(window, timeline.barriers, max(10.0 / rate_hz, 1.0))
     step_energy, phase_energy = step_sums(timeline), phase_sums(timeline)
     wait_energy = WaitEnergy(timeline.waits) if timeline.waits is not None else None
+    phase_spans = timeline.phases.spans if timeline.phases is not None else None
+    marked_energy = WaitEnergy(phase_spans) if phase_spans is not None else None
     nodes: dict[str, NodeReport] = {}
     checks: list[CrossCheck] = []
     read_notes: list[str] = []
@@ -114,6 +120,8 @@ def build_report(run_dir: Path) -> Report:
         phase_energy.add(full)
         if wait_energy is not None:
             wait_energy.add(full)
+        if marked_energy is not None:
+            marked_energy.add(full)
         node_checks, notes = cross_checks({name: full}, window, timeline.barriers, rate_hz, spans)
         checks += node_checks
         check_notes += notes
@@ -139,6 +147,7 @@ def build_report(run_dir: Path) -> Report:
         cross_checks=checks,
         stragglers=stragglers(timeline.waits, wait_energy, run.energy_j or 0.0),
         notes=notes,
+        marker_phases=marker_phases(timeline.phases, marked_energy),
     )
 
 

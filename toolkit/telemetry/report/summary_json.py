@@ -2,6 +2,12 @@
 
 summary.json is JSON by contract (``rtk report --json`` prints it, other programs read
 it), so it is built as a ``JsonObject`` straight from the report's typed records.
+
+What the marker API added (docs/markers.md) appears only in runs whose markers carry
+it, so an older run's summary.json stays as it was: ``run.steps_from`` and
+``run.steps_from_ranks`` (how the steps were found), ``marker_phases`` (time and energy
+per phase name), ``marks`` (the user's events by name), and ``stragglers.source`` and
+``stragglers.backward_steps`` once waits came from backward phases.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from toolkit.telemetry.report.build import Report
 from toolkit.telemetry.report.figures.crosscheck import TOLERANCE, CrossCheck
 from toolkit.telemetry.report.figures.curves import Gap
 from toolkit.telemetry.report.figures.energy import DeviceReport, NodeReport
+from toolkit.telemetry.report.figures.marker_phases import MarkerPhase
 from toolkit.telemetry.report.figures.outliers import Outliers
 from toolkit.telemetry.report.figures.steps import StepStats
 from toolkit.telemetry.report.figures.stragglers import RankWaits
@@ -63,7 +70,7 @@ def _summary(report: Report) -> JsonObject:
             "basis": window.basis,
         },
         # The record the sweep's results read back (toolkit/rundir/summary.py).
-        "run": run.to_json(),
+        "run": {**run.to_json(), **_steps_from(report)},
         "nodes": {name: _node(report, node) for name, node in report.nodes.items()},
         "cross_check": {
             "tolerance": TOLERANCE,
@@ -96,6 +103,11 @@ def _summary(report: Report) -> JsonObject:
             }
             for p in report.phases
         ],
+        **(
+            {"marker_phases": [_scalars(p) for p in report.marker_phases]}
+            if report.marker_phases
+            else {}
+        ),
         "barriers": [
             {
                 "step": b.step,
@@ -105,6 +117,7 @@ def _summary(report: Report) -> JsonObject:
             }
             for b in report.barriers
         ],
+        **({"marks": _numbers(report.timeline.marks)} if report.timeline.marks else {}),
         "stragglers": _stragglers(report),
         "outliers": _outliers(outliers_of(report)),
         "notes": list[JsonValue](report.notes),
@@ -136,13 +149,27 @@ def _outliers(outliers: Outliers) -> JsonObject:
     }
 
 
+def _steps_from(report: Report) -> JsonObject:
+    """How the steps were found: one value, or ``mixed`` (and how many ranks said each)."""
+    found = report.timeline.steps_from
+    if found is None:
+        return {}
+    ranks: JsonObject = {**found.ranks, **({"unknown": found.unknown} if found.unknown else {})}
+    return {"steps_from": found.value or "mixed", "steps_from_ranks": ranks}
+
+
 def _stragglers(report: Report) -> JsonObject | None:
     found = report.stragglers
     if found is None:
         return None
     slowest = found.slowest
+    # Where the waits came from, once backward phases gave some (else: barriers only).
+    source: JsonObject = {}
+    if "backward" in found.sources:
+        source = {"source": "+".join(found.sources), "backward_steps": found.from_backward}
     return {
         "barriers": found.barriers,
+        **source,
         "wait_s": found.wait_s,
         "wait_energy_j": found.wait_energy_j,
         "share_of_run": found.share,
@@ -227,7 +254,7 @@ def _check(report: Report, check: CrossCheck) -> JsonObject:
     }
 
 
-def _scalars(record: StepStats | RankWaits) -> JsonObject:
+def _scalars(record: StepStats | RankWaits | MarkerPhase) -> JsonObject:
     """A record of scalar fields, field by field in its order (what ``asdict`` gave)."""
     out: JsonObject = {}
     for name in (f.name for f in fields(record)):

@@ -1,6 +1,7 @@
 """The terminal summary: a screen's worth at any cluster size, everything with ``--all``.
 
-Run totals first; then the nodes (a line each when few, else alike nodes grouped on
+Run totals first (how the steps were found, the phases the ranks marked, who kept the
+others waiting); then the nodes (a line each when few, else alike nodes grouped on
 one line and each node that differs on its own); the devices (a line each when few,
 else one line per kind with ranges and medians); the devices or nodes that stand out
 (``outliers.py``); the cross-checks; the first notes. ``show_all`` prints every node,
@@ -31,7 +32,17 @@ FEW_CHECKS = 8  # at most this many cross-checked GPUs: a line per GPU
 DIFFERING_SHOWN = 6  # nodes that differ, shown one by one at most
 OUTLIERS_SHOWN = 5
 NOTE_LINES = 8  # notes shown up to this many lines (at least one note)
+PHASE_LINES = 2  # marked phases shown on up to this many lines
 WIDTH = 98
+# run_start's steps_from, in words (docs/markers.md).
+STEPS_FROM = {
+    "api": "toolkit.markers calls",
+    "auto": "optimizer hooks (--auto-steps)",
+    "hf": "the Hugging Face Trainer callback",
+    "lightning": "the Lightning callback",
+    "ray_train": "the Ray Train callback",
+    "rtk": "rtk's trainer",
+}
 
 
 def short_device(device: str) -> str:
@@ -47,11 +58,70 @@ def straggler_line(report: Report) -> str | None:
     if found is None or slowest is None or not found.barriers:
         return None
     share = f" ({found.share:.1%} of the run)" if found.share is not None else ""
+    derived, at = found.from_backward, f"barriers: {found.barriers}"
+    if derived:
+        at = f"step collectives (from backward phases): {derived}"
+        if derived < found.barriers:
+            at = f"barriers: {found.barriers - derived}, {at}"
     return (
-        f"barriers: {found.barriers}, ranks waited {found.wait_s:.1f} s in all, using "
+        f"{at}, ranks waited {found.wait_s:.1f} s in all, using "
         f"{found.wait_energy_j:.1f} J{share}; last to arrive most often: rank {slowest.rank} "
         f"on {slowest.node} ({slowest.last} of {found.barriers})"
     )
+
+
+def steps_from_line(report: Report) -> str | None:
+    """``steps: 40, from optimizer hooks (--auto-steps)``; None when no rank said."""
+    found = report.timeline.steps_from
+    if found is None:
+        return None
+    steps = report.run.steps
+    count = f"steps: {steps if steps is not None else 'none completed'}"
+    if found.value is not None:
+        return f"{count}, from {_how(found.value)}"
+    said = [(_how(value), n) for value, n in found.ranks.items()]
+    said += [("nothing said", found.unknown)] if found.unknown else []
+    ways = "; ".join(f"{how} on {n} rank{'s' if n != 1 else ''}" for how, n in said)
+    return f"{count}, found differently across ranks: {ways}"
+
+
+def _how(steps_from: str) -> str:
+    return STEPS_FROM.get(steps_from, f'"{steps_from[:24]}"')
+
+
+def phase_lines(report: Report) -> list[str]:
+    """The marked phases, longest first, on ``PHASE_LINES`` lines at most."""
+    phases = sorted(report.marker_phases, key=lambda p: (-p.total_s, p.name))
+    if not phases:
+        return []
+    energy = "; energy" if any(p.energy_j is not None for p in phases) else ""
+    prefixes = [f"phases, per rank median/max s (slowest rank{energy}): ", "  "]
+    items = [
+        f"{p.name[:20]} {_seconds(p.median_rank_s)}/{_seconds(p.max_rank_s)} "
+        f"({p.slowest_rank}" + (f"; {joules(p.energy_j)})" if p.energy_j is not None else ")")
+        for p in phases
+    ]
+    rows: list[list[str]] = [[]]
+
+    def fits(row: list[str]) -> bool:
+        return len(prefixes[len(rows) - 1]) + len(", ".join(row)) <= WIDTH
+
+    for item in items:
+        if fits([*rows[-1], item]):
+            rows[-1].append(item)
+        elif len(rows) < PHASE_LINES:
+            rows.append([item])
+        else:
+            break
+    shown = sum(len(row) for row in rows)
+    while shown < len(items):
+        more = f"and {len(items) - shown} more (summary.json)"
+        if fits([*rows[-1], more]):
+            rows[-1].append(more)
+            break
+        rows[-1].pop()
+        shown -= 1
+    return [(prefix + ", ".join(row)).rstrip() for prefix, row in zip(prefixes, rows, strict=False)]
 
 
 def outliers_of(report: Report) -> Outliers:
@@ -71,6 +141,7 @@ def format_summary(report: Report, show_all: bool = False) -> str:
         "",
         *_run_lines(report),
     ]
+    lines += phase_lines(report)
     waiting = straggler_line(report)
     if waiting:
         lines += textwrap.wrap(waiting, width=WIDTH, subsequent_indent="  ")
@@ -97,9 +168,11 @@ def _run_lines(report: Report) -> list[str]:
     tokens = f", {run.tokens:,} tokens" if run.tokens is not None else ""
     rate = f" ({run.tokens_per_s:,.1f} tokens/s)" if run.tokens_per_s is not None else ""
     energy_j = run.energy_j or 0.0
+    found = steps_from_line(report)
     lines = [
         f"run: {run.duration_s or 0.0:.1f} s, {steps}{tokens}{rate}, {run.ranks} rank(s)"
         + (f", {run.restarts} restart(s)" if run.restarts else ""),
+        *(_wrap(found, "", "  ") if found else []),
         f"energy: {energy_j:,.1f} J ({energy_j / 3600.0:.3f} Wh)"
         + (" partial" if run.partial else ""),
     ]
@@ -355,6 +428,10 @@ def _note_lines(notes: list[str], show_all: bool) -> list[str]:
         f"  ... and {len(notes) - i} more note{'s' if len(notes) - i > 1 else ''}, "
         "see summary.json (or --all)",
     ]
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.3g}" if value < 100 else f"{value:,.0f}"
 
 
 def _num(value: float | None, width: int) -> str:

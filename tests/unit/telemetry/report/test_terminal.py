@@ -16,7 +16,9 @@ from telemetry_fixtures import NodeSpec, RunSpec, build_run
 
 from toolkit.cli.cmd_report import report_cmd
 from toolkit.telemetry.report import Report, format_summary
-from toolkit.telemetry.report.terminal import WIDTH, short_device
+from toolkit.telemetry.report.figures.marker_phases import MarkerPhase
+from toolkit.telemetry.report.inputs.timeline import StepsFrom
+from toolkit.telemetry.report.terminal import WIDTH, phase_lines, short_device, steps_from_line
 
 
 def test_the_summary_groups_nodes_and_names_the_outliers(many: Report) -> None:
@@ -77,3 +79,57 @@ def test_cli_prints_the_summary(tmp_path: Path) -> None:
     result = CliRunner().invoke(report_cmd, [str(fixture.run_dir), "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["run"]["steps"] == fixture.spec.steps
+
+
+def test_how_the_steps_were_found_is_said_and_mixed_ways_too(many: Report) -> None:
+    assert steps_from_line(many) is None and "steps:" not in format_summary(many)
+    one = replace(many, timeline=replace(many.timeline, steps_from=StepsFrom({"auto": 12}, 0)))
+    assert steps_from_line(one) == (f"steps: {many.run.steps}, from optimizer hooks (--auto-steps)")
+    lines = format_summary(one).splitlines()
+    assert lines[4] == steps_from_line(one)  # just below the run's line
+    mixed = replace(
+        many,
+        timeline=replace(
+            many.timeline, steps_from=StepsFrom({"hf": 900, "lightning": 99, "x" * 80: 1}, 24)
+        ),
+    )
+    line = steps_from_line(mixed)
+    assert line is not None and "found differently across ranks" in line
+    assert "the Hugging Face Trainer callback on 900 ranks" in line
+    assert "nothing said on 24 ranks" in line
+    text = format_summary(mixed)
+    assert max(len(line) for line in text.splitlines()) <= WIDTH + 2
+
+
+def test_marked_phases_fit_two_lines_at_any_rank_count(many: Report) -> None:
+    assert phase_lines(many) == []
+    phases = [
+        MarkerPhase(
+            name=f"phase-with-a-long-name-{i}",
+            count=10**9,
+            ranks=100_000,
+            total_s=1e6 - i,
+            median_rank_s=12_345.678,
+            max_rank_s=98_765.4,
+            slowest_rank=99_999,
+            energy_j=1.234e12,
+        )
+        for i in range(30)
+    ]
+    lines = phase_lines(replace(many, marker_phases=phases))
+    assert 1 <= len(lines) <= 2 and max(len(line) for line in lines) <= WIDTH
+    assert lines[-1].endswith("more (summary.json)")
+    shown = sum(line.count("(99999;") for line in lines)
+    assert f"and {len(phases) - shown} more" in lines[-1]
+    assert lines[0].startswith("phases, per rank median/max s (slowest rank; energy):")
+    assert "phase-with-a-long-na 12,346/98,765 (99999; 1.23 TJ)" in "\n".join(lines)
+    few = phase_lines(replace(many, marker_phases=phases[:1]))
+    assert len(few) == 2 and "more" not in few[1]  # a name this long goes on its own line
+    usual = [
+        replace(phases[0], name=name, median_rank_s=1.67, max_rank_s=2.5, slowest_rank=7)
+        for name in ("forward", "backward", "optimizer", "data")
+    ]
+    lines = phase_lines(replace(many, marker_phases=usual))
+    assert len(lines) == 2 and "more" not in lines[1] and "data 1.67/2.5 (7; 1.23 TJ)" in lines[1]
+    text = format_summary(replace(many, marker_phases=phases))
+    assert max(len(line) for line in text.splitlines()) <= WIDTH + 2

@@ -7,7 +7,9 @@ are computed from the samples the fixture wrote, never typed in.
 from __future__ import annotations
 
 import csv
+import gzip
 import json
+import os
 from pathlib import Path
 
 import matplotlib.image
@@ -15,7 +17,13 @@ import pytest
 from telemetry_fixtures import BuiltRun, NodeSpec, RunSpec, build_run
 
 from toolkit.rundir.traces import read_table
-from toolkit.telemetry.report import Report, build_report, summary_dict, write_report
+from toolkit.telemetry.report import (
+    Report,
+    build_report,
+    format_summary,
+    summary_dict,
+    write_report,
+)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -63,3 +71,42 @@ def test_files_plots_and_html(tmp_path: Path) -> None:
     for name in files.plots:
         assert f'<img src="plots/{name}.png"' in html
     assert "node2" in html and "lost" in html
+
+
+GOLDEN = Path(__file__).resolve().parents[3] / "golden"
+OLD_RUNS = {
+    "report-old-run": RunSpec(
+        nodes=[NodeSpec("node1", gpus=2), NodeSpec("node2", gpus=1, offset_s=-1.5)],
+        steps=10,
+        straggler_rank=2,
+    ),
+    "report-old-run-no-barriers": RunSpec(
+        nodes=[NodeSpec("node1", gpus=2)], steps=6, barrier_every=0
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OLD_RUNS))
+def test_a_run_without_the_new_marker_events_writes_the_same_files(
+    tmp_path: Path, name: str
+) -> None:
+    """A run of run_start/step/barrier/run_end markers only (as before phases, user events
+    and steps_from): summary.json, the terminal text, the page and the trace's events are
+    pinned whole (set RTK_UPDATE_GOLDEN=1 to rewrite, deliberately)."""
+    fixture = build_run(tmp_path, OLD_RUNS[name])
+    report = build_report(fixture.run_dir)
+    files = write_report(report)
+    assert files.trace_json is not None
+    written = {
+        "summary.json": files.summary_json.read_text(),
+        "terminal.txt": format_summary(report) + "\n",
+        "report.html": files.html.read_text(),
+        "trace.json": gzip.decompress(files.trace_json.read_bytes()).decode(),
+    }
+    for file, text in written.items():
+        text = text.replace(str(fixture.run_dir), "RUN_DIR")
+        path = GOLDEN / name / file
+        if os.environ.get("RTK_UPDATE_GOLDEN"):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+        assert text == path.read_text(encoding="utf-8"), f"{name}/{file}"

@@ -4,31 +4,43 @@ A thousand ranks writing for hours leave millions of marker records; the report 
 holds them as Python objects. Each rank's file is parsed into columns (Arrow's JSON
 reader, or line by line when a torn line defeats it: ``rank_markers.py``), its restarts
 resolved with array operations, and only small aggregates kept: the window's ends, the
-reference rank's steps, every barrier's exit and every rank's wait at it, tokens and
-restarts.
+reference rank's steps, every barrier's exit and every rank's wait at it (or at the
+step's collective, from backward phases: ``phase_markers.py``), every rank's phases,
+tokens, restarts, the user's events counted by name, and how the steps were found.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from toolkit.telemetry.report.inputs.phase_markers import (
+    BACKWARD,
+    collective_waits,
+    last_per_step,
+    pair_phases,
+)
 from toolkit.telemetry.report.inputs.rank_markers import (
     BARRIER,
+    MARK,
     RUN_END,
     RUN_START,
     STEP_BEGIN,
     STEP_END,
     IntArray,
+    MarkerColumns,
     latest_attempt,
     read_columns,
     writer_nodes,
 )
 from toolkit.telemetry.report.inputs.series import FloatArray
+from toolkit.telemetry.report.inputs.spans import Phases, SpanPart, Waits, join_spans
+
+__all__ = ["Barrier", "MarkerSummary", "Phases", "StepSpan", "StepsFrom", "Waits", "reduce_markers"]
 
 
 @dataclass(frozen=True)
@@ -55,37 +67,21 @@ class Barrier:
 
 
 @dataclass(frozen=True)
-class Waits:
-    """Every rank's wait at every barrier (latest attempt), as flat arrays.
+class StepsFrom:
+    """How the ranks found their steps (``run_start``'s ``steps_from``).
 
     Attributes:
-        step: The barrier's step.
-        rank: The waiting rank.
-        node: Index into ``nodes``.
-        device: The rank's GPU UUID, or None (index into ``devices``, -1 for none).
-        enter_s: When it reached the barrier (exit minus its wait).
-        exit_s: When the barrier let it go.
-        nodes: Node names.
-        devices: GPU UUIDs.
+        ranks: Each value written -> how many ranks wrote it.
+        unknown: Ranks whose ``run_start`` has none (older writers).
     """
 
-    step: IntArray
-    rank: IntArray
-    node: IntArray
-    device: IntArray
-    enter_s: FloatArray
-    exit_s: FloatArray
-    nodes: list[str]
-    devices: list[str]
+    ranks: dict[str, int]
+    unknown: int
 
     @property
-    def wait_s(self) -> FloatArray:
-        """Each wait's length."""
-        wait: FloatArray = self.exit_s - self.enter_s
-        return wait
-
-    def __len__(self) -> int:
-        return int(self.step.size)
+    def value(self) -> str | None:
+        """The one value every rank wrote; None when they differ or none wrote one."""
+        return next(iter(self.ranks)) if len(self.ranks) == 1 and not self.unknown else None
 
 
 @dataclass
@@ -101,8 +97,11 @@ class MarkerSummary:
         ranks: How many ranks wrote markers.
         restarts: Resumed attempts (most on any rank).
         tokens: Tokens over every rank's step_end records, when they carry them.
-        waits: Every rank's wait at every barrier.
+        waits: Every rank's wait at every barrier (or the step's collective).
         unknown_nodes: Nodes markers named that the manifest does not have.
+        phases: Every rank's phases; None without phase records.
+        marks: The user's own events: name -> records, over every rank.
+        steps_from: How the steps were found; None when no run_start says.
     """
 
     start_s: float | None = None
@@ -115,6 +114,9 @@ class MarkerSummary:
     tokens: int | None = None
     waits: Waits | None = None
     unknown_nodes: set[str] = field(default_factory=set)
+    phases: Phases | None = None
+    marks: dict[str, int] = field(default_factory=dict)
+    steps_from: StepsFrom | None = None
 
 
 def reduce_markers(
@@ -130,8 +132,8 @@ def reduce_markers(
     out = MarkerSummary()
     barrier_steps: list[IntArray] = []
     barrier_t: list[FloatArray] = []
-    waits: list[tuple[IntArray, IntArray, list[str], IntArray, FloatArray, FloatArray]] = []
-    gpus: list[list[str | None]] = []
+    waits: list[SpanPart] = []
+    phases = _PhaseParts()
     ranks: set[int] = set()
     for path in files:
         columns = read_columns(path)
@@ -167,23 +169,93 @@ def reduce_markers(
             ok = np.isfinite(wait_s) & (wait_s >= 0)
             rows, exit_s = rows[ok], t[at_barrier][ok]
             waits.append(
-                (
-                    columns.step[rows],
-                    np.full(rows.size, rank, dtype=np.int64),
-                    [names[i] for i in columns.who_index[rows].tolist()],
-                    columns.gpu_index[rows],
-                    exit_s - wait_s[ok],
-                    exit_s,
+                SpanPart(
+                    step=columns.step[rows],
+                    rank=int(rank),
+                    node=columns.who_index[rows],
+                    device=columns.gpu_index[rows],
+                    enter_s=exit_s - wait_s[ok],
+                    exit_s=exit_s,
+                    names=names,
+                    gpus=columns.gpu,
                 )
             )
-            gpus.append(columns.gpu)
+            phases.add(columns, int(rank), latest, t, names)
             if out.step_rank is None or rank < out.step_rank:  # rank 0, else the lowest
                 out.step_rank = int(rank)
                 out.steps = _steps(ev, st, columns.has_step[latest], t)
     out.ranks = len(ranks)
     out.barriers = _barriers(barrier_steps, barrier_t)
-    out.waits = _waits(waits, gpus)
+    with_barriers = np.unique(np.concatenate(barrier_steps)) if barrier_steps else np.empty(0)
+    derived = collective_waits(phases.backward, with_barriers.astype(np.int64))
+    out.waits = join_spans([*waits, *derived], [False] * len(waits) + [True] * len(derived))
+    out.phases = phases.joined()
+    out.marks = dict(sorted(phases.marks.items()))
+    if phases.steps_from:
+        out.steps_from = StepsFrom(dict(phases.steps_from.most_common()), phases.steps_from_unknown)
     return out
+
+
+class _PhaseParts:
+    """Phases, backward phases, the user's events and how the steps were found, by rank."""
+
+    def __init__(self) -> None:
+        self.parts: list[SpanPart] = []
+        self.backward: list[SpanPart] = []
+        self.names: dict[str, int] = {}
+        self.marks: Counter[str] = Counter()
+        self.steps_from: Counter[str] = Counter()
+        self.steps_from_unknown = 0
+
+    def add(
+        self, columns: MarkerColumns, rank: int, latest: IntArray, t_s: FloatArray, names: list[str]
+    ) -> None:
+        """One rank's latest attempt: ``latest`` rows of ``columns``, ``t_s`` their times."""
+        event, label = columns.event[latest], columns.label[latest]
+        starts = latest[event == RUN_START]
+        code = int(columns.steps_from[starts[0]]) if starts.size else -1
+        if code >= 0:
+            self.steps_from[columns.steps_froms[code]] += 1
+        elif starts.size:
+            self.steps_from_unknown += 1
+        marks = label[event == MARK]
+        for code, count in enumerate(np.bincount(marks[marks >= 0]).tolist()):
+            if count:
+                self.marks[columns.labels[code]] += count
+        pairs = pair_phases(event, label, columns.step[latest], columns.has_step[latest])
+        if not pairs.begin.size:
+            return
+        used = np.unique(label[pairs.begin]).tolist()
+        to_name = np.full(len(columns.labels), -1, dtype=np.int64)
+        for code in used:
+            to_name[code] = self.names.setdefault(columns.labels[code], len(self.names))
+        rows = latest[pairs.begin]
+
+        def part(which: IntArray, labelled: bool) -> SpanPart:
+            return SpanPart(
+                step=np.where(pairs.has_step[which], pairs.step[which], -1),
+                rank=rank,
+                node=columns.who_index[rows[which]],
+                device=columns.gpu_index[rows[which]],
+                enter_s=t_s[pairs.begin[which]],
+                exit_s=t_s[pairs.end[which]],
+                names=names,
+                gpus=columns.gpu,
+                label=to_name[label[pairs.begin[which]]] if labelled else None,
+            )
+
+        self.parts.append(part(np.arange(pairs.begin.size), True))
+        if BACKWARD in columns.labels:
+            last = last_per_step(pairs, label, columns.labels.index(BACKWARD))
+            if last.size:
+                self.backward.append(part(last, False))
+
+    def joined(self) -> Phases | None:
+        """Every rank's phases; None without any."""
+        if not self.parts:
+            return None
+        name = np.concatenate([p.label for p in self.parts if p.label is not None])
+        return Phases(join_spans(self.parts), name.astype(np.int64), list(self.names))
 
 
 def _steps(
@@ -219,34 +291,3 @@ def _barriers(steps: list[IntArray], times: list[FloatArray]) -> list[Barrier]:
                 )
             )
     return sorted(found, key=lambda b: b.t_s)
-
-
-def _waits(
-    parts: list[tuple[IntArray, IntArray, list[str], IntArray, FloatArray, FloatArray]],
-    gpus: list[list[str | None]],
-) -> Waits:
-    node_names = [name for part in parts for name in part[2]]
-    device_names = [
-        gpu_list[i] for part, gpu_list in zip(parts, gpus, strict=True) for i in part[3].tolist()
-    ]
-    nodes = sorted(set(node_names))
-    devices = sorted({d for d in device_names if d is not None})
-    node_index = {n: i for i, n in enumerate(nodes)}
-    device_index = {d: i for i, d in enumerate(devices)}
-
-    def joined(i: int, dtype: type) -> npt.NDArray[Any]:
-        arrays = [part[i] for part in parts]
-        return np.concatenate(arrays).astype(dtype) if arrays else np.empty(0, dtype=dtype)
-
-    return Waits(
-        step=joined(0, np.int64),
-        rank=joined(1, np.int64),
-        node=np.array([node_index[n] for n in node_names], dtype=np.int64),
-        device=np.array(
-            [device_index[d] if d is not None else -1 for d in device_names], dtype=np.int64
-        ),
-        enter_s=joined(4, np.float64),
-        exit_s=joined(5, np.float64),
-        nodes=nodes,
-        devices=devices,
-    )

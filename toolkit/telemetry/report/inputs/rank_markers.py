@@ -34,15 +34,20 @@ _SCHEMA = pa.schema(
         ("gpu_uuid", pa.string()),
         ("tokens", pa.int64()),
         ("wait_s", pa.float64()),
+        ("name", pa.string()),
+        ("steps_from", pa.string()),
     ]
 )
 _PARSE = pajson.ParseOptions(explicit_schema=_SCHEMA, unexpected_field_behavior="ignore")
 IntArray = npt.NDArray[np.int64]
 
 
-# Event codes; other events (checkpoint, ...) play no part in the report.
-_EVENTS = ("run_start", "step_begin", "step_end", "barrier", "run_end")
-RUN_START, STEP_BEGIN, STEP_END, BARRIER, RUN_END = range(len(_EVENTS))
+# Event codes. Any other event is the user's own (``toolkit.markers.mark``): MARK, its
+# name kept as the record's label; rtk's ``checkpoint`` plays no part in the report.
+_EVENTS = ("run_start", "step_begin", "step_end", "barrier", "run_end", "phase_begin", "phase_end")
+RUN_START, STEP_BEGIN, STEP_END, BARRIER, RUN_END, PHASE_BEGIN, PHASE_END = range(len(_EVENTS))
+MARK = len(_EVENTS)
+_IGNORED = ("checkpoint",)
 _NO_STEP = -1  # a record without a step (as the restart rule compares it)
 
 
@@ -63,6 +68,10 @@ class MarkerColumns:
     tokens: IntArray
     has_tokens: npt.NDArray[np.bool_]
     wait_s: FloatArray  # NaN where the record has none
+    label: IntArray  # a phase's name, a MARK's event (index into labels); -1 for none
+    labels: list[str]
+    steps_from: IntArray  # run_start's steps_from (index into steps_froms); -1 for none
+    steps_froms: list[str]
 
 
 @dataclass(frozen=True)
@@ -70,8 +79,9 @@ class RankRecords:
     """One rank's records of its latest attempt as arrays, in file order (head timeline).
 
     For readers that need every rank's records rather than the aggregates (the trace
-    export). ``event`` holds the codes ``RUN_START`` to ``RUN_END``; ``step`` is -1 and
-    ``tokens`` 0 where the record has none; ``wait_s`` is NaN where it has none.
+    export). ``event`` holds the codes ``RUN_START`` to ``MARK``; ``step`` is -1 and
+    ``tokens`` 0 where the record has none; ``wait_s`` is NaN where it has none;
+    ``label`` indexes ``labels`` (a phase's name, a user event's name), -1 for none.
     """
 
     rank: int
@@ -83,6 +93,8 @@ class RankRecords:
     tokens: IntArray
     has_tokens: npt.NDArray[np.bool_]
     wait_s: FloatArray
+    label: IntArray
+    labels: list[str]
 
 
 def rank_records(
@@ -111,6 +123,8 @@ def rank_records(
                 tokens=columns.tokens[latest],
                 has_tokens=columns.has_tokens[latest],
                 wait_s=columns.wait_s[latest],
+                label=columns.label[latest],
+                labels=columns.labels,
             )
 
 
@@ -126,14 +140,24 @@ def read_columns(path: Path) -> MarkerColumns | None:
 
 def _from_table(table: pa.Table) -> MarkerColumns | None:
     usable = pc.and_(pc.is_valid(table.column("wall_s")), pc.is_valid(table.column("rank")))
-    usable = pc.and_(usable, pc.is_in(table.column("event"), value_set=pa.array(_EVENTS)))
-    table = table.filter(usable)
+    usable = pc.and_(usable, pc.is_valid(table.column("event")))
+    ignored = pc.is_in(table.column("event"), value_set=pa.array(_IGNORED))
+    table = table.filter(pc.and_(usable, pc.invert(ignored)))
     if table.num_rows == 0:
         return None
-    event = np.array(
-        pc.index_in(table.column("event"), value_set=pa.array(_EVENTS))
-        .to_numpy(zero_copy_only=False)
-        .astype(np.int64)
+    known = pc.index_in(table.column("event"), value_set=pa.array(_EVENTS))
+    event = pc.fill_null(known, MARK).to_numpy(zero_copy_only=False).astype(np.int64)
+    phase = pc.is_in(table.column("event"), value_set=pa.array(_EVENTS[PHASE_BEGIN:]))
+    null_text = pa.scalar(None, pa.string())
+    label_codes, labels = value_codes(
+        pc.if_else(
+            pc.is_null(known),
+            table.column("event"),
+            pc.if_else(phase, table.column("name"), null_text),
+        )
+    )
+    from_codes, froms = value_codes(
+        pc.if_else(pc.equal(known, RUN_START), table.column("steps_from"), null_text)
     )
     step_col = table.column("step")
     has_step = pc.is_valid(step_col).to_numpy(zero_copy_only=False)
@@ -144,7 +168,7 @@ def _from_table(table: pa.Table) -> MarkerColumns | None:
     gpu_codes, gpu_names = value_codes(table.column("gpu_uuid"))
     tokens_col = table.column("tokens")
     return MarkerColumns(
-        event=event,
+        event=np.asarray(event, dtype=np.int64),
         step=step,
         has_step=np.asarray(has_step, dtype=bool),
         wall_s=table.column("wall_s").to_numpy().astype(np.float64),
@@ -157,6 +181,10 @@ def _from_table(table: pa.Table) -> MarkerColumns | None:
         tokens=pc.fill_null(tokens_col, 0).to_numpy(zero_copy_only=False).astype(np.int64),
         has_tokens=np.asarray(pc.is_valid(tokens_col).to_numpy(zero_copy_only=False), dtype=bool),
         wait_s=pc.fill_null(table.column("wait_s"), np.nan).to_numpy().astype(np.float64),
+        label=label_codes,
+        labels=labels,
+        steps_from=from_codes,
+        steps_froms=froms,
     )
 
 
@@ -198,6 +226,8 @@ def _from_records(records: list[Mapping[str, object]]) -> MarkerColumns | None:
             "gpu_uuid": text(record.get("gpu_uuid")),
             "tokens": integer(record.get("tokens")),
             "wait_s": number(record.get("wait_s")),
+            "name": text(record.get("name")),
+            "steps_from": text(record.get("steps_from")),
         }
         for name, value in values.items():
             rows[name].append(value)
@@ -227,7 +257,8 @@ def latest_attempt(event: IntArray, step: IntArray, has_step: npt.NDArray[np.boo
     A ``run_start`` after the first resumes from a checkpoint at its ``step``: records
     of the failed attempt for later steps are superseded (those steps run again).
     The first attempt's ``run_start`` stays: the run's window begins there, and of
-    several ``run_start`` records with one step the first is kept.
+    several ``run_start`` records with one step the first is kept. Phases and user
+    events are many to a step: every one of them not superseded is kept.
     """
     kept = np.ones(event.size, dtype=bool)
     for j in np.flatnonzero(event == RUN_START)[1:].tolist():
@@ -235,6 +266,8 @@ def latest_attempt(event: IntArray, step: IntArray, has_step: npt.NDArray[np.boo
         before = slice(0, j)
         kept[before] &= (event[before] == RUN_START) | (step[before] <= resumed_at)
     index = np.flatnonzero(kept)
+    many = index[event[index] >= PHASE_BEGIN]
+    index = index[event[index] < PHASE_BEGIN]
     key = event[index] * (1 << 40) + np.where(has_step[index], step[index] + 1, 0)
     unique, group = np.unique(key, return_inverse=True)
     position = np.arange(index.size)
@@ -243,4 +276,6 @@ def latest_attempt(event: IntArray, step: IntArray, has_step: npt.NDArray[np.boo
     first = np.full(unique.size, index.size, dtype=np.int64)
     np.minimum.at(first, group, position)
     chosen = np.where(event[index[first]] == RUN_START, first, last)
+    if many.size:
+        return np.sort(np.concatenate([index[chosen], many])).astype(np.int64)
     return np.asarray(index[np.sort(chosen)], dtype=np.int64)

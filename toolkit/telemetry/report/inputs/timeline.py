@@ -13,13 +13,25 @@ from toolkit.telemetry.report.inputs.load import RunData
 from toolkit.telemetry.report.inputs.marker_summary import (
     Barrier,
     MarkerSummary,
+    Phases,
+    StepsFrom,
     StepSpan,
     Waits,
     reduce_markers,
 )
 from toolkit.telemetry.report.inputs.series import FloatArray
 
-__all__ = ["Barrier", "FloatArray", "StepSpan", "Timeline", "Waits", "Window", "align"]
+__all__ = [
+    "Barrier",
+    "FloatArray",
+    "Phases",
+    "StepSpan",
+    "StepsFrom",
+    "Timeline",
+    "Waits",
+    "Window",
+    "align",
+]
 
 
 @dataclass(frozen=True)
@@ -53,11 +65,16 @@ class Timeline:
         steps: The reference rank's completed steps, latest attempt, by step number.
         step_rank: The reference rank (0, or the lowest rank with markers).
         barriers: Barrier exits, in time order.
-        waits: Every rank's wait at every barrier (entry and exit times).
+        waits: Every rank's wait at every barrier, or at the collective of a step without
+            barriers (from backward phases): entry and exit times.
         ranks: How many ranks wrote markers.
         restarts: Resumed attempts (``run_start`` after the first, most on any rank).
         marker_tokens: Tokens over all ranks' ``step_end`` records, when they carry them.
         notes: What could not be aligned as documented.
+        phases: Every rank's phases (``phase_begin``/``phase_end``); None without any.
+        marks: The user's own events (``mark``): name -> records over every rank.
+        steps_from: How the steps were found (run_start's ``steps_from``); None when
+            no rank says.
     """
 
     head: str
@@ -71,6 +88,9 @@ class Timeline:
     restarts: int
     marker_tokens: int | None
     notes: list[str] = field(default_factory=list)
+    phases: Phases | None = None
+    marks: dict[str, int] = field(default_factory=dict)
+    steps_from: StepsFrom | None = None
 
 
 def align(data: RunData) -> Timeline:
@@ -99,6 +119,9 @@ def align(data: RunData) -> Timeline:
         restarts=markers.restarts,
         marker_tokens=markers.tokens,
         notes=notes,
+        phases=markers.phases,
+        marks=markers.marks,
+        steps_from=markers.steps_from,
     )
 
 

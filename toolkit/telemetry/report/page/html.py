@@ -30,6 +30,7 @@ from toolkit.telemetry.report.terminal import (
     outliers_of,
     rules_text,
     short_device,
+    steps_from_line,
     straggler_line,
 )
 from toolkit.telemetry.report.units import value_range
@@ -87,6 +88,7 @@ def render_html(
             groups=_groups(report, outliers),
             outliers=_outlier_rows(outliers),
             waiting=straggler_line(report),
+            steps_from=steps_from_line(report),
             checks=check_summary(report.cross_checks) if report.cross_checks else None,
             open_nodes=len(report.nodes) <= OPEN_ROWS,
             open_devices=devices <= OPEN_ROWS,

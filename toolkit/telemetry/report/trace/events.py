@@ -72,6 +72,13 @@ class TraceEventWriter:
             f'"tid":{tid},"cat":{quote(cat)},"name":{quote(name)},"args":{args}}}'
         )
 
+    def instant(self, pid: int, tid: int, cat: str, name: str, ts_us: int, args: str) -> None:
+        """An instant ("i") at ``ts_us`` on thread ``tid``; ``args`` is a JSON object's text."""
+        self._event(
+            f'{{"ph":"i","ts":{ts_us},"pid":{pid},"tid":{tid},"s":"t","cat":{quote(cat)},'
+            f'"name":{quote(name)},"args":{args}}}'
+        )
+
     def counter(self, pid: int, ts_us: int, name: str, args: str) -> None:
         """Counter values ("C") of process ``pid``; Perfetto names each track "NAME KEY".
 

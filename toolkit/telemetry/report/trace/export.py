@@ -1,10 +1,11 @@
 """report/trace.json.gz: the aligned timeline as a Chrome trace-event file for Perfetto.
 
 One process per node (``process_name`` = the node), one thread per rank (``rank N``)
-holding its steps (``step N``) and barrier waits (``barrier N wait``) as complete
-events, and per device counter tracks (``GPU 0 (GPU-0a1b2c3d) power_w``,
-``sm_clock_mhz``, ``temperature_c``; ``host power_w``). ui.perfetto.dev opens the
-gzip file as it is.
+holding its steps (``step N``), the phases it marked inside them (``forward``,
+``backward``, ...; cut to their step's span so they nest in it) and barrier waits
+(``barrier N wait``) as complete events, its own events (``mark``) as instants, and per
+device counter tracks (``GPU 0 (GPU-0a1b2c3d) power_w``, ``sm_clock_mhz``,
+``temperature_c``; ``host power_w``). ui.perfetto.dev opens the gzip file as it is.
 
 Times are the head's wall clock in integer microseconds since the Unix epoch: every
 node's samples and markers minus its clock offset (the report's timeline), so a skewed
@@ -13,12 +14,13 @@ once its own base time is added (docs/telemetry.md).
 
 The size stays bounded at any scale: counters come from the report's bucketed views (at
 most ``MAX_BUCKETS`` points per device, a point equal to the one before left out), and
-above ``max_slices`` only every k-th step is kept (barrier waits too, if they alone
-exceed half of it); the file says so in ``otherData``. With a window
-(``--trace-window``) the counters are every sample in it, read node by node and batch by
-batch. Slices are read one rank file at a time and everything is written as it is made:
-no event list is ever held. The pieces: ``events`` (the file format), ``counters`` (the
-counter tracks), ``slices`` (a rank's steps and waits from its marker file).
+above ``max_slices`` only every k-th step is kept, with its phases and own events
+(barrier waits too, if they alone exceed half of it); the file says so in
+``otherData``. With a window (``--trace-window``) the counters are every sample in it,
+read node by node and batch by batch. Slices are read one rank file at a time and
+everything is written as it is made: no event list is ever held. The pieces: ``events``
+(the file format), ``counters`` (the counter tracks), ``slices`` (a rank's steps,
+phases, waits and own events from its marker file).
 """
 
 from __future__ import annotations
@@ -90,6 +92,7 @@ class SlicePlan:
         barrier_every: Every how many barriers one is kept (1: all).
         kept_steps: The step numbers kept; None for all.
         kept_barriers: The barrier step numbers kept; None for all.
+        phases: Phases (all ranks) in the span; they go with their steps.
     """
 
     ranks: int
@@ -100,6 +103,7 @@ class SlicePlan:
     barrier_every: int = 1
     kept_steps: frozenset[int] | None = None
     kept_barriers: frozenset[int] | None = None
+    phases: int = 0
 
     @property
     def capped(self) -> bool:
@@ -108,15 +112,18 @@ class SlicePlan:
 
     def describe(self) -> str:
         """What the slices are, in a sentence."""
-        full = self.ranks * self.steps + self.waits
+        full = self.ranks * self.steps + self.waits + self.phases
         if not self.capped:
-            return f"every step and barrier wait of {self.ranks} ranks ({full:,} slices)"
+            what = "step, phase" if self.phases else "step"
+            return f"every {what} and barrier wait of {self.ranks} ranks ({full:,} slices)"
         if self.kept_steps is not None and not self.kept_steps:
             steps = "no step"
         elif self.step_every == 1:
             steps = "every step"
         else:
             steps = f"every {_nth(self.step_every)} step"
+        if self.phases and self.kept_steps != frozenset():
+            steps += " (with its phases)"
         waits = (
             "every barrier wait"
             if self.barrier_every == 1
@@ -136,9 +143,10 @@ class TraceExport:
         path: The gzip JSON file.
         span_s: The exported span (head timeline, seconds since the epoch).
         resolution: ``buckets`` (the report's views) or ``samples`` (a window, in full).
-        slices: Step and barrier-wait slices written.
+        slices: Step, phase and barrier-wait slices written.
         counter_points: Counter events written.
         plan: Which slices were kept.
+        instants: The ranks' own events written (``mark``).
     """
 
     path: Path
@@ -147,6 +155,7 @@ class TraceExport:
     slices: int
     counter_points: int
     plan: SlicePlan
+    instants: int = 0
 
     @property
     def notes(self) -> list[str]:
@@ -183,17 +192,17 @@ def write_trace(
             counters = bucket_counters(report, pids, out)
         else:
             counters = sample_counters(report, pids, span, out)
-        slices = _slices(report, pids, span, plan, out)
+        slices, instants = _slices(report, pids, span, plan, out)
     resolution = "buckets" if window is None else "samples"
-    return TraceExport(path, span, resolution, slices, counters, plan)
+    return TraceExport(path, span, resolution, slices, counters, plan, instants)
 
 
 def plan_slices(timeline: Timeline, span: tuple[float, float], max_slices: int) -> SlicePlan:
-    """Keep every step and wait in ``span`` unless they exceed ``max_slices``.
+    """Keep every step, phase and wait in ``span`` unless they exceed ``max_slices``.
 
     Over the cap, barrier waits are kept in full while they are at most half of it
-    (else every k-th barrier), and the steps share the rest: every k-th step number, the
-    same on every rank.
+    (else every k-th barrier), and the steps share the rest with their phases: every
+    k-th step number, the same on every rank.
     """
     lo, hi = span
     steps = sorted(s.step for s in timeline.steps if s.begin_s <= hi and s.end_s >= lo)
@@ -202,11 +211,17 @@ def plan_slices(timeline: Timeline, span: tuple[float, float], max_slices: int) 
     n_waits = 0
     if waits is not None and len(waits):
         inside = (waits.enter_s <= hi) & (waits.exit_s >= lo)
+        if waits.backward is not None:  # the trace draws barrier waits, not derived ones
+            inside &= ~waits.backward
         n_waits = int(inside.sum())
         barriers = sorted({int(s) for s in waits.step[inside]})
+    n_phases = 0
+    if timeline.phases is not None:
+        spans = timeline.phases.spans
+        n_phases = int(((spans.enter_s <= hi) & (spans.exit_s >= lo)).sum())
     ranks = timeline.ranks
-    plan = SlicePlan(ranks, len(steps), n_waits, max_slices)
-    if ranks * len(steps) + n_waits <= max_slices:
+    plan = SlicePlan(ranks, len(steps), n_waits, max_slices, phases=n_phases)
+    if ranks * len(steps) + n_waits + n_phases <= max_slices:
         return plan
     barrier_every, kept_waits = 1, n_waits
     half = max_slices // 2
@@ -214,9 +229,11 @@ def plan_slices(timeline: Timeline, span: tuple[float, float], max_slices: int) 
         per_barrier = math.ceil(n_waits / len(barriers))
         barrier_every = math.ceil(len(barriers) / max(half // per_barrier, 1))
         kept_waits = math.ceil(len(barriers) / barrier_every) * per_barrier
-    per_rank = (max_slices - kept_waits) // ranks if ranks else 0
+    # A step costs a slice per rank and its share of the phases.
+    per_step = ranks + (math.ceil(n_phases / len(steps)) if steps else 0)
+    per_rank = (max_slices - kept_waits) // per_step if per_step else 0
     step_every = 1
-    if ranks * len(steps) > max_slices - kept_waits:
+    if ranks * len(steps) + n_phases > max_slices - kept_waits:
         step_every = math.ceil(len(steps) / per_rank) if per_rank > 0 else len(steps) + 1
     return SlicePlan(
         ranks,
@@ -227,6 +244,7 @@ def plan_slices(timeline: Timeline, span: tuple[float, float], max_slices: int) 
         barrier_every=barrier_every,
         kept_steps=frozenset(steps[::step_every]) if step_every > 1 else None,
         kept_barriers=frozenset(barriers[::barrier_every]) if barrier_every > 1 else None,
+        phases=n_phases,
     )
 
 
@@ -236,12 +254,12 @@ def _slices(
     span: tuple[float, float],
     plan: SlicePlan,
     out: TraceEventWriter,
-) -> int:
-    """Each rank's steps and barrier waits, one rank file at a time."""
+) -> tuple[int, int]:
+    """Each rank's slices and instants, one rank file at a time."""
     hostnames = {n.hostname: name for name, n in report.data.manifest.nodes.items()}
     loss = {m.step: m.loss for m in report.data.metrics if math.isfinite(m.loss)}
     offsets = report.timeline.offsets_s
-    written = 0
+    written = instants = 0
     named: set[int] = set()
     for ranked in rank_slices(report.data.marker_files, offsets, hostnames):
         if ranked.node not in pids:  # markers from a node the manifest lacks
@@ -252,7 +270,9 @@ def _slices(
             out.thread(pid, tid, f"rank {ranked.rank}", ranked.rank)
             named.add(ranked.rank)
         written += _rank_slices(out, pid, tid, ranked, span, plan, loss)
-    return written
+        written += _phase_slices(out, pid, tid, ranked, span, plan)
+        instants += _mark_instants(out, pid, tid, ranked, span, plan)
+    return written, instants
 
 
 def _rank_slices(
@@ -303,6 +323,60 @@ def _rank_slices(
         out.complete(pid, tid, "barrier", name, to_us(enter_s), to_us(exit_s), args)
         written += 1
     return written
+
+
+def _phase_slices(
+    out: TraceEventWriter,
+    pid: int,
+    tid: int,
+    ranked: RankSlices,
+    span: tuple[float, float],
+    plan: SlicePlan,
+) -> int:
+    """A rank's phases, each cut to its step's span (a slice must nest in the step's)."""
+    begin_s, end_s, step = ranked.phase_begin_s, ranked.phase_end_s, ranked.phase_step
+    if ranked.step.size:  # its steps, ascending
+        at = np.clip(np.searchsorted(ranked.step, step), 0, ranked.step.size - 1)
+        in_step = ranked.step[at] == step
+        begin_s = np.where(in_step, np.maximum(begin_s, ranked.begin_s[at]), begin_s)
+        end_s = np.where(in_step, np.minimum(end_s, ranked.end_s[at]), end_s)
+    keep = (begin_s <= span[1]) & (end_s >= span[0]) & (end_s >= begin_s)
+    if plan.kept_steps is not None:
+        keep &= np.isin(step, list(plan.kept_steps))
+    names = ranked.names
+    for name, s, b, e in zip(
+        ranked.phase[keep].tolist(),
+        step[keep].tolist(),
+        begin_s[keep].tolist(),
+        end_s[keep].tolist(),
+        strict=True,
+    ):
+        args = f'{{"step":{s}}}' if s >= 0 else "{}"
+        out.complete(pid, tid, "phase", names[name], to_us(b), to_us(e), args)
+    return int(keep.sum())
+
+
+def _mark_instants(
+    out: TraceEventWriter,
+    pid: int,
+    tid: int,
+    ranked: RankSlices,
+    span: tuple[float, float],
+    plan: SlicePlan,
+) -> int:
+    """A rank's own events (``mark``) as instants on its track."""
+    keep = (ranked.mark_s >= span[0]) & (ranked.mark_s <= span[1])
+    if plan.kept_steps is not None:
+        keep &= np.isin(ranked.mark_step, list(plan.kept_steps))
+    for name, s, t in zip(
+        ranked.mark[keep].tolist(),
+        ranked.mark_step[keep].tolist(),
+        ranked.mark_s[keep].tolist(),
+        strict=True,
+    ):
+        args = f'{{"step":{s}}}' if s >= 0 else "{}"
+        out.instant(pid, tid, "mark", ranked.names[name], to_us(t), args)
+    return int(keep.sum())
 
 
 def _other_data(

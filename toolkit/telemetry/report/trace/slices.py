@@ -1,4 +1,4 @@
-"""Each rank's steps and barrier waits as arrays, one marker file at a time (for the trace).
+"""A rank's steps, phases, barrier waits and own events as arrays, a file at a time.
 
 The records come from ``markers.rank_records``: the report's own reading (Arrow's JSON
 reader, line by line past a torn line) and restart handling (a resumed attempt
@@ -14,8 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
+from toolkit.telemetry.report.inputs.phase_markers import pair_phases
 from toolkit.telemetry.report.inputs.rank_markers import (
     BARRIER,
+    MARK,
     STEP_BEGIN,
     STEP_END,
     IntArray,
@@ -41,6 +43,14 @@ class RankSlices:
         barrier: Barrier step numbers, ascending.
         enter_s: When the rank reached each barrier (exit minus its wait).
         exit_s: When each barrier let it go.
+        names: The names of its phases and own events (``phase`` and ``mark`` index it).
+        phase: Each phase's name, in order of its begin.
+        phase_step: Its step (-1 for none).
+        phase_begin_s: When it began.
+        phase_end_s: When it ended.
+        mark: Each own event's name (``toolkit.markers.mark``), in file order.
+        mark_step: Its step (-1 for none).
+        mark_s: When it was written.
     """
 
     rank: int
@@ -52,6 +62,14 @@ class RankSlices:
     barrier: IntArray
     enter_s: FloatArray
     exit_s: FloatArray
+    names: list[str]
+    phase: IntArray
+    phase_step: IntArray
+    phase_begin_s: FloatArray
+    phase_end_s: FloatArray
+    mark: IntArray
+    mark_step: IntArray
+    mark_s: FloatArray
 
 
 def rank_slices(
@@ -73,6 +91,8 @@ def _slices(r: RankRecords) -> RankSlices:
     waited = (r.event == BARRIER) & r.has_step & np.isfinite(r.wait_s) & (r.wait_s >= 0)
     order = np.argsort(r.step[waited], kind="stable")
     exit_s = r.t_s[waited][order]
+    pairs = pair_phases(r.event, r.label, r.step, r.has_step)
+    marks = (r.event == MARK) & (r.label >= 0)
     return RankSlices(
         rank=r.rank,
         node=r.node,
@@ -83,4 +103,12 @@ def _slices(r: RankRecords) -> RankSlices:
         barrier=r.step[waited][order],
         enter_s=exit_s - r.wait_s[waited][order],
         exit_s=exit_s,
+        names=r.labels,
+        phase=r.label[pairs.begin],
+        phase_step=np.where(pairs.has_step, pairs.step, -1),
+        phase_begin_s=r.t_s[pairs.begin],
+        phase_end_s=r.t_s[pairs.end],
+        mark=r.label[marks],
+        mark_step=np.where(r.has_step[marks], r.step[marks], -1),
+        mark_s=r.t_s[marks],
     )

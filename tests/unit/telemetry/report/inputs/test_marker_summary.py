@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from telemetry_fixtures import T0_WALL_S, BuiltRun, NodeSpec, RunSpec, build_run
 
-from toolkit.telemetry.report import Report, build_report
+from toolkit.telemetry.report import Report, build_report, format_summary, summary_dict
 
 
 def built(tmp_path: Path, *nodes: NodeSpec, **run: object) -> tuple[BuiltRun, Report]:
@@ -35,3 +35,16 @@ def test_restart_uses_the_latest_attempt(tmp_path: Path) -> None:
     assert report.window.start_s == pytest.approx(T0_WALL_S)
     assert report.window.end_s == pytest.approx(fixture.window_s[1])
     assert any("resumed" in note for note in report.notes)
+
+
+def test_ranks_that_do_not_say_how_they_found_their_steps_are_counted(tmp_path: Path) -> None:
+    _, report = built(
+        tmp_path, NodeSpec("node1", gpus=2), NodeSpec("node2", gpus=1), steps_from_of={1: "rtk"}
+    )
+    found = report.timeline.steps_from
+    assert found is not None and (found.ranks, found.unknown) == ({"rtk": 1}, 2)
+    assert found.value is None  # the others said nothing: not one way for all
+    run = summary_dict(report)["run"]
+    assert run["steps_from"] == "mixed"
+    assert run["steps_from_ranks"] == {"rtk": 1, "unknown": 2}
+    assert "rtk's trainer on 1 rank; nothing said on 2 ranks" in format_summary(report)

@@ -11,7 +11,9 @@ import json
 import re
 from pathlib import Path
 
-from toolkit.telemetry.report import Report, write_report
+from telemetry_fixtures import NodeSpec, RunSpec, build_run
+
+from toolkit.telemetry.report import Report, build_report, write_report
 from toolkit.telemetry.report.page.canvas_data import page_data
 
 
@@ -31,3 +33,33 @@ def test_the_page_is_offline_and_folds_long_tables(many: Report, tmp_path: Path)
     assert html[details : details + len("<details>")] == "<details>"
     assert 'data-table="devices"' in html[details:devices_at]
     assert "full resolution: the traces in <code>telemetry/nodes/</code>" in html.lower()
+
+
+def test_marked_phases_user_events_and_how_steps_were_found_are_on_the_page(
+    many: Report, tmp_path: Path
+) -> None:
+    old = write_report(many, tmp_path / "old").html.read_text()
+    assert 'id="marker-phases"' not in old and 'id="marks"' not in old
+    assert 'id="steps-from"' not in old
+    spec = RunSpec(
+        nodes=[NodeSpec("node1", gpus=1), NodeSpec("node2", gpus=1)],
+        steps=4,
+        barrier_every=0,
+        phases=("forward", "backward"),
+        late_rank=1,
+        steps_from="lightning",
+        marks=("eval <b>",),
+    )
+    report = build_report(build_run(tmp_path, spec).run_dir)
+    html = write_report(report).html.read_text()
+    assert '<p id="steps-from">steps: 4, from the Lightning callback</p>' in html
+    table = html[
+        html.index('<table id="marker-phases">') : html.index(
+            "</table>", html.index('<table id="marker-phases">')
+        )
+    ]
+    rows = re.findall(r'<tr><td class="l">([^<]+)</td><td>(\d+)</td><td>(\d+)</td>', table)
+    assert rows == [("forward", "8", "2"), ("backward", "8", "2")]
+    # The user's names are escaped: the page shows them, never runs them.
+    assert "The ranks' own events: eval &lt;b&gt; (8)." in html
+    assert "step collectives (from backward phases): 4" in html

@@ -49,7 +49,7 @@ def check_importable(trace: Any, text: str) -> None:
     assert "\\u" not in text  # older tokenizers reject unicode escapes
     for event in trace["traceEvents"]:
         assert not _has_array(event), event  # the tokenizer rejects arrays in events
-        assert event["ph"] in ("M", "X", "C"), event
+        assert event["ph"] in ("M", "X", "C", "i"), event
         for key in ("pid", "tid"):
             assert isinstance(event[key], int) and 0 <= event[key] < 2**32, event
         if event["ph"] == "M":
@@ -61,6 +61,8 @@ def check_importable(trace: Any, text: str) -> None:
         assert isinstance(args, dict), event
         if event["ph"] == "X":
             assert isinstance(event["dur"], int) and event["dur"] >= 0, event
+        elif event["ph"] == "i":
+            assert event["s"] == "t" and "dur" not in event, event  # on its thread's track
         else:
             assert args and all(_number(v) for v in args.values()), event
 
@@ -179,6 +181,72 @@ def test_nodes_ranks_steps_waits_and_counters(tmp_path: Path) -> None:
             # A point equal to the one before is left out.
             assert all(a["args"] != b["args"] for a, b in zip(points, points[1:], strict=False))
     assert sum(e["ph"] == "C" for e in trace["traceEvents"]) == files.trace.counter_points
+
+
+def test_phases_nest_in_their_steps_and_own_events_are_instants(tmp_path: Path) -> None:
+    phases = ("forward", "backward", "optimizer")
+    fixture, report = built(
+        tmp_path,
+        NodeSpec("node1", gpus=1),
+        NodeSpec("node2", gpus=1),
+        steps=6,
+        barrier_every=3,
+        phases=phases,
+        late_rank=1,
+        marks=("eval",),
+    )
+    files = write_report(report)
+    assert files.trace_json is not None and files.trace is not None
+    trace = read_trace(files.trace_json)
+    spec = fixture.spec
+    by_thread: dict[int, list[Event]] = defaultdict(list)
+    for event in slices(trace):
+        by_thread[event["tid"] - TID_BASE].append(event)
+    part_s = spec.step_s / len(phases)
+    for rank, events in by_thread.items():
+        steps = {e["args"]["step"]: e for e in events if e["cat"] == "step"}
+        mine = [e for e in events if e["cat"] == "phase"]
+        assert sorted((e["args"]["step"], e["name"]) for e in mine) == sorted(
+            (s, name) for s in fixture.steps for name in phases
+        )
+        for event in mine:
+            step = steps[event["args"]["step"]]
+            assert step["ts"] <= event["ts"] <= event["ts"] + event["dur"]
+            assert event["ts"] + event["dur"] <= step["ts"] + step["dur"]
+            late = spec.late_s if (rank, event["name"]) == (1, "backward") else 0.0
+            begin_s = fixture.steps[event["args"]["step"]][0] + phases.index(event["name"]) * part_s
+            assert event["ts"] == pytest.approx(us(begin_s + late), abs=1)
+        # Slices on a rank's track nest as Perfetto requires: each inside or after another.
+        ordered = sorted(events, key=lambda e: (e["ts"], -e["dur"]))
+        open_ends: list[int] = []
+        for event in ordered:
+            while open_ends and open_ends[-1] <= event["ts"]:
+                open_ends.pop()
+            assert not open_ends or event["ts"] + event["dur"] <= open_ends[-1], event
+            open_ends.append(event["ts"] + event["dur"])
+    instants = [e for e in trace["traceEvents"] if e["ph"] == "i"]
+    assert {(e["name"], e["cat"]) for e in instants} == {("eval", "mark")}
+    assert sorted((e["tid"] - TID_BASE, e["args"]["step"]) for e in instants) == [
+        (rank, s) for rank in (0, 1) for s in sorted(fixture.steps)
+    ]
+    for event in instants:
+        assert event["ts"] == pytest.approx(us(fixture.steps[event["args"]["step"]][1]), abs=1)
+    full = 2 * (6 + 6 * len(phases) + 2)
+    assert files.trace.slices == len(slices(trace)) == full and files.trace.instants == 12
+    assert (
+        trace["otherData"]["slices"]
+        == f"every step, phase and barrier wait of 2 ranks ({full} slices)"
+    )
+
+    # Over the cap, a step's phases and own events go with it.
+    exported = write_trace(report, tmp_path / "capped.json.gz", max_slices=20)
+    capped = read_trace(exported.path)
+    kept = {e["args"]["step"] for e in slices(capped) if e["cat"] == "step"}
+    assert exported.plan.step_every > 1 and kept == set(range(1, 7, exported.plan.step_every))
+    assert {e["args"]["step"] for e in slices(capped) if e["cat"] == "phase"} == kept
+    assert {e["args"]["step"] for e in capped["traceEvents"] if e["ph"] == "i"} == kept
+    assert exported.slices == len(slices(capped)) <= 20
+    assert "step (with its phases) and every barrier wait" in capped["otherData"]["slices"]
 
 
 def test_a_skewed_clock_is_corrected(tmp_path: Path) -> None:
