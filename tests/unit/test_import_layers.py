@@ -42,6 +42,7 @@ LAYERS: dict[str, int] = {
     "rundir": 0,  # the run directory: layout and records, shared by every layer
     "wallclock": 0,  # the clock samples and markers are stamped with
     "driver_gate": 0,  # a driver started ahead waits there (stdlib only)
+    "markers": 0,  # the public marker API, in the user's own processes (stdlib only)
     # 1: the inventory
     "inventory": 1,
     # 2: reaching nodes, and what runs on them
@@ -88,6 +89,7 @@ RUNS_ON: dict[str, str] = {
     "toolkit.telemetry.rank_files": RAY_WORKER,  # a task on each node, and the driver's loop
     "toolkit.telemetry.sampler": RAY_WORKER,  # in the NodeSampler actor (and python -m)
     "toolkit.preflight.ray_ranks": RAY_WORKER,  # Rank actors, for the preflight jobs
+    "toolkit.markers.auto_steps": RAY_WORKER,  # in the user's ranks (torchrun -m, Ray Train)
 }
 
 # What code that runs under Ray must never reach: host-only packages and libraries.
