@@ -9,6 +9,9 @@ record``); without rtk it writes nothing and costs nothing::
     trainer = L.Trainer(max_steps=1000, callbacks=[RtkMarkersCallback()])
     trainer.fit(model, train_loader)
 
+A ``pytorch_lightning.Trainer`` (the standalone package) takes the same callback: it
+calls the hooks by name.
+
 What it writes (``run_start`` says ``steps_from="lightning"``):
 
 - ``step_begin``/``step_end`` for every optimizer step: a step begins at the train

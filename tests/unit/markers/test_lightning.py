@@ -155,6 +155,40 @@ def test_a_batch_without_token_ids_gives_samples_only(run_dir: Path) -> None:
     assert all("tokens" not in m.fields for m in ends)
 
 
+def test_a_pytorch_lightning_trainer_calls_the_same_callback(run_dir: Path) -> None:
+    # The standalone pytorch_lightning package (a copy of lightning.pytorch) calls the
+    # hooks by name, so the one callback serves a script that imports either.
+    import pytorch_lightning
+
+    class Module(pytorch_lightning.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tiny = TinyLM()
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            return self.tiny.training_step(batch, batch_idx)
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return self.tiny.configure_optimizers()
+
+    trainer = pytorch_lightning.Trainer(
+        accelerator="cpu",
+        max_steps=2,
+        accumulate_grad_batches=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[RtkMarkersCallback()],
+    )
+    trainer.fit(Module(), token_batches(4))
+    markers = read_markers(run_dir)
+    assert markers[0].fields == {"steps_from": "lightning"}
+    assert steps(markers) == [(e, n) for n in range(2) for e in ("step_begin", "step_end")]
+    ends = [m for m in markers if m.event == "step_end"]
+    assert [m.fields["tokens"] for m in ends] == [2 * BATCH * SEQ] * 2
+
+
 def test_without_rtk_the_callback_writes_nothing(tmp_path: Path) -> None:
     recorder.reset({})
     model = TinyLM()
