@@ -17,11 +17,12 @@ What it writes (``run_start`` says ``steps_from="hf"``):
   ``on_step_end``; with gradient accumulation a step spans its micro-batches), step n
   being ``state.global_step`` when it began, so a resumed run goes on numbering.
 - ``tokens`` on ``step_end`` when ``include_num_input_tokens_seen`` is on ("all" or
-  "non_padding"): the step's growth of ``state.num_input_tokens_seen``. The Trainer
-  sums that count over all processes, so each rank writes its share (the sum over
-  ranks is the step's total; exact per rank when every rank's batches hold as many
-  tokens). When it is off (the Trainer's default) no tokens are written: the
-  callback sees no batches to count.
+  "non_padding"): the growth of ``state.num_input_tokens_seen`` from the previous
+  step's end to this one's (some releases count a step's first micro-batch before
+  ``on_step_begin``, so the count is taken end to end). The Trainer sums that count
+  over all processes, so each rank writes its share (the sum over ranks is the step's
+  total; exact per rank when every rank's batches hold as many tokens). When it is
+  off (the Trainer's default) no tokens are written: the callback sees no batches.
 - ``loss`` on the steps the Trainer logs (``logging_steps``): the logged training
   loss, the mean since the previous log. On such a step ``step_end`` is written when
   the log is (``on_log``, just after ``on_step_end``), so it carries the loss.
@@ -51,10 +52,20 @@ class RtkMarkersCallback(TrainerCallback):
     def __init__(self) -> None:
         """A callback for ``Trainer(callbacks=[...])``; it says ``steps_from="hf"``."""
         markers.set_steps_from(STEPS_FROM)
-        self._tokens_at_begin: int | None = None  # num_input_tokens_seen when the step began
+        self._tokens_seen: int | None = None  # num_input_tokens_seen at the last step's end
         self._unwritten_end: tuple[int, int | None] | None = None  # (step, tokens) awaiting on_log
         self._phases_next: list[str] = []  # what the Trainer does after this step
         self._phase: str | None = None  # the phase open now
+
+    def on_train_begin(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        **kwargs: Any,
+    ) -> None:
+        """Note the token count training starts from (a resumed run's is restored)."""
+        self._tokens_seen = state.num_input_tokens_seen if _counts_tokens(args) else None
 
     def on_step_begin(
         self,
@@ -67,7 +78,6 @@ class RtkMarkersCallback(TrainerCallback):
         self._write_unwritten_end(None)
         self._end_phase()
         markers.begin_step(state.global_step)
-        self._tokens_at_begin = state.num_input_tokens_seen if _counts_tokens(args) else None
 
     def on_step_end(
         self,
@@ -78,12 +88,11 @@ class RtkMarkersCallback(TrainerCallback):
     ) -> None:
         """End the step (or leave it to ``on_log``, when the Trainer logs this step)."""
         tokens = None
-        if self._tokens_at_begin is not None:
+        if self._tokens_seen is not None:
             tokens = _rank_share(
-                state.num_input_tokens_seen - self._tokens_at_begin,
-                args.process_index,
-                args.world_size,
+                state.num_input_tokens_seen - self._tokens_seen, args.process_index, args.world_size
             )
+            self._tokens_seen = state.num_input_tokens_seen
         # The flow callback (first in the Trainer's list) has decided what follows.
         self._phases_next = [
             name
