@@ -24,7 +24,7 @@ fi
 # a CUDA torch just to build it. Its ops are compiled on first use, not here.
 .venv/bin/python -m pip install -q setuptools wheel
 .venv/bin/python -m pip install -q --no-build-isolation deepspeed==0.19.8
-.venv/bin/python -m pip install -q -e '.[dev,deepspeed]'
+.venv/bin/python -m pip install -q -e '.[dev,deepspeed,frameworks]'
 
 if [ -n "$image_build" ] && ! wait "$image_build"; then
   echo "rtk: building the container test image failed; its tests will try again:" >&2

@@ -42,6 +42,7 @@ LAYERS: dict[str, int] = {
     "rundir": 0,  # the run directory: layout and records, shared by every layer
     "wallclock": 0,  # the clock samples and markers are stamped with
     "driver_gate": 0,  # a driver started ahead waits there (stdlib only)
+    "markers": 0,  # the public marker API, in the user's own processes (stdlib only)
     # 1: the inventory
     "inventory": 1,
     # 2: reaching nodes, and what runs on them
@@ -91,6 +92,17 @@ RUNS_ON: dict[str, str] = {
     "toolkit.preflight.ray_ranks": RAY_WORKER,  # Rank actors, for the preflight jobs
     "toolkit.torchrun.fanout": JOB_DRIVER,
     "toolkit.torchrun.node_runner": RAY_WORKER,  # the TorchrunNode actor on every node
+    "toolkit.markers.auto_steps": RAY_WORKER,  # in the user's ranks (torchrun -m, Ray Train)
+    "toolkit.markers.ray_train": RAY_WORKER,  # in a user's train_loop_per_worker
+}
+
+# The framework callbacks (toolkit/markers/): the only modules that import their
+# libraries, optional test dependencies that rtk itself never needs; no rtk module
+# imports the callbacks.
+FRAMEWORK_CALLBACKS = {
+    "toolkit.markers.hf": "transformers",
+    "toolkit.markers.lightning": "lightning",
+    "toolkit.markers.ray_train": "ray",
 }
 
 # What code that runs under Ray must never reach: host-only packages and libraries.
@@ -299,6 +311,23 @@ def test_no_module_imports_a_higher_layer(toolkit_modules: dict[str, str]) -> No
 def test_code_imports_only_what_is_there_where_it_runs(toolkit_modules: dict[str, str]) -> None:
     _, placement = check(toolkit_modules)
     assert not placement, "\n".join(placement)
+
+
+def test_only_the_framework_callbacks_import_their_frameworks_and_nothing_imports_them(
+    toolkit_modules: dict[str, str],
+) -> None:
+    optional = {lib for lib in FRAMEWORK_CALLBACKS.values() if lib != "ray"}
+    found = []
+    for name, imports in all_imports(toolkit_modules).items():
+        for imp in imports:
+            if resolve(imp.target, toolkit_modules) in FRAMEWORK_CALLBACKS:
+                found.append(f"{name}:{imp.line} imports {imp.target}")
+            elif imp.target.split(".")[0] in optional and name not in FRAMEWORK_CALLBACKS:
+                found.append(f"{name}:{imp.line} imports {imp.target}, an optional framework")
+    assert found == [], "\n".join(found)
+    graph = all_imports(toolkit_modules)
+    for name, library in FRAMEWORK_CALLBACKS.items():
+        assert library in {imp.target.split(".")[0] for imp in graph[name]}, name
 
 
 def test_the_checker_sees_the_whole_package(toolkit_modules: dict[str, str]) -> None:

@@ -1,0 +1,103 @@
+"""Run a Python file from inside another module exactly as ``python SCRIPT ARGS`` would.
+
+What ``python SCRIPT ARGS`` gives a script, and so what ``run_script`` gives it:
+
+- ``sys.argv`` is ``[SCRIPT, *ARGS]``, SCRIPT as given;
+- it runs as ``__main__`` (``sys.modules["__main__"]`` is its module while it runs, so
+  pickling its classes and ``multiprocessing`` work), ``__file__`` is its absolute path;
+- ``sys.path[0]`` is its folder (symbolic links resolved), not the working directory;
+- its exit status: ``sys.exit(n)`` passes through; an uncaught exception is printed
+  by ``sys.excepthook`` with the script's frames only (none of this module's or
+  runpy's) and the status is 1; KeyboardInterrupt is raised on, as Python would;
+- a file that is not there is one line on stderr and status 2.
+
+A folder or zip archive with a ``__main__.py``, or a ``.pyc`` file, runs as runpy
+runs it (a folder or archive first on ``sys.path``; ``sys.argv[0]`` is then its
+absolute path).
+"""
+
+from __future__ import annotations
+
+import builtins
+import importlib.machinery
+import io
+import os
+import pkgutil
+import runpy
+import sys
+import types
+from collections.abc import Sequence
+from types import TracebackType
+
+
+def locate(script: str) -> str:
+    """The absolute path of ``script``.
+
+    Raises:
+        SystemExit: Status 2 after Python's own message, when there is no such file.
+    """
+    path = os.path.abspath(script)
+    if not os.path.exists(path):
+        print(
+            f"{sys.executable}: can't open file {path!r}: [Errno 2] No such file or directory",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    return path
+
+
+def run_script(script: str, args: Sequence[str]) -> None:
+    """Run ``script`` as ``__main__`` with ``args``; returns when it ends without exiting.
+
+    Raises:
+        SystemExit: The script's own exit, or status 1 after its uncaught exception
+            (already printed), or status 2 when there is no such file.
+        KeyboardInterrupt: The script was interrupted.
+    """
+    path = locate(script)
+    sys.argv = [script, *args]
+    try:
+        if pkgutil.get_importer(path) is None and not path.endswith(".pyc"):
+            sys.path[0] = os.path.dirname(os.path.realpath(path))
+            _run_source(path)
+        else:  # a folder, an archive or compiled code: runpy puts a folder first itself
+            del sys.path[0]
+            runpy.run_path(path, run_name="__main__")
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException as error:
+        frames = script_frames(error.__traceback__, path)
+        # Python prints the exception's own __traceback__ when it has a cause or context.
+        sys.excepthook(type(error), error.with_traceback(frames), frames)
+        raise SystemExit(1) from None
+
+
+def _run_source(path: str) -> None:
+    """Execute a source file as the ``__main__`` module, which it stays (as under Python).
+
+    Not ``runpy.run_path``: that sets ``sys.argv[0]`` to the absolute path while the
+    script runs and puts the previous ``__main__`` back afterwards (for atexit
+    handlers that look it up).
+    """
+    main = types.ModuleType("__main__")
+    main.__dict__.update(
+        __file__=path,
+        __cached__=None,
+        __loader__=importlib.machinery.SourceFileLoader("__main__", path),
+        __spec__=None,
+        __package__=None,
+        __builtins__=builtins,
+        __annotations__={},
+    )
+    with io.open_code(path) as source:
+        # dont_inherit: this module's ``from __future__`` imports are not the script's.
+        code = compile(source.read(), path, "exec", dont_inherit=True)
+    sys.modules["__main__"] = main
+    exec(code, main.__dict__)
+
+
+def script_frames(traceback: TracebackType | None, path: str) -> TracebackType | None:
+    """``traceback`` from the script's first frame on (None: the error came before it ran)."""
+    while traceback is not None and traceback.tb_frame.f_code.co_filename != path:
+        traceback = traceback.tb_next
+    return traceback
