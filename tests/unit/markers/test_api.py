@@ -198,7 +198,7 @@ def test_importing_loads_only_the_standard_library_until_a_write(tmp_path: Path)
         print(loaded())
         with markers.step():
             pass
-        print("toolkit.rundir" in loaded(), "torch" in loaded(), "ray" in loaded())
+        print("toolkit.rundir.markers" in loaded(), [n for n in loaded() if n[:8] != "toolkit."])
         """
     )
     done = subprocess.run(
@@ -219,4 +219,4 @@ def test_importing_loads_only_the_standard_library_until_a_write(tmp_path: Path)
             "toolkit.markers.recorder",
         ]
     )
-    assert after == "True False False"
+    assert after == "True ['toolkit']"  # the writer came with the first write, rtk's only
