@@ -118,6 +118,7 @@ from toolkit import markers
 dist.init_process_group("gloo")
 model = torch.nn.Linear(4, 1)  # no DDP: it imports torch._dynamo, seconds a rank here
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+dist.barrier()  # the ranks start together (their imports take different times)
 for _ in range(2):
     with markers.step(tokens=16):
         with markers.phase("forward"):
