@@ -5,7 +5,8 @@ What ``python SCRIPT ARGS`` gives a script, and so what ``run_script`` gives it:
 - ``sys.argv`` is ``[SCRIPT, *ARGS]``, SCRIPT as given;
 - it runs as ``__main__`` (``sys.modules["__main__"]`` is its module while it runs, so
   pickling its classes and ``multiprocessing`` work), ``__file__`` is its absolute path;
-- ``sys.path[0]`` is its folder (symbolic links resolved), not the working directory;
+- ``sys.path[0]`` is its folder (symbolic links resolved), not the working directory
+  (with ``python -P``, neither);
 - its exit status: ``sys.exit(n)`` passes through; an uncaught exception is printed
   by ``sys.excepthook`` with the script's frames only (none of this module's or
   runpy's) and the status is 1; KeyboardInterrupt is raised on, as Python would;
@@ -56,12 +57,17 @@ def run_script(script: str, args: Sequence[str]) -> None:
     """
     path = locate(script)
     sys.argv = [script, *args]
+    # sys.path[0] is the working directory `python -m` put there, unless -P (safe_path)
+    # kept it out, as it would keep the script's folder out.
+    ours = not sys.flags.safe_path
     try:
         if pkgutil.get_importer(path) is None and not path.endswith(".pyc"):
-            sys.path[0] = os.path.dirname(os.path.realpath(path))
+            if ours:
+                sys.path[0] = os.path.dirname(os.path.realpath(path))
             _run_source(path)
         else:  # a folder, an archive or compiled code: runpy puts a folder first itself
-            del sys.path[0]
+            if ours:
+                del sys.path[0]
             runpy.run_path(path, run_name="__main__")
     except (SystemExit, KeyboardInterrupt):
         raise

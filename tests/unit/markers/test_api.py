@@ -116,9 +116,10 @@ import torch.distributed as dist
 from toolkit import markers
 
 dist.init_process_group("gloo")
-model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+model = torch.nn.Linear(4, 1)  # no DDP: it imports torch._dynamo, seconds a rank here
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-for _ in range(3):
+dist.barrier()  # the ranks start together (their imports take different times)
+for _ in range(2):
     with markers.step(tokens=16):
         with markers.phase("forward"):
             loss = model(torch.ones(2, 4)).sum()
@@ -133,6 +134,7 @@ print("enabled", markers.enabled())
 """
 
 
+@pytest.mark.timing  # compares two ranks' waits, set apart by a sleep
 def test_two_ranks_with_steps_phases_and_barriers(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(API_SCRIPT)
     sleep_s = 0.3
@@ -146,11 +148,11 @@ def test_two_ranks_with_steps_phases_and_barriers(tmp_path: Path) -> None:
     for rank, written in found.items():
         assert events(written) == [
             ("run_start", None),
-            *[(event, step) for step in range(3) for event in one_step],
-            ("run_end", 2),
+            *[(event, step) for step in range(2) for event in one_step],
+            ("run_end", 1),
         ], rank
         assert {m.world_size for m in written} == {2}
-        assert [m.fields["tokens"] for m in written if m.event == "step_end"] == [16, 16, 16]
+        assert [m.fields["tokens"] for m in written if m.event == "step_end"] == [16, 16]
     waits = {
         rank: [float(str(m.fields["wait_s"])) for m in written if m.event == "barrier"]
         for rank, written in found.items()
@@ -197,7 +199,7 @@ def test_importing_loads_only_the_standard_library_until_a_write(tmp_path: Path)
         print(loaded())
         with markers.step():
             pass
-        print("toolkit.rundir" in loaded(), "torch" in loaded(), "ray" in loaded())
+        print("toolkit.rundir.markers" in loaded(), [n for n in loaded() if n[:8] != "toolkit."])
         """
     )
     done = subprocess.run(
@@ -218,4 +220,4 @@ def test_importing_loads_only_the_standard_library_until_a_write(tmp_path: Path)
             "toolkit.markers.recorder",
         ]
     )
-    assert after == "True False False"
+    assert after == "True ['toolkit']"  # the writer came with the first write, rtk's only

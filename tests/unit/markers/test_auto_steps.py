@@ -87,9 +87,10 @@ def test_torchrun_ranks_write_every_step_with_its_backward(tmp_path: Path) -> No
         assert {(m.local_rank, m.world_size) for m in written} == {(rank, 2)}
 
 
+@pytest.mark.timing  # compares two ranks' waits, set apart by a sleep
 def test_a_rank_late_to_backward_shows_as_the_others_longer_backward(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(DDP_SCRIPT)
-    sleep_s = 0.4
+    sleep_s = 0.3
     ranks = run_ranks([*RUNNER, "train.py", "2", "1", str(sleep_s)], 2, tmp_path / "run", tmp_path)
     assert [r.returncode for r in ranks] == [0, 0], [r.stderr for r in ranks]
     found = by_rank(tmp_path / "run")
@@ -173,7 +174,7 @@ def test_off_the_runner_runs_the_script_without_torch_or_files(tmp_path: Path) -
     assert sorted(p.name for p in tmp_path.iterdir()) == ["show.py"]
 
 
-def test_exit_status_and_exception_pass_through_with_the_hooks_on(tmp_path: Path) -> None:
+def test_an_exception_passes_through_with_the_hooks_on(tmp_path: Path) -> None:
     script = textwrap.dedent(
         """
         import sys, torch
@@ -188,30 +189,25 @@ def test_exit_status_and_exception_pass_through_with_the_hooks_on(tmp_path: Path
     )
     (tmp_path / "train.py").write_text(script)
 
-    runs = {  # side by side: each imports torch
-        case: subprocess.Popen(
-            [sys.executable, *RUNNER, "train.py", case],
-            cwd=tmp_path,
-            env=python_env(tmp_path / f"run-{case}"),
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for case in ("7", "raise")
-    }
-    stderr = {case: run.communicate(timeout=60)[1] for case, run in runs.items()}
-    assert runs["7"].returncode == 7, stderr["7"]
-    assert runs["raise"].returncode == 1
-    assert stderr["raise"] == (  # as `python train.py raise` prints it: no frame of rtk's
+    # (Statuses other than 1 pass through the same code: test_script_runner.py.)
+    crashed = subprocess.run(
+        [sys.executable, *RUNNER, "train.py", "raise"],
+        cwd=tmp_path,
+        env=python_env(tmp_path / "run"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert crashed.returncode == 1
+    assert crashed.stderr == (  # as `python train.py raise` prints it: no frame of rtk's
         "Traceback (most recent call last):\n"
         f'  File "{tmp_path / "train.py"}", line 8, in <module>\n'
         '    raise ValueError("diverged")\n'
         "ValueError: diverged\n"
     )
-    for case in runs:  # the step, and run_end at exit, however the script ended
-        ends = [
-            m for m in read_markers(tmp_path / f"run-{case}") if m.event in ("step_end", "run_end")
-        ]
-        assert [(m.event, m.step) for m in ends] == [("step_end", 0), ("run_end", 0)]
+    # The step, and run_end at exit, although the script ended with an exception.
+    ends = [m for m in read_markers(tmp_path / "run") if m.event in ("step_end", "run_end")]
+    assert [(m.event, m.step) for m in ends] == [("step_end", 0), ("run_end", 0)]
 
 
 def test_without_a_script_it_says_how_to_call_it() -> None:

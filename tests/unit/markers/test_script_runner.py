@@ -63,6 +63,22 @@ def test_argv_main_file_and_path_are_pythons(tmp_path: Path) -> None:
     ]
 
 
+def test_safe_path_keeps_both_folders_off_the_path(tmp_path: Path) -> None:
+    write(tmp_path / "code" / "show.py", "import sys\nprint(sys.path)\n")
+    shown = [
+        subprocess.run(
+            [sys.executable, "-P", *prefix, "code/show.py"],
+            cwd=tmp_path,
+            env=python_env(None),
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
+        for prefix in ((), RUNNER)
+    ]
+    assert shown[0] == shown[1] and str(tmp_path) not in shown[0]
+
+
 def test_a_linked_script_gets_its_real_folder_on_the_path(tmp_path: Path) -> None:
     write(tmp_path / "real" / "show.py", "import sys\nprint(sys.path[0], __file__)\n")
     (tmp_path / "link.py").symlink_to(tmp_path / "real" / "show.py")
