@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from torch.optim import Optimizer
     from torch.utils.hooks import RemovableHandle
 
-USAGE = "usage: python -m toolkit.markers.auto_steps SCRIPT [ARGS...]"
+USAGE = "usage: python -m toolkit.markers.auto_steps SCRIPT [ARGS...] | -m MODULE [ARGS...]"
 BACKWARD = "backward"
 
 
@@ -148,10 +148,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         SystemExit: The script's exit status (2 for a usage error or a missing script).
     """
     args = list(sys.argv[1:] if argv is None else argv)
+    module = bool(args) and args[0] == "-m"
+    if module:
+        args = args[1:]
     if not args or args[0] in ("-h", "--help"):
         print(USAGE, file=sys.stderr)
         raise SystemExit(2)
-    script_runner.locate(args[0])
+    if not module:
+        script_runner.locate(args[0])
     if recorder.active is not None:
         # Load the writer now: the script's folder is about to replace the working
         # directory on sys.path, and rtk may have been importable only from there.
@@ -160,7 +164,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             AutoSteps().install()
         except ImportError as e:
             print(f"rtk auto steps: no torch here ({e}); running without them", file=sys.stderr)
-    script_runner.run_script(args[0], args[1:])
+    if module:
+        script_runner.run_module(args[0], args[1:])
+    else:
+        script_runner.run_script(args[0], args[1:])
 
 
 if __name__ == "__main__":

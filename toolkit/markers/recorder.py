@@ -209,7 +209,8 @@ def reset(environ: Mapping[str, str] = os.environ) -> Recorder | None:
     if active is not None:
         active.close()
     run_dir = environ.get(RUN_DIR_VARIABLE, "")
-    active = Recorder(run_dir) if run_dir else None
+    # rtk's default run directories start with ~: each node's home, as rtk means it.
+    active = Recorder(os.path.expanduser(run_dir)) if run_dir else None
     return active
 
 

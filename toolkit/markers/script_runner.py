@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import builtins
 import importlib.machinery
+import importlib.util
 import io
 import os
 import pkgutil
@@ -107,3 +108,22 @@ def script_frames(traceback: TracebackType | None, path: str) -> TracebackType |
     while traceback is not None and traceback.tb_frame.f_code.co_filename != path:
         traceback = traceback.tb_next
     return traceback
+
+
+def run_module(module: str, args: Sequence[str]) -> None:
+    """Run ``module`` as ``python -m MODULE ARGS`` would: as ``__main__``, found on sys.path.
+
+    Raises:
+        SystemExit: The module's own exit; status 1 when it cannot be found.
+    """
+    sys.argv = [module, *args]
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # python -m looks in the working directory first
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except ImportError:  # a parent package that is not there
+        found = False
+    if not found:
+        print(f"{sys.executable}: No module named {module}", file=sys.stderr)
+        raise SystemExit(1)
+    runpy.run_module(module, run_name="__main__", alter_sys=True)

@@ -194,3 +194,14 @@ def test_run_end_at_exit_and_nothing_from_a_forked_child(tmp_path: Path) -> None
         ("run_end", 0),
     ]
     assert {m.pid for m in found} == {found[0].pid} and found[0].rank == 1
+
+
+def test_a_run_directory_under_home_is_each_nodes_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    try:
+        on = recorder.reset({"RTK_RUN_DIR": "~/rtk-runs/r1"})
+        assert on is not None and on.run_dir == str(tmp_path / "rtk-runs" / "r1")
+    finally:
+        recorder.reset({})

@@ -151,3 +151,37 @@ def test_script_frames_start_at_the_script() -> None:
     here = tb.tb_frame.f_code.co_filename
     assert script_frames(tb, here) is tb
     assert script_frames(tb, "/elsewhere.py") is None
+
+
+def test_a_module_runs_as_python_dash_m_runs_it(tmp_path: Path) -> None:
+    write(tmp_path / "pkg" / "__init__.py", "")
+    write(
+        tmp_path / "pkg" / "train.py",
+        """
+        import sys
+        print(__name__, sys.argv[1:])
+        raise SystemExit(3)
+        """,
+    )
+    plain, runner = (
+        subprocess.run(
+            [sys.executable, *prefix, "-m", "pkg.train", "--lr", "1"],
+            cwd=tmp_path,
+            env=python_env(None),
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        for prefix in ((), RUNNER)
+    )
+    assert runner.returncode == plain.returncode == 3
+    assert runner.stdout == plain.stdout == "__main__ ['--lr', '1']\n"
+    missing = subprocess.run(
+        [sys.executable, *RUNNER, "-m", "pkg.nothing"],
+        cwd=tmp_path,
+        env=python_env(None),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert missing.returncode == 1 and "No module named pkg.nothing" in missing.stderr
