@@ -1,4 +1,5 @@
-"""``rtk torchrun`` on a 3-node sandbox: users' own DDP scripts, profiled per step.
+"""Users' own training on a 3-node sandbox, profiled per step: ``rtk torchrun`` with
+plain and marked DDP scripts, and the framework callbacks under ``rtk telemetry record``.
 
 The scripts in tests/data/user_scripts are written as users write them for torchrun
 (gloo on CPU here). Each run's directory is in this machine's /tmp, which no sandbox
@@ -8,6 +9,8 @@ and the run comes back here, as on a cluster without a shared filesystem.
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import signal
 import subprocess
@@ -22,6 +25,7 @@ import pytest
 import yaml
 from conftest import REPO, pids_mentioning, require, require_sandbox_host, rtk
 
+from toolkit.rundir import read_markers
 from toolkit.sandbox import Sandbox
 from toolkit.sandbox.procs import nsenter_argv
 
@@ -90,6 +94,111 @@ def nothing_left(ctx: dict[str, Any]) -> None:
         time.sleep(0.5)
     assert pids_mentioning(TORCHRUN_PROCESS) == []
     assert pids_mentioning("train_ddp") == []
+
+
+def summary_of(run_dir: Path) -> dict[str, Any]:
+    return json.loads((run_dir / "report" / "summary.json").read_text())
+
+
+def trace_of(run_dir: Path) -> list[dict[str, Any]]:
+    data = json.loads(gzip.decompress((run_dir / "report" / "trace.json.gz").read_bytes()))
+    events: list[dict[str, Any]] = data["traceEvents"] if isinstance(data, dict) else data
+    return events
+
+
+def test_a_plain_ddp_script_with_auto_steps_names_the_slowed_rank(
+    cluster: dict[str, Any], tmp_path: Path
+) -> None:
+    """train_ddp.py has no rtk in it: steps come from the optimizer, waits from backward."""
+    run_dir = tmp_path / "auto"
+    done = torchrun(
+        cluster, run_dir, "--auto-steps", "--", "train_ddp.py",
+        *("--steps", "12", "--slow-rank", "1", "--slow-s", "0.3"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "rtk torchrun: torchrun started on 3 node(s), 3 rank(s)" in done.stdout
+    assert "rtk torchrun: 3 node(s) exited 0 (node[1-3])" in done.stdout
+    records = read_markers(run_dir)  # every rank's file came back from its node
+    assert sorted({r.rank for r in records}) == [0, 1, 2]
+    assert len({r.node for r in records}) == 3
+    summary = summary_of(run_dir)
+    assert summary["run"]["steps"] == 12 and summary["run"]["steps_from"] == "auto"
+    per_step = summary["steps"]["per_step"]
+    assert [s["step"] for s in per_step] == list(range(12))
+    assert all(s["energy_j"] > 0 for s in per_step)
+    stragglers = summary["stragglers"]
+    assert stragglers["source"] == "backward" and stragglers["slowest_rank"] == 1
+    for rank in stragglers["ranks"]:
+        if rank["rank"] == 1:
+            assert rank["last"] >= 10  # last into backward at (nearly) every step
+        else:
+            assert rank["wait_s"] >= 2.0  # about 0.3 s at each of 12 steps
+            assert rank["wait_energy_j"] > 0
+    text = " ".join(done.stdout.split())
+    assert "steps: 12, from optimizer hooks (--auto-steps)" in text
+    assert "last to arrive most often: rank 1 on" in text
+    nothing_left(cluster)
+
+
+def test_the_script_with_markers_shows_its_phases_and_barriers(
+    cluster: dict[str, Any], tmp_path: Path
+) -> None:
+    """train_ddp_markers.py: train_ddp.py with step, phase and barrier calls added."""
+    run_dir = tmp_path / "marked"
+    done = torchrun(
+        cluster, run_dir, "--", "train_ddp_markers.py",
+        *("--steps", "12", "--slow-rank", "2", "--slow-s", "0.2"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = summary_of(run_dir)
+    assert summary["run"]["steps"] == 12 and summary["run"]["steps_from"] == "api"
+    phases = {p["name"]: p for p in summary["marker_phases"]}
+    assert set(phases) == {"data", "backward"}
+    assert phases["data"]["count"] == 36 and phases["data"]["slowest_rank"] == 2
+    assert [b["step"] for b in summary["barriers"]] == [3, 7, 11]
+    assert all(b["ranks"] == 3 for b in summary["barriers"])
+    assert summary["stragglers"]["source"] == "barriers+backward"
+    assert summary["stragglers"]["slowest_rank"] == 2
+    names = [e.get("name") for e in trace_of(run_dir) if e.get("ph") == "X"]
+    assert names.count("data") == 36 and names.count("backward") == 36
+    assert sum(1 for n in names if str(n).startswith("barrier ")) == 9  # 3 ranks x 3
+
+
+def record(
+    ctx: dict[str, Any], run_dir: Path, script: str, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """``rtk telemetry record INVENTORY -- python SCRIPT ARGS`` from the scripts' folder."""
+    return subprocess.run(
+        [
+            sys.executable, "-m", "toolkit", "telemetry", "record", ctx["inventory"],
+            *("--output-dir", str(run_dir.parent), "--run-id", run_dir.name),
+            "--", sys.executable, script, *args,
+        ],
+        capture_output=True, text=True, timeout=300, cwd=SCRIPTS,
+        env={**os.environ, **ctx["env"]}, check=False,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("script", "steps_from", "ranks", "tokens"),
+    [
+        ("train_hf.py", "hf", 1, 8 * 4 * 32),  # 8 steps of 4 sequences of 32 tokens
+        ("train_lightning.py", "lightning", 1, 8 * 4 * 32),
+        ("train_ray.py", "ray_train", 3, 8 * 3 * 8 * 16),  # 3 workers, 8 rows of 16
+    ],
+)
+def test_framework_callbacks_give_steps_and_tokens(
+    cluster: dict[str, Any], tmp_path: Path, script: str, steps_from: str, ranks: int,
+    tokens: int,
+) -> None:  # fmt: skip
+    run_dir = tmp_path / script.removesuffix(".py")
+    done = record(cluster, run_dir, script)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run = summary_of(run_dir)["run"]
+    assert (run["steps"], run["steps_from"], run["ranks"]) == (8, steps_from, ranks)
+    assert run["tokens"] == tokens and run["energy_per_token_j"] > 0
+    if ranks > 1:  # the Ray Train workers wrote on their own nodes
+        assert len({r.node for r in read_markers(run_dir)}) == ranks
 
 
 def test_bad_input_is_one_line_and_nothing_starts(cluster: dict[str, Any], tmp_path: Path) -> None:

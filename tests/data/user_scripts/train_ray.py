@@ -51,7 +51,9 @@ def main():
     trainer = TorchTrainer(
         train_loop_per_worker,
         train_loop_config={"steps": args.steps},
-        scaling_config=ScalingConfig(num_workers=args.num_workers, use_gpu=False),
+        scaling_config=ScalingConfig(
+            num_workers=args.num_workers, use_gpu=False, placement_strategy="SPREAD"
+        ),
         run_config=RunConfig(storage_path=tempfile.mkdtemp(prefix="ray-train-")),
     )
     result = trainer.fit()
