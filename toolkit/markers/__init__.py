@@ -1,6 +1,6 @@
 """Mark your own training's steps, phases and barriers for rtk's power report.
 
-Under rtk (``rtk torchrun``, ``rtk launch``, ``rtk telemetry record``) every process
+Under rtk (``rtk torchrun``, ``rtk telemetry record``, ``rtk train``) every process
 of the job gets ``RTK_RUN_DIR``, and these calls append to its rank's marker file in
 the run directory, the same records rtk's own trainer writes; the report lines them
 up with every GPU's power. Anywhere else they do nothing, at well under a

@@ -2,7 +2,7 @@
 
 Ray Train has no step hook of its own: the loop is the user's. ``StepMarkers.over``
 wraps the loop's iterable so that each batch is one step, and ``report`` wraps
-``ray.train.report`` in a phase. Run the script under rtk (``rtk launch``) and every
+``ray.train.report`` in a phase. Run the script under ``rtk telemetry record`` and every
 worker on every node writes its rank's markers; without rtk nothing is written::
 
     import ray.train
