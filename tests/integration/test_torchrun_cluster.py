@@ -12,6 +12,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -162,6 +163,24 @@ def test_the_script_with_markers_shows_its_phases_and_barriers(
     names = [e.get("name") for e in trace_of(run_dir) if e.get("ph") == "X"]
     assert names.count("data") == 36 and names.count("backward") == 36
     assert sum(1 for n in names if str(n).startswith("barrier ")) == 9  # 3 ranks x 3
+
+
+def test_env_and_ranks_per_node_reach_every_rank(cluster: dict[str, Any], tmp_path: Path) -> None:
+    run_dir = tmp_path / "env"
+    done = torchrun(
+        cluster, run_dir, "--nproc-per-node", "2", "--env", "RTK_TEST_MARK=hello",
+        "--", "show_env.py",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    seen = re.findall(
+        r"rank (\d)/6 local (\d) node (\S+) mark (\S+) run_dir (\S+) gloo (\S+)", done.stdout
+    )
+    assert sorted(int(rank) for rank, *_ in seen) == list(range(6))
+    assert sorted({node for _, _, node, *_ in seen}) == ["node1", "node2", "node3"]
+    assert {(mark, run, gloo) for *_, mark, run, gloo in seen} == {
+        ("hello", str(run_dir), "eth0")  # the user's --env, rtk's run dir, rtk's network
+    }
+    assert sorted(local for _, local, *_ in seen) == ["0", "0", "0", "1", "1", "1"]
 
 
 def record(

@@ -221,8 +221,11 @@ def _torchrun(
 ) -> JobRequest:
     spec = workload.spec
     argv = [plan.head.node.python, "-m", TORCHRUN_MODULE, json.dumps(spec.to_json())]
+    # Every rank's every line, as torchrun prints them: Ray's log deduplication (read
+    # when the driver imports Ray) folds lines that differ only in numbers into one.
+    env = {"RAY_DEDUP_LOGS": "0"}
     command = CommandWorkload(
-        tuple(argv), workload.working_dir, {}, workload.run_dir, workload.telemetry
+        tuple(argv), workload.working_dir, env, workload.run_dir, workload.telemetry
     )
     request = _recorded(plan, command, "torchrun", stamp, ship_code)
     return dataclasses.replace(

@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from types import FrameType
 from typing import Any
@@ -30,7 +31,8 @@ from toolkit.torchrun.node_runner import NodeFacts, TorchrunActor
 from toolkit.torchrun.spec import TorchrunSpec, node_argv, nproc_for, nproc_problem
 
 FACTS_TIMEOUT_S = 120.0
-STOP_WAIT_S = 30.0  # node_runner.STOP_GRACE_S and some
+STOP_WAIT_S = 30.0
+LOG_SETTLE_S = 1.0  # node_runner.STOP_GRACE_S and some
 EXIT_CANNOT_START = 3
 _PREFIX = "rtk torchrun:"
 
@@ -134,6 +136,9 @@ def _run(spec: TorchrunSpec, actors: list[Actor], facts: list[NodeFacts], gpus: 
                     "the other nodes"
                 )
                 _stop(actors[i] for i in waits.values())
+    # Ray forwards a worker's output from its log file a moment after it is written:
+    # the last lines (a failed rank's traceback, torchrun's error summary) come first.
+    time.sleep(LOG_SETTLE_S)
     say(_outcome([f.node for f in facts], codes))
     if first_failure is not None:
         return codes[first_failure] if codes[first_failure] > 0 else 1

@@ -74,7 +74,6 @@ def child_env(
     source = str(Path(__file__).resolve().parents[2])
     paths = [source, *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    env["PYTHONUNBUFFERED"] = "1"
     env.update(rtk_env)
     env.update(user_env)
     return env
