@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -28,6 +29,8 @@ from toolkit.flows import (
     WorkloadOutcome,
 )
 from toolkit.flows.run import RunEvents, execute
+from toolkit.flows.workload import Workload
+from toolkit.inventory import Inventory
 
 TELEMETRY_HELP = "Power and GPU telemetry for any workload."
 
@@ -77,10 +80,31 @@ def record_cmd(
     """Record telemetry around a command (help: RECORD_HELP)."""
     inv, command = inventory_and_command(inventory, command, local, slurm)
     telemetry = telemetry_from(**options)
-    run_id = run_id or f"{inv.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    run_dir = f"{output_dir.rstrip('/')}/{run_id}"
+    run_dir = f"{output_dir.rstrip('/')}/{run_id or default_run_id(inv)}"
     workload = CommandWorkload(command, working_dir, run_dir=run_dir, telemetry=telemetry)
-    with Session(inv, log=click.echo) as session:
+    run_recorded(inv, workload, dry_run)
+
+
+def default_run_id(inventory: Inventory) -> str:
+    """A run's id when --run-id is not given: the cluster's name and the time."""
+    return f"{inventory.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+# Refuses what is wrong before the run starts: (session, dry_run) -> None or raises.
+RunCheck = Callable[[Session, bool], None]
+
+
+def run_recorded(
+    inventory: Inventory, workload: Workload, dry_run: bool, check: RunCheck | None = None
+) -> None:
+    """Run ``workload`` under telemetry on ``inventory``'s cluster and report it.
+
+    ``--dry-run`` prints the plan instead; ``check`` runs first either way. Exits 1
+    when the job did not succeed.
+    """
+    with Session(inventory, log=click.echo) as session:
+        if check is not None:
+            check(session, dry_run)
         plan = session.run_plan(workload, PreflightPolicy.SKIP)
         if dry_run:
             click.echo(plan.render(), nl=False)

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-import time
 from typing import Any
 
 import click
 
-from toolkit.cli.cmd_telemetry import RecordEvents
+from toolkit.cli.cmd_telemetry import default_run_id, run_recorded
 from toolkit.cli.options.decorators import (
     dry_run_option,
     inventory_and_command,
@@ -18,8 +16,7 @@ from toolkit.cli.options.decorators import (
     telemetry_from,
     telemetry_options,
 )
-from toolkit.flows import PreflightPolicy, Session
-from toolkit.flows.run import execute
+from toolkit.flows import Session
 from toolkit.flows.workload import TorchrunWorkload
 from toolkit.jobs.runtime_env import RuntimeEnvError, parse_env_pairs
 from toolkit.torchrun.checks import check_port, check_request
@@ -120,7 +117,7 @@ def torchrun_cmd(
     except RuntimeEnvError as e:
         raise click.UsageError(str(e)) from e
     telemetry = telemetry_from(**options)
-    run_id = run_id or f"{inv.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_id = run_id or default_run_id(inv)
     spec = TorchrunSpec(
         script=command[0],
         args=tuple(command[1:]),
@@ -133,14 +130,10 @@ def torchrun_cmd(
         module=module,
     )
     run_dir = f"{output_dir.rstrip('/')}/{run_id}"
-    workload = TorchrunWorkload(spec, run_dir, working_dir, telemetry)
-    with Session(inv, log=click.echo) as session:
+
+    def check(session: Session, dry_run: bool) -> None:
         check_request(spec, session.plan, working_dir)
-        plan = session.run_plan(workload, PreflightPolicy.SKIP)
-        if dry_run:
-            click.echo(plan.render(), nl=False)
-            return
-        check_port(spec, session.plan, session.transport)
-        done = execute(session, plan, workload, RecordEvents())
-    if not done.ok:
-        sys.exit(1)
+        if not dry_run:
+            check_port(spec, session.plan, session.transport)
+
+    run_recorded(inv, TorchrunWorkload(spec, run_dir, working_dir, telemetry), dry_run, check)

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 
@@ -16,15 +14,6 @@ from toolkit.rundir.markers import Marker, read_markers
 
 SEQ = 8
 BATCH = 2
-
-
-@pytest.fixture
-def run_dir(tmp_path: Path) -> Iterator[Path]:
-    """Markers on, as under rtk: RTK_RUN_DIR is the test's run directory."""
-    path = tmp_path / "run"
-    recorder.reset({"RTK_RUN_DIR": str(path)})
-    yield path
-    recorder.reset({})
 
 
 def train(tmp_path: Path, callback: RtkMarkersCallback, **overrides: Any) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -19,15 +18,6 @@ from toolkit.rundir.markers import Marker, read_markers
 SEQ = 8
 BATCH = 2
 VOCAB = 32
-
-
-@pytest.fixture
-def run_dir(tmp_path: Path) -> Iterator[Path]:
-    """Markers on, as under rtk: RTK_RUN_DIR is the test's run directory."""
-    path = tmp_path / "run"
-    recorder.reset({"RTK_RUN_DIR": str(path)})
-    yield path
-    recorder.reset({})
 
 
 class TinyLM(lightning.LightningModule):

@@ -27,15 +27,6 @@ SEQ = 8
 BATCH = 4
 
 
-@pytest.fixture
-def run_dir(tmp_path: Path) -> Iterator[Path]:
-    """Markers on, as under rtk: RTK_RUN_DIR is the test's run directory."""
-    path = tmp_path / "run"
-    recorder.reset({"RTK_RUN_DIR": str(path)})
-    yield path
-    recorder.reset({})
-
-
 def step_events(markers: list[Marker]) -> list[tuple[str, int | None]]:
     return [(m.event, m.step) for m in markers if m.event.startswith("step_")]
 
