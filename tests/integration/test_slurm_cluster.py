@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -19,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import require, require_sandbox_host
+from conftest import REPO, require, require_sandbox_host
 
 from toolkit.sandbox import Sandbox, create, destroy
 from toolkit.sandbox.hostcheck import find_tools
@@ -168,6 +169,30 @@ def test_a_training_job_trains_with_telemetry_reports_and_completes(
     assert ray_processes(cluster) == {}
     for node in cluster.nodes:
         assert cluster.run_in(node.name, ["test", "-e", f"/tmp/rtk-{job_id}"]).returncode == 1
+
+
+def test_a_torchrun_job_runs_a_users_script_on_every_node_with_its_steps(
+    cluster: Sandbox, workdir: Path
+) -> None:
+    """--template torchrun: rtk torchrun --slurm inside the allocation, the c10d
+    rendezvous on the job's own port, a plain DDP script's steps from its optimizer."""
+    shutil.copy(REPO / "tests" / "data" / "user_scripts" / "train_ddp.py", workdir)
+    done = rtk_in(
+        cluster,
+        workdir,
+        *("sbatch", "submit", str(cluster.inventory_path), "--template", "torchrun", "--wait"),
+        *("--job-name", "ddp", "--output-dir", str(workdir / "runs")),
+        *("--", "--auto-steps", "--", "train_ddp.py", "--steps", "8"),
+    )
+    assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-3000:]
+    job_id = done.stdout.split()[0]
+    assert scontrol_job(cluster, job_id)["JobState"] == "COMPLETED"
+    assert "rtk torchrun: 3 node(s) exited 0" in done.stdout
+    run_dir = workdir / "runs" / f"ddp-{job_id}"
+    summary = json.loads((run_dir / "report" / "summary.json").read_text())
+    assert (summary["run"]["steps"], summary["run"]["ranks"]) == (8, 3)
+    assert summary["run"]["steps_from"] == "auto"
+    assert ray_processes(cluster) == {}
 
 
 def test_each_preflight_policy_through_sbatch_on_a_node_failing_a_check(
