@@ -61,10 +61,11 @@ done
 # Two workers (pytest-xdist; RTK_TEST_WORKERS sets how many, 0 for one process): most
 # integration tests wait on Ray, sshd and SLURM, not on a core. Tests that share a sandbox or the host's Ray stay on one worker
 # (XDIST_GROUPS in tests/conftest.py). The tests marked `timing` assert a rate or a
-# duration of real processes, so they run after the rest, alone on the machine.
+# duration of real processes, so they run after the rest, alone on the machine. The
+# slowest 30 tests are listed at the end: CI's time is kept under 25 minutes.
 run_pytest() { PATH="$test_path" RTK_TEST_CLEAN_PATH=1 .venv/bin/python -m pytest "$@"; }
 rest=0
-run_pytest -m "not gpu and not timing" -n "${RTK_TEST_WORKERS:-2}" "$@" || rest=$?
+run_pytest -m "not gpu and not timing" -n "${RTK_TEST_WORKERS:-2}" --durations=30 "$@" || rest=$?
 timing=0
 run_pytest -m "not gpu and timing" "$@" || timing=$?
 # 5 is pytest's "no test selected": the arguments may select tests of one kind only.

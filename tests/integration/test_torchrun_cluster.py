@@ -165,24 +165,6 @@ def test_the_script_with_markers_shows_its_phases_and_barriers(
     assert sum(1 for n in names if str(n).startswith("barrier ")) == 9  # 3 ranks x 3
 
 
-def test_env_and_ranks_per_node_reach_every_rank(cluster: dict[str, Any], tmp_path: Path) -> None:
-    run_dir = tmp_path / "env"
-    done = torchrun(
-        cluster, run_dir, "--nproc-per-node", "2", "--env", "RTK_TEST_MARK=hello",
-        "--", "show_env.py",
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    seen = re.findall(
-        r"rank (\d)/6 local (\d) node (\S+) mark (\S+) run_dir (\S+) gloo (\S+)", done.stdout
-    )
-    assert sorted(int(rank) for rank, *_ in seen) == list(range(6))
-    assert sorted({node for _, _, node, *_ in seen}) == ["node1", "node2", "node3"]
-    assert {(mark, run, gloo) for *_, mark, run, gloo in seen} == {
-        ("hello", str(run_dir), "eth0")  # the user's --env, rtk's run dir, rtk's network
-    }
-    assert sorted(local for _, local, *_ in seen) == ["0", "0", "0", "1", "1", "1"]
-
-
 def record(
     ctx: dict[str, Any], run_dir: Path, script: str, *args: str
 ) -> subprocess.CompletedProcess[str]:
@@ -269,40 +251,44 @@ def test_bad_input_is_one_line_and_nothing_starts(cluster: dict[str, Any], tmp_p
     nothing_left(cluster)
 
 
-def test_ctrl_c_stops_every_nodes_ranks(cluster: dict[str, Any], tmp_path: Path) -> None:
+def test_env_and_ranks_reach_every_rank_and_ctrl_c_stops_them_all(
+    cluster: dict[str, Any], tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "stopped"
     run = subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "toolkit",
-            "torchrun",
-            cluster["inventory"],
-            *("--output-dir", str(tmp_path), "--run-id", "stopped"),
-            "--",
-            "train_ddp.py",
-            "--steps",
-            "100000",
-            "--slow-rank",
-            "0",
-            "--slow-s",
-            "0.05",
+            sys.executable, "-m", "toolkit", "torchrun", cluster["inventory"],
+            *("--output-dir", str(tmp_path), "--run-id", run_dir.name),
+            *("--nproc-per-node", "2", "--env", "RTK_TEST_MARK=hello"),
+            "--", "show_env.py", "--then-sleep", "600",
         ],
         cwd=SCRIPTS,
         env={**os.environ, **cluster["env"]},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-    )
+    )  # fmt: skip
     assert run.stdout is not None
-    seen = []
-    for line in run.stdout:
-        seen.append(line)
-        if "epoch 0 step 10 " in line:
+    line = re.compile(r"rank (\d)/6 local (\d) node (\S+) mark (\S+) run_dir (\S+) gloo (\S+)")
+    seen: list[tuple[str, ...]] = []
+    output = []
+    for text in run.stdout:
+        output.append(text)
+        found = line.search(text)
+        if found:
+            seen.append(found.groups())
+        if len(seen) == 6:
             break
     else:
-        pytest.fail("".join(seen[-40:]))
+        pytest.fail("".join(output[-40:]))
+    assert sorted(int(rank) for rank, *_ in seen) == list(range(6))
+    assert sorted({node for _, _, node, *_ in seen}) == ["node1", "node2", "node3"]
+    assert sorted(local for _, local, *_ in seen) == ["0", "0", "0", "1", "1", "1"]
+    assert {(mark, run, gloo) for *_, mark, run, gloo in seen} == {
+        ("hello", str(run_dir), "eth0")  # the user's --env, rtk's run dir, rtk's network
+    }
     assert len(pids_mentioning(TORCHRUN_PROCESS)) == 3  # one torchrun per node
     run.send_signal(signal.SIGINT)
     rest, _ = run.communicate(timeout=120)
-    assert run.returncode == 130, "".join(seen[-20:]) + rest
+    assert run.returncode == 130, "".join(output[-20:]) + rest
     nothing_left(cluster)
