@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -129,7 +130,14 @@ def test_each_torch_trainer_worker_writes_its_rank_s_steps_and_reports(
         scaling_config=ScalingConfig(num_workers=WORKERS, use_gpu=False),
         run_config=RunConfig(name="markers", storage_path=str(tmp_path / "results")),
     )
-    trainer.fit()
+    # Ray Train's fit() installs a SIGINT handler of its own and leaves it: later tests
+    # in this process that expect Ctrl-C to raise KeyboardInterrupt would wait forever.
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        trainer.fit()
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
     markers = read_markers(ray_run_dir)
 
     assert sorted({(m.rank, m.local_rank, m.world_size) for m in markers}) == [(0, 0, 2), (1, 1, 2)]
