@@ -107,16 +107,18 @@ def main(argv: list[str]) -> int:
 def _run(spec: TorchrunSpec, actors: list[Actor], facts: list[NodeFacts], gpus: list[int]) -> int:
     head_ip = facts[0].ip
     rtk_env = {"RTK_RUN_DIR": os.environ.get("RTK_RUN_DIR", "")}
-    if spec.auto_steps:
-        rtk_env["RTK_AUTO_STEPS"] = "1"
-    ranks = 0
-    waits: dict[Any, int] = {}
-    for index, (actor, count) in enumerate(zip(actors, gpus, strict=True)):
-        nproc = nproc_for(spec, count)
-        ranks += nproc
-        command = node_argv(spec, len(actors), head_ip, nproc)
-        ray.get(actor.start.remote(command, rtk_env, dict(spec.env)))
-        waits[actor.wait.remote()] = index
+    nprocs = [nproc_for(spec, count) for count in gpus]
+    # Every node starts at once: one round trip to all of them, not one after another.
+    ray.get(
+        [
+            actor.start.remote(
+                node_argv(spec, len(actors), head_ip, nproc), rtk_env, dict(spec.env)
+            )
+            for actor, nproc in zip(actors, nprocs, strict=True)
+        ]
+    )
+    waits: dict[Any, int] = {actor.wait.remote(): index for index, actor in enumerate(actors)}
+    ranks = sum(nprocs)
     say(
         f"torchrun started on {len(actors)} node(s), {ranks} rank(s); rendezvous "
         f"{head_ip}:{spec.rdzv_port}"
@@ -140,10 +142,14 @@ def _run(spec: TorchrunSpec, actors: list[Actor], facts: list[NodeFacts], gpus: 
     # the last lines (a failed rank's traceback, torchrun's error summary) come first.
     time.sleep(LOG_SETTLE_S)
     say(_outcome([f.node for f in facts], codes))
-    if first_failure is not None:
-        return codes[first_failure] if codes[first_failure] > 0 else 1
-    bad = [c for c in codes.values() if c != 0]
-    return (bad[0] if bad[0] > 0 else 1) if bad else 0
+    failed = (
+        first_failure
+        if first_failure is not None
+        else next((i for i in sorted(codes) if codes[i] != 0), None)
+    )
+    if failed is None:
+        return 0
+    return codes[failed] if codes[failed] > 0 else 1  # killed by a signal: 1
 
 
 def _outcome(names: list[str], codes: dict[int, int]) -> str:
