@@ -29,6 +29,7 @@ from toolkit.rundir.pack import PACK_PATTERNS
 from toolkit.rundir.trace_files import node_trace_files
 
 MARKERS_DIR = "markers"
+STACKS_DIR = "stacks"
 TELEMETRY_DIR = "telemetry"
 REPORT_DIR = "report"
 CHECKPOINTS_DIR = "train"  # Ray Train's run name under the run directory
@@ -134,6 +135,15 @@ class RunDir:
     def stop_request(self) -> Path:
         """Written by the training driver on SIGINT: every rank checkpoints and stops."""
         return self.root / "stop_requested"
+
+    @property
+    def stall(self) -> Path:
+        """The stalls the watchdog saw, with every rank's evidence (``rundir.stall``)."""
+        return self.root / "stall.json"
+
+    def stack_dump(self, rank: int) -> Path:
+        """Where rank ``rank``'s faulthandler writes its stacks when rtk asks for them."""
+        return self.root / STACKS_DIR / f"rank-{rank}.txt"
 
     # Markers.
     @property

@@ -10,6 +10,7 @@ from __future__ import annotations
 PACK_PATTERNS = (
     "telemetry/**/*",
     "markers/*.jsonl",
+    "stacks/*.txt",
     "metrics*.jsonl",
     "*.json",
 )
