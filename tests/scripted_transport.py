@@ -183,3 +183,40 @@ class ScriptedTransport(Transport):
         return CommandResult(
             call.node, call.command, reply.exit_code, reply.stdout, reply.stderr, 0.0
         )
+
+
+def startdiag_pattern(temp_dir: str) -> str:
+    """``startdiag.py``'s command line: ``python3 - TEMP_DIR PORTS [HEAD_IP HEAD_PORTS]``."""
+    return rf" - {re.escape(temp_dir)} [\d,]+( \S+ [\d,]+)?$"
+
+
+def startdiag_answer(
+    holders: Mapping[str, str] | None = None,
+    reach: Mapping[str, str | None] | None = None,
+    log_errors: tuple[str, ...] = (),
+    ray_version: str | None = "2.60.0",
+) -> Reply:
+    """What ``startdiag.py`` says of a node whose temp dir is fine (and its Ray, by default)."""
+    return answer(
+        {
+            "hostname": "host",
+            "temp_dir": {
+                "path": "/tmp/rtk",
+                "exists": True,
+                "mount_point": "/",
+                "fs_type": "ext4",
+                "read_only": False,
+                "free_bytes": 10 << 30,
+                "write_error": None,
+                "other_hosts": [],
+            },
+            "ray": {
+                "executable": "/usr/bin/python3",
+                "version": ray_version,
+                "error": None if ray_version else "No module named 'ray'",
+            },
+            "ports": dict(holders or {}),
+            "reach": dict(reach or {}),
+            "logs": {"session": None, "tails": {}, "errors": list(log_errors)},
+        }
+    )

@@ -62,6 +62,7 @@ LAYERS: dict[str, int] = {
     "train": 3,
     "profile": 3,
     "torchrun": 3,  # rtk torchrun: the spec, the checks, the job's driver and node actor
+    "stall": 3,  # the stall watchdog: detecting a stall, the ranks' evidence, the diagnosis
     "sandbox": 3,
     # 4: whole flows (up, train, profile) that the CLI and batch scripts call
     "flows": 4,
@@ -78,6 +79,7 @@ RUNS_ON: dict[str, str] = {
     "toolkit.node.facts": NODE_SCRIPT,
     "toolkit.node.gpu_control": NODE_SCRIPT,
     "toolkit.node.logpack": NODE_SCRIPT,
+    "toolkit.node.startdiag": NODE_SCRIPT,
     "toolkit.node.common": NODE_SCRIPT,  # sent in front of each of them
     "toolkit.train.job": JOB_DRIVER,
     "toolkit.telemetry.record_job": JOB_DRIVER,

@@ -13,15 +13,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from toolkit.cluster.down import stop_node
+from toolkit.cluster.failures.causes import explain_start_failure, port_names, start_blocker
 from toolkit.cluster.plan import RAY_READY_TEXT, ClusterPlan, NodePlan, fill_env
 from toolkit.cluster.plan_text import env_file
 from toolkit.cluster.progress_reporter import Reporter
 from toolkit.cluster.ray_status import ClusterStatus, cluster_status
 from toolkit.credentials.tls import ClusterTls
-from toolkit.errors import ClusterError, WaitTimeoutError
+from toolkit.errors import ClusterError, RtkError, TransportError, WaitTimeoutError
 from toolkit.netenv import env_for_node
 from toolkit.nodeinfo import call_agent
 from toolkit.nodeinfo.probe import ContainerFacts, ProbeFacts
+from toolkit.nodeinfo.start_facts import StartDiagFacts, read_start_diag
 from toolkit.preflight.container_checks import container_checks, failure_text
 from toolkit.transport.base import Transport
 
@@ -29,6 +31,7 @@ __all__ = ["RAY_READY_TEXT", "NodeOutcome", "StaleEntries", "prepare_node", "sta
 
 PROBE_TIMEOUT_S = 60.0
 POLL_INTERVAL_S = 0.25
+TAIL_LINES = 40  # of a failed ray start's output, kept for --verbose
 
 
 @dataclass
@@ -43,6 +46,8 @@ class NodeOutcome:
     duration_s: float = 0.0
     error: str | None = None
     rtk_digest: str | None = None  # of the rtk source the node's Python imports
+    ray_version: str | None = None  # of the node's Python (None: in a container, or unknown)
+    detail: str | None = None  # what a failure's cause was read from (--verbose)
 
 
 def prepare_node(
@@ -54,6 +59,7 @@ def prepare_node(
     outcome: NodeOutcome,
     tls: ClusterTls | None = None,
     refuse_running: bool = False,
+    head_ray_version: str | None = None,
 ) -> bool:
     """Probe, write token, TLS files and env file; True when ``ray start`` is still needed.
 
@@ -61,6 +67,9 @@ def prepare_node(
     name, its host name and the address Ray binds there (the probe's), and 127.0.0.1.
     With ``refuse_running`` (credentials rotated), a node where this cluster's Ray
     already runs is an error rather than left as it is: it holds the old credentials.
+    A node whose Ray would not start (its temp dir, its Python without Ray or with
+    another version than ``head_ray_version``, the head's) is refused with the cause
+    (``cluster.failures.causes.start_blocker``) before anything is written there.
 
     A node with a container is ready when its runtime answers, the image is there and,
     for GPUs, the runtime's GPU hook (``preflight.container_checks``); its Ray runs
@@ -81,6 +90,7 @@ def prepare_node(
     outcome.node_ip = facts.route.source_ip
     # Ray in a container imports the image's rtk, if any, not the host's.
     outcome.rtk_digest = facts.rtk_digest if node_plan.container is None else None
+    outcome.ray_version = facts.ray.version if facts.ray and node_plan.container is None else None
     reporter.phase(node.name, "probed")
     container = _container_facts(node_plan, facts)
     if container.running if container is not None else facts.raylet_running:
@@ -98,6 +108,14 @@ def prepare_node(
         failed = failure_text(container_checks(node.name, spec.image, spec.gpus, container))
         if failed:
             raise ClusterError(f"{node.name}: {failed}")
+    blocker = start_blocker(
+        facts.temp_dir,
+        facts.ray if node_plan.container is None else None,
+        plan.head.name,
+        head_ray_version,
+    )
+    if blocker:
+        raise ClusterError(f"{node.name}: {blocker}")
     if facts.rtk_pids or (container is not None and container.state is not None):
         reporter.node(node.name, "stopping leftovers of an earlier run of this cluster")
         stop_node(node_plan, transport)
@@ -152,30 +170,118 @@ def start_node(
     transport: Transport,
     reporter: Reporter,
     outcome: NodeOutcome,
+    head_ray_version: str | None = None,
 ) -> None:
-    """``ray start`` on the node; its outcome says started or failed, and why."""
+    """``ray start`` on the node; its outcome says started or failed, and why.
+
+    On a failure the node is asked why (``startdiag.py``), the cause is one line
+    (``cluster.failures.causes``) with Ray's own text as the outcome's ``detail``, and
+    whatever the start left running there is stopped.
+    """
     node = node_plan.node
     reporter.node(node.name, f"starting Ray ({node_plan.role})")
     began = time.monotonic()
     timeout_s = plan.inventory.ray.start_timeout_s
-    result = transport.start_daemon(
-        node,
-        node_plan.start_command,
-        RAY_READY_TEXT,
-        timeout_s,
-        step_options=node_plan.start_step_options,
-    )
+    what = "ray start" if node_plan.container is None else "container start"
+    try:
+        result = transport.start_daemon(
+            node,
+            node_plan.start_command,
+            RAY_READY_TEXT,
+            timeout_s,
+            step_options=node_plan.start_step_options,
+        )
+    except TransportError as e:
+        # Past its time (or the node was lost): what the node says may tell why.
+        outcome.duration_s = time.monotonic() - began
+        _failed(node_plan, plan, transport, reporter, outcome, what, None, str(e), head_ray_version)
+        return
     outcome.duration_s = time.monotonic() - began
     if result.ok:
         outcome.action = "started"
         reporter.node(node.name, f"Ray started in {outcome.duration_s:.1f} s")
         reporter.phase(node.name, "started")
         return
-    what = "ray start" if node_plan.container is None else "container start"
+    output = result.tail(TAIL_LINES)
+    _failed(
+        node_plan,
+        plan,
+        transport,
+        reporter,
+        outcome,
+        what,
+        result.exit_code,
+        output,
+        head_ray_version,
+    )
+
+
+def _failed(
+    node_plan: NodePlan,
+    plan: ClusterPlan,
+    transport: Transport,
+    reporter: Reporter,
+    outcome: NodeOutcome,
+    what: str,
+    exit_code: int | None,
+    output: str,
+    head_ray_version: str | None,
+) -> None:
+    """Record why the node's start failed (asking the node), then stop what it left."""
     outcome.action = "failed"
-    outcome.error = f"{what} exited {result.exit_code}:\n{result.tail()}"
-    reporter.node(node.name, f"{what} failed (exit {result.exit_code})")
-    reporter.phase(node.name, "failed", f"{what} exited {result.exit_code}")
+    how = f"exit {exit_code}" if exit_code is not None else "did not finish"
+    reporter.node(node_plan.name, f"{what} failed ({how}); reading why")
+    facts = read_facts_after(node_plan, plan, transport)
+    failure = explain_start_failure(
+        what,
+        exit_code,
+        output,
+        facts,
+        port_names(plan.inventory.ports),
+        plan.head.name,
+        head_ray_version,
+        host_ray=node_plan.container is None,
+    )
+    outcome.error, outcome.detail = failure.cause, failure.detail
+    if failure.detail:
+        reporter.detail(node_plan.name, failure.detail)
+    reporter.phase(node_plan.name, "failed", failure.cause)
+    _stop_what_was_left(node_plan, transport, reporter)
+
+
+def read_facts_after(
+    node_plan: NodePlan, plan: ClusterPlan, transport: Transport
+) -> StartDiagFacts | None:
+    """What the node says after its Ray failed to start or join (None: it could not say).
+
+    Read before anything is stopped there: stopping removes Ray's temp dir and logs.
+    """
+    inv = plan.inventory
+    head_ports: tuple[int, ...] = ()
+    if node_plan.role != "head":
+        head_ports = (inv.ports.gcs, inv.ports.node_manager, inv.ports.object_manager)
+    try:
+        return read_start_diag(
+            transport,
+            node_plan.node,
+            plan.paths.temp_dir,
+            node_plan.ports,
+            inv.head.address if head_ports else None,
+            head_ports,
+        )
+    except RtkError:
+        return None
+
+
+def _stop_what_was_left(node_plan: NodePlan, transport: Transport, reporter: Reporter) -> None:
+    """Stop what a failed ``ray start`` left running on its node (a raylet, agents)."""
+    try:
+        stopped = stop_node(node_plan, transport)
+    except RtkError as e:
+        reporter.node(node_plan.name, f"could not stop what the failed start left: {e}")
+        return
+    if stopped.stopped:
+        reporter.node(node_plan.name, f"stopped {stopped.stopped} process(es) it left")
 
 
 def settled_call(

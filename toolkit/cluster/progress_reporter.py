@@ -1,8 +1,10 @@
 """Progress reporting for long cluster operations, kept apart from how it is shown.
 
-Two kinds of event: free text (``node``, ``info``: details, shown with ``--verbose``)
-and a node reaching a phase (``phase``): what a display counts at any node count
-(probed, started, joined, stopped; failed with its cause).
+Three kinds of event: free text (``node``, ``info``: details, shown with ``--verbose``
+or on a small cluster), a node reaching a phase (``phase``): what a display counts at
+any node count (probed, started, joined, stopped; failed with its cause), and the
+text a failure's cause was read from (``detail``: Ray's traceback and log lines,
+shown with ``--verbose`` only).
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ class Reporter(Protocol):
     def phase(self, name: str, phase: Phase, detail: str = "") -> None:
         """Node ``name`` reached ``phase``; for ``failed``, ``detail`` is the cause."""
 
+    def detail(self, name: str, text: str) -> None:
+        """The text behind node ``name``'s failure (several lines; ``--verbose`` only)."""
+
 
 class QuietReporter:
     """A reporter that drops everything (when the caller gives none); a base for others."""
@@ -37,3 +42,6 @@ class QuietReporter:
 
     def phase(self, name: str, phase: Phase, detail: str = "") -> None:
         """Drop a node's phase."""
+
+    def detail(self, name: str, text: str) -> None:
+        """Drop a failure's text."""

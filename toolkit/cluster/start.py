@@ -19,7 +19,7 @@ from typing import Any
 
 from toolkit.cluster.containers.docker import check_startable
 from toolkit.cluster.down import stop_nodes
-from toolkit.cluster.node_groups import group_nodes, render_failure_groups
+from toolkit.cluster.failures.missing import explain_unjoined, missing_text
 from toolkit.cluster.node_start import (
     POLL_INTERVAL_S,
     RAY_READY_TEXT,
@@ -43,9 +43,6 @@ from toolkit.transport.base import Transport
 from toolkit.transport.group import Waves
 
 __all__ = ["RAY_READY_TEXT", "NodeOutcome", "UpResult", "up"]
-
-# Up to this many missing nodes are named one per line in the error; more are grouped.
-MISSING_ONE_BY_ONE = 8
 
 
 @dataclass
@@ -139,6 +136,7 @@ def up(
                 outcomes[node_plan.name],
                 tls,
                 refuse_running=rotate,
+                head_ray_version=_head_version(plan, outcomes, node_plan),
             )
         finally:
             clocks.probe.add(at)
@@ -217,6 +215,13 @@ class _Clocks:
         self.head = SpanClock(began)
         self.workers = SpanClock(began)
         self.wait = SpanClock(began)
+
+
+def _head_version(
+    plan: ClusterPlan, outcomes: Mapping[str, NodeOutcome], node_plan: NodePlan
+) -> str | None:
+    """The head's Ray version for a worker to match (None for the head itself)."""
+    return None if node_plan is plan.head else outcomes[plan.head.name].ray_version
 
 
 def _started(outcomes: Mapping[str, NodeOutcome]) -> list[str]:
@@ -338,7 +343,14 @@ def _start_workers(
         try:
             if stale is not None:
                 stale.wait(node_plan.name)
-            start_node(node_plan, plan, transport, reporter, outcomes[node_plan.name])
+            start_node(
+                node_plan,
+                plan,
+                transport,
+                reporter,
+                outcomes[node_plan.name],
+                _head_version(plan, outcomes, node_plan),
+            )
         finally:
             clock.add(at)
 
@@ -381,7 +393,7 @@ def _wait(
     inv = plan.inventory
     hopeful = {name for name, o in outcomes.items() if o.action != "failed"}
     if len(hopeful) < inv.min_nodes:
-        raise ClusterError(_missing_text(plan, outcomes, None, inv.min_nodes))
+        raise ClusterError(missing_text(plan, outcomes, None, inv.min_nodes))
     deadline = time.monotonic() + inv.ray.wait_timeout_s
     reporter.info(f"waiting for {len(hopeful)} node(s) to join")
     last_error: str | None = None
@@ -405,37 +417,9 @@ def _wait(
             if len(ready) >= inv.min_nodes:
                 reporter.info(f"{len(ready)} node(s) alive; min_nodes {inv.min_nodes} allows it")
                 return status
-            raise WaitTimeoutError(_missing_text(plan, outcomes, status, inv.min_nodes))
+            explain_unjoined(plan, transport, outcomes, status, reporter)
+            raise WaitTimeoutError(missing_text(plan, outcomes, status, inv.min_nodes))
         time.sleep(POLL_INTERVAL_S)
-
-
-def _missing_text(
-    plan: ClusterPlan, outcomes: dict[str, NodeOutcome], status: ClusterStatus | None, need: int
-) -> str:
-    lines = [f"cluster {plan.inventory.name}: fewer than min_nodes={need} node(s) came up"]
-    by_name = {n.name: n for n in status.nodes} if status else {}
-    missing: list[tuple[str, str]] = []
-    for name, outcome in outcomes.items():
-        seen = by_name.get(name)
-        if seen is not None and seen.ready:
-            continue
-        if status is None and not outcome.error:
-            continue  # not waited for: too few were left to wait for
-        if outcome.error:
-            why = outcome.error
-        elif seen is not None and seen.problem:
-            why = seen.problem
-        elif status is not None and status.error:
-            why = status.error
-        else:
-            why = "Ray started but the node did not join the head in time"
-        missing.append((name, why))
-    if len(missing) <= MISSING_ONE_BY_ONE:
-        lines += [f"  {name}: {why}" for name, why in missing]
-    else:
-        # A thousand nodes that failed alike are one line, not a thousand.
-        lines += render_failure_groups(group_nodes(missing), "missing")
-    return "\n".join(lines)
 
 
 def _undo(plan: ClusterPlan, transport: Transport, reporter: Reporter, started: list[str]) -> None:

@@ -35,7 +35,14 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-from toolkit.node.common import SYS_INFINIBAND, run_command, sorted_names, source_digest
+from toolkit.node.common import (
+    SYS_INFINIBAND,
+    ray_facts,
+    run_command,
+    sorted_names,
+    source_digest,
+    temp_dir_facts,
+)
 
 MARKER_VARIABLE = "RTK_CLUSTER_DIR"
 # Container runtimes: how each tells its version (docker's answer needs its daemon).
@@ -474,14 +481,18 @@ def probe(
     else:
         network["interface_source"] = "route"
     rtk = rtk_source()
+    hostname = socket.gethostname()
     return {
-        "hostname": socket.gethostname(),
+        "hostname": hostname,
         "python": platform.python_version(),
         "route": route,
         "network": network,
         "rtk_pids": sorted(pids),
         "raylet_running": "raylet" in pids.values(),
         "busy_ports": busy,
+        # Ray's temp dir is the marker dir; the probe leaves this host's name in it.
+        "temp_dir": temp_dir_facts(marker_dir, hostname, stamp=True),
+        "ray": ray_facts(),
         **({"rtk_source": rtk} if rtk else {}),
         **({"container": container_facts(container)} if container else {}),
     }

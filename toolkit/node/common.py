@@ -154,3 +154,149 @@ def source_digest(root: str) -> str:
             with open(path, "rb") as f:
                 digest.update(hashlib.sha256(f.read()).digest())
     return digest.hexdigest()
+
+
+# --- What Ray needs of a node before it starts (the probe) and after it failed (startdiag).
+
+# File systems that are not the node's own: Ray's temp dir holds unix sockets and a
+# session directory per node, which a shared or network file system breaks (two nodes'
+# raylet sockets at one path, sockets that cannot be made on NFS).
+NETWORK_FS_TYPES = (
+    "nfs",
+    "nfs4",
+    "cifs",
+    "smb3",
+    "smbfs",
+    "lustre",
+    "gpfs",
+    "beegfs",
+    "ceph",
+    "glusterfs",
+    "9p",
+    "virtiofs",
+    "fuse",
+)
+TEMP_HOSTS_DIR = "rtk/hosts"  # each host that probed the temp dir leaves its name here
+MOUNTINFO = "/proc/self/mountinfo"
+
+
+def mount_of(path: str, mountinfo: str = MOUNTINFO) -> dict[str, Any]:
+    """The mount ``path`` lies on: its mount point, file system type and read-only flag."""
+    best: dict[str, Any] = {"mount_point": None, "fs_type": None, "read_only": None}
+    real = os.path.realpath(path)
+    try:
+        with open(mountinfo, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return best
+    for line in lines:
+        before, _, after = line.partition(" - ")
+        fields, tail = before.split(), after.split()
+        if len(fields) < 6 or not tail:
+            continue
+        point = fields[4].replace("\\040", " ")
+        inside = real == point or real.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best["mount_point"] or ""):
+            best = {
+                "mount_point": point,
+                "fs_type": tail[0],
+                "read_only": "ro" in fields[5].split(","),
+            }
+    return best
+
+
+def temp_dir_facts(path: str, hostname: str, stamp: bool) -> dict[str, Any]:
+    """Ray's temp dir on this node: file system, free space, writable, other hosts in it.
+
+    With ``stamp`` this host writes its name into it (which is the write test): a
+    temp dir in which other hosts' names are found is shared by nodes. The nearest
+    existing parent stands in for a temp dir not made yet.
+    """
+    facts: dict[str, Any] = {"path": path, "exists": os.path.isdir(path), "write_error": None}
+    there = path
+    while not os.path.isdir(there) and os.path.dirname(there) != there:
+        there = os.path.dirname(there)
+    facts.update(mount_of(there))
+    try:
+        st = os.statvfs(there)
+        facts["free_bytes"] = st.f_bavail * st.f_frsize
+    except OSError as e:
+        facts["free_bytes"] = None
+        facts["write_error"] = f"{type(e).__name__}: {e}"
+    hosts_dir = os.path.join(path, TEMP_HOSTS_DIR)
+    if stamp:
+        try:
+            os.makedirs(hosts_dir, mode=0o700, exist_ok=True)
+            with open(os.path.join(hosts_dir, hostname), "w", encoding="utf-8") as f:
+                f.write(hostname + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as e:
+            facts["write_error"] = f"{type(e).__name__}: {e.strerror or e}"
+    try:
+        others = sorted(n for n in os.listdir(hosts_dir) if n != hostname)
+    except OSError:
+        others = []
+    facts["other_hosts"] = others[:16]
+    return facts
+
+
+def ray_facts() -> dict[str, Any]:
+    """Whether this Python has Ray, and its version (read from its metadata: no import)."""
+    import importlib.metadata
+    import importlib.util
+    import sys
+
+    facts: dict[str, Any] = {"executable": sys.executable, "version": None, "error": None}
+    try:
+        if importlib.util.find_spec("ray") is None:
+            facts["error"] = "No module named 'ray'"
+            return facts
+        facts["version"] = importlib.metadata.version("ray")
+    except (ImportError, ValueError, importlib.metadata.PackageNotFoundError) as e:
+        facts["error"] = f"{type(e).__name__}: {e}"
+    return facts
+
+
+def port_holders(ports: list[int]) -> dict[int, str]:
+    """Of ``ports``, those a process listens on (TCP), each with ``PROGRAM (pid N)``.
+
+    The holder is found through the socket's inode in /proc/PID/fd (all of them as
+    root; otherwise this user's), else ``another program``.
+    """
+    inodes: dict[str, int] = {}
+    wanted = set(ports)
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii", errors="replace") as f:
+                next(f, None)
+                for line in f:
+                    cols = line.split()
+                    if len(cols) > 9 and cols[3] == "0A":
+                        port = int(cols[1].rsplit(":", 1)[1], 16)
+                        if port in wanted:
+                            inodes[cols[9]] = port
+        except OSError:
+            continue
+    held = {port: "another program" for port in inodes.values()}
+    if not held:
+        return held
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        fd_dir = f"/proc/{pid}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                link = os.readlink(os.path.join(fd_dir, fd))
+            except OSError:
+                continue
+            if link.startswith("socket:[") and link[8:-1] in inodes:
+                try:
+                    with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:
+                        name = f.read().strip()
+                except OSError:
+                    name = "a process"
+                held[inodes[link[8:-1]]] = f"{name} (pid {pid})"
+    return held

@@ -14,6 +14,7 @@ from typing import Any
 from toolkit.fields import Fields
 from toolkit.netenv.network_facts import NetworkFacts
 from toolkit.nodeinfo.answer_errors import answer_fields
+from toolkit.nodeinfo.start_facts import RayFacts, TempDirFacts
 
 WHAT = "probe answer"
 
@@ -127,6 +128,8 @@ class ProbeFacts:
             (``toolkit.node.common.source_digest``; None: none installed, or not reported).
         rtk_path: Where that source is.
         container: The container runtime's facts, when the node has a container.
+        temp_dir: Ray's temp dir there (None: not reported).
+        ray: The node's Python's Ray (None: not reported).
     """
 
     node: str
@@ -141,6 +144,8 @@ class ProbeFacts:
     rtk_digest: str | None = None
     rtk_path: str | None = None
     container: ContainerFacts | None = None
+    temp_dir: TempDirFacts | None = None
+    ray: RayFacts | None = None
 
     def detected(self) -> dict[str, str | None]:
         """The facts the plan's ``Detect`` placeholders name (``node_ip``, ``interface``)."""
@@ -157,6 +162,8 @@ class ProbeFacts:
         network = dict(fields.nested("network").data)
         rtk = fields.nested_or_none("rtk_source")
         container = fields.nested_or_none("container")
+        temp_dir = fields.nested_or_none("temp_dir")
+        ray = fields.nested_or_none("ray")
         return cls(
             node=node,
             route=RouteFacts.read(fields.nested("route")),
@@ -170,6 +177,8 @@ class ProbeFacts:
             rtk_digest=None if rtk is None else rtk.text("digest"),
             rtk_path=None if rtk is None else rtk.text("path"),
             container=None if container is None else ContainerFacts.read(container),
+            temp_dir=None if temp_dir is None else TempDirFacts.read(temp_dir),
+            ray=None if ray is None else RayFacts.read(ray),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -187,4 +196,8 @@ class ProbeFacts:
             out["rtk_source"] = {"path": self.rtk_path, "digest": self.rtk_digest}
         if self.container is not None:
             out["container"] = self.container.to_json()
+        if self.temp_dir is not None:
+            out["temp_dir"] = self.temp_dir.to_json()
+        if self.ray is not None:
+            out["ray"] = self.ray.to_json()
         return out

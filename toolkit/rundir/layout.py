@@ -138,7 +138,7 @@ class RunDir:
 
     @property
     def stall(self) -> Path:
-        """The stalls the watchdog saw, with every rank's evidence (``rundir.stall``)."""
+        """The stalls the watchdog saw, with every rank's evidence (``stall.records``)."""
         return self.root / "stall.json"
 
     def stack_dump(self, rank: int) -> Path:

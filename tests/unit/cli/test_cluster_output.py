@@ -105,7 +105,9 @@ def test_failures_are_grouped_by_cause_and_json_and_verbose_keep_every_node(
     lines = up.output.splitlines()
     assert len(lines) <= MAX_LINES, up.output
     groups = lines[lines.index("failed: 6 node(s), 2 cause(s)") :][:3]
-    assert groups[1] == "      4 node(s) n[0003-0005,0100]: ray start exited 1"
+    assert groups[1] == (
+        "      4 node(s) n[0003-0005,0100]: ray start exited 1: raylet exited unexpectedly (simulated)"
+    )
     assert re.fullmatch(
         r"      2 node\(s\) n\[0200-0201\]: SSH to <address> timed out.*", groups[2]
     )

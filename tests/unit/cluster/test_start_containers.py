@@ -21,7 +21,14 @@ import fake_runtime
 import pytest
 import yaml
 from conftest import REPO
-from scripted_transport import Call, Reply, ScriptedTransport, answer
+from scripted_transport import (
+    Call,
+    Reply,
+    ScriptedTransport,
+    answer,
+    startdiag_answer,
+    startdiag_pattern,
+)
 
 from toolkit.cluster.command import run_everywhere
 from toolkit.cluster.down import down
@@ -145,6 +152,8 @@ def transport_for(nodes: Nodes) -> ScriptedTransport:
     transport.on("*", r" - probe ", probe)
     transport.on("n1", r" - status ", status)
     transport.on("*", r" - stop ", answer({"stopped": 0, "killed": 0, "left": []}))
+    # The hosts have no Ray of their own: their containers do.
+    transport.on("*", startdiag_pattern("/tmp/rtk-boxed"), startdiag_answer(ray_version=None))
     transport.on("*", r"^(docker|podman) (run|exec) ", nodes.sh)
     transport.on("*", r"^command -v (docker|podman) .*; ids=\$\(", nodes.sh)
     return transport
@@ -262,9 +271,12 @@ def test_a_container_whose_ray_dies_fails_its_node_and_is_gone(
     transport = transport_for(nodes)
     result = bring_up(plan, transport, tmp_path)
     assert result.started == ["n1", "n2"]
-    error = outcome(result, "n3").error
-    assert error.startswith("container start exited 1:\nrtk: Ray did not start in container ")
-    assert "raylet exited: address already in use" in error
+    failed = outcome(result, "n3")
+    assert failed.error == (
+        "a port Ray binds is taken (raylet exited: address already in use); "
+        "choose other ports in the inventory's ports: section"
+    )
+    assert failed.detail.startswith("rtk: Ray did not start in container ")
     assert nodes.containers("n3") == {}
 
 

@@ -10,13 +10,21 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from conftest import REPO
-from scripted_transport import Call, Reply, ScriptedTransport, answer
+from scripted_transport import (
+    Call,
+    Reply,
+    ScriptedTransport,
+    answer,
+    startdiag_pattern,
+)
+from scripted_transport import startdiag_answer as diag_answer
 
 from toolkit.cluster.plan import ClusterPlan, build_plan
 from toolkit.cluster.progress_reporter import QuietReporter
@@ -96,10 +104,14 @@ def cluster(never_join: tuple[str, ...] = ()) -> ScriptedTransport:
         return answer({"stopped": 3, "killed": 0, "left": []})
 
     transport.on("*", r" - probe ", probe)
+    transport.on("*", STARTDIAG, diag_answer())
     transport.on("*", START, start)
     transport.on("n1", r" - status ", status)
     transport.on("*", r" - stop ", stop)
     return transport
+
+
+STARTDIAG = startdiag_pattern("/tmp/rtk-scripted")
 
 
 def bring_up(plan: ClusterPlan, transport: ScriptedTransport, tmp_path: Path) -> UpResult:
@@ -149,7 +161,7 @@ def test_a_node_that_fails_its_probe(tmp_path: Path, min_nodes: int) -> None:
         assert outcome(result, "n3").error == "n3: cannot resolve head"
         assert stopped_on(transport) == []
     else:
-        with pytest.raises(ClusterError, match=r"min_nodes=3(.|\n)*  n3: n3: cannot resolve head"):
+        with pytest.raises(ClusterError, match=r"min_nodes=3(.|\n)*  n3: cannot resolve head"):
             bring_up(plan, transport, tmp_path)
         assert stopped_on(transport) == ["n1", "n2"]  # what this call started, only
     assert started_on(transport) == ["n1", "n2"]
@@ -167,12 +179,19 @@ def test_ray_start_failing_on_one_worker(tmp_path: Path, min_nodes: int) -> None
         assert result.status is not None and result.status.ready == ["n1", "n3"]
         failed = outcome(result, "n2")
         assert failed.action == "failed"
-        assert failed.error == "ray start exited 1:\nValueError: port 6380 is in use"
+        assert failed.error == (
+            "a port 6380 Ray binds is taken (ValueError: port 6380 is in use); "
+            "choose other ports in the inventory's ports: section"
+        )
+        assert failed.detail == "ValueError: port 6380 is in use"
+        # Asked why before anything was stopped there, then stopped.
+        kinds = [c.command for c in transport.calls if c.node == "n2" and c.kind == "run"]
+        assert re.search(STARTDIAG, kinds[-2]) and " - stop " in kinds[-1]
     else:
         with pytest.raises(ClusterError) as caught:
             bring_up(plan, transport, tmp_path)
-        assert "  n2: ray start exited 1:\nValueError: port 6380 is in use" in str(caught.value)
-        assert stopped_on(transport) == ["n1", "n3"]
+        assert "  n2: a port 6380 Ray binds is taken" in str(caught.value)
+        assert stopped_on(transport) == ["n1", "n2", "n3"]
 
 
 def test_a_malformed_probe_answer_fails_its_node_by_field(tmp_path: Path) -> None:
@@ -196,7 +215,31 @@ def test_a_ray_start_that_times_out(tmp_path: Path) -> None:
     result = bring_up(plan, transport, tmp_path)
     assert result.started == ["n1", "n2"]
     error = outcome(result, "n3").error
-    assert error.startswith("n3: command ran past its 120 s limit: set -a")  # start_timeout_s
+    assert error.startswith("ray start failed: n3: command ran past its 120 s limit: set -a")
+
+
+def test_a_worker_that_cannot_reach_the_gcs_is_told_so(tmp_path: Path) -> None:
+    plan = build_plan(inventory(tmp_path, min_nodes=2))
+    transport = cluster()
+    transport.on("n3", START, Reply(timeout=True))
+    transport.on("n3", STARTDIAG, diag_answer(reach={"6379": "timed out", "6380": None}))
+    result = bring_up(plan, transport, tmp_path)
+    assert outcome(result, "n3").error == (
+        "cannot reach the head n1 on port 6379 (gcs): timed out, though it reaches 1 other "
+        "port of it: a firewall between the nodes? open these ports to the other nodes, "
+        "or choose others in the inventory's ports: section"
+    )
+
+
+def test_a_node_that_cannot_be_asked_why_keeps_rays_last_line(tmp_path: Path) -> None:
+    plan = build_plan(inventory(tmp_path, min_nodes=2))
+    transport = cluster()
+    trace = 'Traceback (most recent call last):\n  File "x.py", line 1, in f\nOSError: boom'
+    transport.on("n2", START, Reply(exit_code=1, stderr=trace))
+    transport.on("n2", STARTDIAG, Reply(unreachable="SSH to 10.0.0.2 timed out"))
+    result = bring_up(plan, transport, tmp_path)
+    assert outcome(result, "n2").error == "ray start exited 1: OSError: boom"
+    assert outcome(result, "n2").detail == trace
 
 
 def test_a_put_that_fails(tmp_path: Path) -> None:
@@ -222,11 +265,12 @@ def test_an_unreachable_head_starts_nothing(tmp_path: Path) -> None:
 def test_a_node_that_never_joins(tmp_path: Path) -> None:
     plan = build_plan(inventory(tmp_path, wait_timeout_s=0.5))
     transport = cluster(never_join=("n3",))
+    transport.on("n3", STARTDIAG, diag_answer(log_errors=("raylet.out: [E] no GCS",)))
     with pytest.raises(WaitTimeoutError) as caught:
         bring_up(plan, transport, tmp_path)
     assert str(caught.value).splitlines() == [
         "cluster scripted: fewer than min_nodes=3 node(s) came up",
-        "  n3: Ray started but the node did not join the head in time",
+        "  n3: its Ray did not join the head in time; Ray's log says: raylet.out: [E] no GCS",
     ]
     assert stopped_on(transport) == ["n1", "n2", "n3"]
 

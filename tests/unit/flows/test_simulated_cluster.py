@@ -140,7 +140,7 @@ def test_failed_nodes_are_named_and_left_out_when_min_nodes_allows(
             text = str(raised.value)
             for name in start_fails:
                 assert f"  {name}: ray start exited 1:" in text
-            assert "  n0033: n0033: SSH to 10.0.0.33 timed out" in text
+            assert "  n0033: SSH to 10.0.0.33 timed out" in text
             # What this run started is stopped again.
             assert cluster.running() == set()
             return
@@ -212,7 +212,9 @@ def test_down_stops_every_node_even_those_that_never_started(
     assert down.stopped["n0002"].stopped == 0
     assert down.stopped["n0003"].stopped == 3
     assert cluster.running() == set()
-    assert cluster.operations["stop"] == NODES
+    # Every node once at rtk down, and n0002 once more at rtk up: what its failed
+    # ray start left there was stopped then.
+    assert cluster.operations["stop"] == NODES + 1
     assert store.load() is None
 
 

@@ -281,6 +281,11 @@ class ConsoleReporter:
         """Print a node's progress."""
         self._line(name, message)
 
+    def detail(self, name: str, text: str) -> None:
+        """Print the text behind a node's failure, each line marked ``|``."""
+        for line in text.splitlines():
+            self._line(name, f"| {line}")
+
     def info(self, message: str) -> None:
         """Print the cluster's progress."""
         self._line("cluster", message)

@@ -102,6 +102,12 @@ class ProgressReporter:
             with self._lock:
                 self._above(lambda: self._lines.node(name, message))
 
+    def detail(self, name: str, text: str) -> None:
+        """The text behind a node's failure: shown with ``--verbose`` only."""
+        if self.verbose:
+            with self._lock:
+                self._above(lambda: self._lines.detail(name, text))
+
     def info(self, message: str) -> None:
         """A message about the whole cluster: always shown."""
         with self._lock:

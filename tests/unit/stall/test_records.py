@@ -9,7 +9,7 @@ import pytest
 
 from toolkit.errors import RunDirError
 from toolkit.rundir import RunDir
-from toolkit.rundir.stall import (
+from toolkit.stall.records import (
     STOPPED,
     Frame,
     NodeEvidence,

@@ -1,0 +1,1 @@
+"""The stall watchdog: stalled runs' records (``records``), ..."""
