@@ -1,0 +1,323 @@
+"""The diagnosis of a stall: every rank grouped by where it is, and the suspects named.
+
+``diagnose`` reads each node's evidence (``toolkit.stall.records.NodeEvidence``): it
+places every rank (``toolkit.stall.location``), groups the ranks by place, and names
+the suspects, most likely first:
+
+1. ranks that exited, then ranks stopped (SIGSTOP, a debugger);
+2. nodes that did not answer (with the ranks the launch put there), and ranks that an
+   answering node has no trace of;
+3. ranks whose stack could not be read (unless that is most ranks: then nothing is
+   known of them);
+4. when ranks wait for the others (in a collective, or DDP's all-reduce in backward):
+   every rank not waiting where most of the waiters wait, since the waiters wait for it;
+5. ranks whose last finished step is behind most ranks'.
+
+When no rank stands out (all wait in the same collective), there are no suspects and
+the summary says so. The cost is O(ranks x frames); the summary is one line whatever
+the number of ranks, and ``Diagnosis.lines`` one screen.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from toolkit.stall.detector import Stall
+from toolkit.stall.location import (
+    EXITED,
+    EXITED_PHRASE,
+    STOPPED_KIND,
+    UNREADABLE,
+    UNREADABLE_PHRASE,
+    Location,
+    locate,
+)
+from toolkit.stall.records import NodeEvidence, RankEvidence, StallRecord, Suspect
+
+NO_ANSWER_PHRASE = "on a node that did not answer"
+MISSING_PHRASE = "not found on its node (no marker files)"
+NOT_ANSWERED = "did not answer"
+# Suspects' tiers, most likely first.
+_EXITED, _STOPPED, _NO_ANSWER, _MISSING, _UNREADABLE, _ELSEWHERE, _BEHIND = range(7)
+RANKS_MAX_CHARS = 60  # a group's ranks on a line of ``lines``
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """Where the ranks of a stalled run were, and whom that blames.
+
+    Attributes:
+        stall: The stall diagnosed.
+        summary: The diagnosis in one line.
+        groups: Where the ranks were: a phrase -> how many ranks, largest first.
+        suspects: Whom the diagnosis blames, most likely first.
+        group_ranks: Each group's ranks, sorted.
+        suspect_texts: Each suspect in words, as ``lines`` prints it.
+    """
+
+    stall: Stall
+    summary: str
+    groups: dict[str, int]
+    suspects: tuple[Suspect, ...] = ()
+    group_ranks: dict[str, tuple[int, ...]] = field(default_factory=dict, repr=False)
+    suspect_texts: tuple[str, ...] = field(default=(), repr=False)
+
+    def lines(self, limit: int = 12) -> list[str]:
+        """One screen: the summary, the groups, the suspects; at most ``limit`` lines.
+
+        What does not fit is counted on a line ``... and N more (stall.json)``.
+
+        Raises:
+            ValueError: ``limit`` is below 1.
+        """
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        groups = [
+            f"  {_count(n)} {_predicate(phrase, n != 1)} "
+            f"({'rank' if n == 1 else 'ranks'} {compact_ranks(self.group_ranks.get(phrase, ()))})"
+            for phrase, n in self.groups.items()
+        ]
+        suspects = [f"  {text}" for text in self.suspect_texts]
+        header = ["suspects, most likely first:"] if suspects else []
+        budget = limit - 1
+        if len(groups) + len(header) + len(suspects) <= budget:
+            return [self.summary, *groups, *header, *suspects]
+        if not suspects:
+            return [self.summary, *_cut(groups, budget)]
+        # The suspects get at least half the room (their header included), the groups
+        # what the suspects leave.
+        suspect_room = min(len(suspects) + 1, max(budget - len(groups), (budget + 1) // 2))
+        group_room = budget - suspect_room
+        if suspect_room <= 1:
+            shown = _cut(suspects, suspect_room)
+        else:
+            shown = [*header, *_cut(suspects, suspect_room - 1)]
+        return [self.summary, *_cut(groups, group_room), *shown]
+
+    def to_record(
+        self,
+        nodes: Sequence[NodeEvidence],
+        detected_wall_s: float,
+        collect_s: float,
+        action: str = "report",
+    ) -> StallRecord:
+        """The record ``stall.json`` keeps: this diagnosis with every node's evidence."""
+        return StallRecord(
+            detected_wall_s=detected_wall_s,
+            step=self.stall.step,
+            stalled_s=self.stall.stalled_s,
+            timeout_s=self.stall.timeout_s,
+            summary=self.summary,
+            groups=dict(self.groups),
+            suspects=self.suspects,
+            nodes=tuple(nodes),
+            collect_s=collect_s,
+            action=action,
+        )
+
+
+@dataclass(frozen=True)
+class _Blame:
+    """A suspect on its way: its tier, its order in it, its record and its words."""
+
+    tier: int
+    order: int
+    suspect: Suspect
+    text: str  # for the lines: the whole sentence
+    short: str  # for the summary
+
+
+def diagnose(
+    nodes: Sequence[NodeEvidence], stall: Stall, expected: Mapping[int, str] | None = None
+) -> Diagnosis:
+    """Group every rank by where it is, and name the suspects (see the module's docstring).
+
+    Args:
+        nodes: Every node's answer (or why it gave none).
+        stall: The stall, as the detector declared it.
+        expected: Each rank's node as the launch placed it (rank -> node), so the ranks
+            of a node that did not answer are named, and a rank no node reports is seen.
+    """
+    expected = expected or {}
+    located: list[tuple[RankEvidence, Location]] = []
+    members: dict[str, list[int]] = {}
+    for node in nodes:
+        for rank in node.ranks:
+            where = locate(rank)
+            located.append((rank, where))
+            members.setdefault(where.phrase, []).append(rank.rank)
+    seen = {rank.rank for rank, _ in located}
+    blames: list[_Blame] = []
+
+    silent = {node.node: node.error or NOT_ANSWERED for node in nodes if not node.answered}
+    expected_on: dict[str, list[int]] = {}
+    for rank_id, node_name in sorted(expected.items()):
+        if rank_id not in seen:
+            expected_on.setdefault(node_name, []).append(rank_id)
+    for order, (node_name, error) in enumerate(silent.items()):
+        ranks = expected_on.get(node_name, [])
+        named = f"{node_name} {NOT_ANSWERED}" + (
+            f" (ranks {compact_ranks(ranks)})" if ranks else ""
+        )
+        suspect = Suspect(node_name, f"{NOT_ANSWERED}: {error}")
+        blames.append(_Blame(_NO_ANSWER, order, suspect, f"{named}: {error}", named))
+        if ranks:
+            members.setdefault(NO_ANSWER_PHRASE, []).extend(ranks)
+    for node_name, ranks in expected_on.items():
+        if node_name in silent:
+            continue
+        members.setdefault(MISSING_PHRASE, []).extend(ranks)
+        for rank_id in ranks:
+            text = f"rank {rank_id} ({node_name}) {_predicate(MISSING_PHRASE, False)}"
+            suspect = Suspect(node_name, MISSING_PHRASE, rank_id)
+            blames.append(_Blame(_MISSING, rank_id, suspect, text, text))
+
+    groups = dict(sorted(((p, len(r)) for p, r in members.items()), key=lambda g: (-g[1], g[0])))
+    blames += _rank_blames(located, next(iter(groups), None))
+    blames.sort(key=lambda b: (b.tier, b.order))
+    suspects = tuple(b.suspect for b in blames)
+    return Diagnosis(
+        stall=stall,
+        summary=_summary(stall, groups, blames, located),
+        groups=groups,
+        suspects=suspects,
+        group_ranks={phrase: tuple(sorted(members[phrase])) for phrase in groups},
+        suspect_texts=tuple(b.text for b in blames),
+    )
+
+
+def _rank_blames(
+    located: Sequence[tuple[RankEvidence, Location]], largest: str | None
+) -> list[_Blame]:
+    """The suspects among the ranks that answered (tiers exited to behind)."""
+    waiting = Counter(where.phrase for _, where in located if where.waiting)
+    # Where most waiters wait (ties: the phrase first in order, for the same answer twice).
+    main_wait = min(waiting, key=lambda p: (-waiting[p], p)) if waiting else None
+    blames: list[_Blame] = []
+    blamed: set[int] = set()
+    for rank, where in located:
+        tier = _place_tier(where, largest, main_wait)
+        if tier is None:
+            continue
+        text = f"{_subject(rank)} {_predicate(where.phrase, False)}"
+        suspect = Suspect(rank.node, where.phrase, rank.rank, where.frame)
+        blames.append(_Blame(tier, rank.rank, suspect, text, text))
+        blamed.add(rank.rank)
+    steps = Counter(rank.last_step for rank, _ in located)
+    usual = max(steps, key=lambda s: (steps[s], -1 if s is None else s)) if steps else None
+    if usual is None:
+        return blames
+    for rank, _ in located:
+        if rank.rank in blamed or (rank.last_step is not None and rank.last_step >= usual):
+            continue
+        last = "no step finished" if rank.last_step is None else f"last step {rank.last_step}"
+        reason = f"behind: {last}, most ranks {usual}"
+        text = f"{_subject(rank)} is {reason}"
+        blames.append(_Blame(_BEHIND, rank.rank, Suspect(rank.node, reason, rank.rank), text, text))
+    return blames
+
+
+def _place_tier(where: Location, largest: str | None, main_wait: str | None) -> int | None:
+    """The suspect tier of a rank for where it is (None: not a suspect for it)."""
+    if where.kind == EXITED:
+        return _EXITED
+    if where.kind == STOPPED_KIND:
+        return _STOPPED
+    if where.kind == UNREADABLE:
+        return None if where.phrase == largest else _UNREADABLE
+    if main_wait is not None and where.phrase != main_wait:
+        return _ELSEWHERE
+    return None
+
+
+def _summary(
+    stall: Stall,
+    groups: Mapping[str, int],
+    blames: Sequence[_Blame],
+    located: Sequence[tuple[RankEvidence, Location]],
+) -> str:
+    """The one line: the stall, the likeliest suspect (and how many more), the main group."""
+    stalled = f"for {stall.stalled_s:.0f} s"
+    head = (
+        f"stalled at step {stall.step} {stalled}"
+        if stall.step is not None
+        else f"stalled before the first step {stalled}"
+    )
+    if not groups and not blames:
+        return f"{head}: no rank gave evidence"
+    if blames:
+        first = blames[0]
+        text = first.short
+        if len(blames) > 1:
+            more = len(blames) - 1
+            text += f" (and {more} more suspect{'s' if more > 1 else ''})"
+        own = first.suspect.reason if first.suspect.rank is not None else NO_ANSWER_PHRASE
+        others = [(p, n) for p, n in groups.items() if p != own]
+        if others:
+            phrase, n = others[0]
+            text += f"; {_count(n)} {_predicate(phrase, n != 1)}"
+        return f"{head}: {text}"
+    phrase, n = next(iter(groups.items()))
+    total = sum(groups.values())
+    if len(groups) == 1:
+        waiting = any(where.waiting for _, where in located)
+        everyone = f"all {total} ranks" if total > 1 else "the only rank"
+        cause = ": a network or NCCL problem?" if waiting else ""
+        return f"{head}: {everyone} {_predicate(phrase, total > 1)}; no rank stands out{cause}"
+    return (
+        f"{head}: {total} ranks in {len(groups)} places, most ({n}) "
+        f"{_predicate(phrase, n != 1)}; no rank stands out"
+    )
+
+
+def _subject(rank: RankEvidence) -> str:
+    """``rank 5 (node03, GPU 2)``."""
+    if rank.gpu is None:
+        return f"rank {rank.rank} ({rank.node})"
+    gpu = rank.gpu if rank.gpu.startswith("GPU-") else f"GPU {rank.gpu}"
+    return f"rank {rank.rank} ({rank.node}, {gpu[:12]})"
+
+
+def _predicate(phrase: str, plural: bool) -> str:
+    """A group's phrase as what its ranks do: ``waits in all_reduce``, ``are in forward``."""
+    if phrase.startswith("wait "):
+        return ("wait " if plural else "waits ") + phrase.removeprefix("wait ")
+    if phrase == EXITED_PHRASE:
+        return phrase
+    if phrase.startswith(UNREADABLE_PHRASE):
+        rest = phrase.removeprefix(UNREADABLE_PHRASE)
+        return ("have unreadable stacks" if plural else "has an unreadable stack") + rest
+    return ("are " if plural else "is ") + phrase
+
+
+def _count(n: int) -> str:
+    return f"{n} rank" if n == 1 else f"{n} ranks"
+
+
+def _cut(lines: list[str], room: int) -> list[str]:
+    """``lines`` in ``room`` lines at most, the last saying how many more there are."""
+    if len(lines) <= room:
+        return lines
+    if room <= 0:
+        return []
+    return [*lines[: room - 1], f"  ... and {len(lines) - room + 1} more (stall.json)"]
+
+
+def compact_ranks(ranks: Iterable[int], max_chars: int = RANKS_MAX_CHARS) -> str:
+    """``0-4,6-15``: sorted ranks, runs as ranges, cut with ``,...`` past ``max_chars``."""
+    runs: list[list[int]] = []
+    for rank in sorted(set(ranks)):
+        if runs and rank == runs[-1][1] + 1:
+            runs[-1][1] = rank
+        else:
+            runs.append([rank, rank])
+    text = ""
+    for low, high in runs:
+        piece = str(low) if low == high else f"{low}-{high}"
+        candidate = f"{text},{piece}" if text else piece
+        if len(candidate) > max_chars and text:
+            return f"{text},..."
+        text = candidate
+    return text
