@@ -121,9 +121,13 @@ def prepare_node(
         stop_node(node_plan, transport)
     busy = facts.busy_ports
     if busy:
+        port_name, holders = port_names(plan.inventory.ports), facts.busy_port_holders
+        held = ", ".join(
+            f"{p} ({port_name.get(p, 'port')}) by {holders.get(p, 'another program')}" for p in busy
+        )
         raise ClusterError(
-            f"{node.name}: port(s) {', '.join(map(str, busy))} already in use by another "
-            "program; stop it or choose other ports in the inventory's ports: section"
+            f"{node.name}: port(s) already in use: {held}; stop it or choose other ports "
+            "in the inventory's ports: section"
         )
     network = env_for_node(plan.inventory, node, facts.network)
     outcome.network_profile = network.profile

@@ -37,6 +37,7 @@ from typing import Any
 
 from toolkit.node.common import (
     SYS_INFINIBAND,
+    port_holders,
     ray_facts,
     run_command,
     sorted_names,
@@ -481,6 +482,7 @@ def probe(
     else:
         network["interface_source"] = "route"
     rtk = rtk_source()
+    holders = port_holders(busy)
     hostname = socket.gethostname()
     return {
         "hostname": hostname,
@@ -493,6 +495,7 @@ def probe(
         # Ray's temp dir is the marker dir; the probe leaves this host's name in it.
         "temp_dir": temp_dir_facts(marker_dir, hostname, stamp=True),
         "ray": ray_facts(),
+        **({"busy_port_holders": {str(p): w for p, w in holders.items()}} if holders else {}),
         **({"rtk_source": rtk} if rtk else {}),
         **({"container": container_facts(container)} if container else {}),
     }

@@ -122,6 +122,7 @@ class ProbeFacts:
         rtk_pids: This cluster's processes already on the node.
         raylet_running: This cluster's raylet runs there (``rtk up`` leaves it).
         busy_ports: Ports of the plan that another program listens on.
+        busy_port_holders: Of those, port -> the program and its pid, where known.
         hostname: The node's host name, when reported.
         python_version: The node's Python version, when reported.
         rtk_digest: The digest of the rtk source the node's Python imports
@@ -139,6 +140,7 @@ class ProbeFacts:
     rtk_pids: tuple[int, ...] = ()
     raylet_running: bool = False
     busy_ports: tuple[int, ...] = ()
+    busy_port_holders: Mapping[int, str] = field(default_factory=dict)
     hostname: str | None = None
     python_version: str | None = None
     rtk_digest: str | None = None
@@ -172,6 +174,9 @@ class ProbeFacts:
             rtk_pids=fields.integers("rtk_pids", required=True),
             raylet_running=fields.flag("raylet_running"),
             busy_ports=fields.integers("busy_ports", required=True),
+            busy_port_holders={
+                int(port): who for port, who in fields.text_map("busy_port_holders").items()
+            },
             hostname=fields.text_or_none("hostname"),
             python_version=fields.text_or_none("python"),
             rtk_digest=None if rtk is None else rtk.text("digest"),
@@ -192,6 +197,8 @@ class ProbeFacts:
             "raylet_running": self.raylet_running,
             "busy_ports": list(self.busy_ports),
         }
+        if self.busy_port_holders:
+            out["busy_port_holders"] = {str(p): w for p, w in self.busy_port_holders.items()}
         if self.rtk_digest is not None:
             out["rtk_source"] = {"path": self.rtk_path, "digest": self.rtk_digest}
         if self.container is not None:
