@@ -25,6 +25,7 @@ from typing import IO, Any
 from toolkit.json_types import JsonValue
 from toolkit.rundir.layout import RunDir
 from toolkit.rundir.record_base import Record, check_version, record_fields
+from toolkit.rundir.stack_dumps import register_stack_dumps
 from toolkit.wallclock import wall_s
 
 SCHEMA_VERSION = 1
@@ -109,7 +110,12 @@ class Marker(Record):
 
 
 class MarkerWriter:
-    """Appends marker records for one rank."""
+    """Appends marker records for one rank.
+
+    The first writer of a process also registers its stack dumps on request
+    (``toolkit.rundir.stack_dumps``: faulthandler into ``RunDir.stack_dump(rank)``), for
+    the stall watchdog; that never fails the writer.
+    """
 
     def __init__(
         self,
@@ -127,6 +133,7 @@ class MarkerWriter:
         self._rank, self._local_rank, self._world_size = rank, local_rank, world_size
         self._gpu_uuid = gpu_uuid
         self._pid = os.getpid()
+        register_stack_dumps(RunDir(run_dir).stack_dump(rank))
 
     def write(self, event: str, step: int | None = None, **fields: JsonValue) -> Marker:
         """Record ``event`` now, with both clocks; returns the record written."""
