@@ -3,7 +3,7 @@
 py-spy reads the process's memory from outside (``py-spy dump --nonblocking --json``:
 the rank is never paused, and a stopped rank is read all the same); it needs ptrace
 permission over the rank. Without it (or without py-spy) the rank is asked to dump
-its stacks itself: ``toolkit.rundir.stack_dumps`` registered faulthandler on
+its stacks itself: ``toolkit.rundir.markers`` registered faulthandler on
 ``STACK_SIGNAL`` when it began to write markers, into ``RunDir.stack_dump(rank)``. A
 stopped process cannot run its handler, nor a zombie: those are not asked.
 
@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolkit.rundir.stack_dumps import STACK_SIGNAL, catches_signal, registration
+from toolkit.rundir.markers import STACK_SIGNAL, catches_signal, registration
 from toolkit.rundir.stall import GONE, STOPPED, ZOMBIE, Frame
 from toolkit.stall.procs import process_state
 
@@ -147,7 +147,7 @@ def py_spy_error(stderr: str) -> str:
 def faulthandler_stack(pid: int, dump_path: str | Path, timeout_s: float) -> StackRead:
     """Ask ``pid`` to dump its stacks into ``dump_path``; read the new dump, ``timeout_s`` at most.
 
-    Only a pid registered in ``dump_path`` (``toolkit.rundir.stack_dumps``) that catches
+    Only a pid registered in ``dump_path`` (``toolkit.rundir.markers``) that catches
     ``STACK_SIGNAL`` is sent it: any other would be killed by it.
     """
     path = Path(dump_path)

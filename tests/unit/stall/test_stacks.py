@@ -18,7 +18,7 @@ from conftest import REPO
 from rank_processes import WAIT_FUNCTION, WAIT_LINE, Ranks
 
 from toolkit.rundir import RunDir
-from toolkit.rundir.stack_dumps import registration
+from toolkit.rundir.markers import registration
 from toolkit.rundir.stall import Frame
 from toolkit.stall.stacks import (
     FAULTHANDLER,
