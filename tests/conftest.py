@@ -43,6 +43,7 @@ XDIST_GROUPS: dict[str, str] = {
     "test_demo": "host-ray",
     "test_telemetry_session": "host-ray",
     "test_rank_files_cluster": "host-ray",
+    "test_stall_collect": "host-ray",
     "test_sandbox_slurm": "slurm",
     "test_slurm_cluster": "slurm",
 }

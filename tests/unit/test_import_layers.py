@@ -39,6 +39,7 @@ LAYERS: dict[str, int] = {
     "shell": 0,
     "resources": 0,
     "ray_resources": 0,
+    "ray_fanout": 0,  # a task pinned to each Ray node, a bounded window (rank_files, stall)
     "rundir": 0,  # the run directory: layout and records, shared by every layer
     "wallclock": 0,  # the clock samples and markers are stamped with
     "driver_gate": 0,  # a driver started ahead waits there (stdlib only)
@@ -96,6 +97,11 @@ RUNS_ON: dict[str, str] = {
     "toolkit.torchrun.node_runner": RAY_WORKER,  # the TorchrunNode actor on every node
     "toolkit.markers.auto_steps": RAY_WORKER,  # in the user's ranks (torchrun -m, Ray Train)
     "toolkit.markers.ray_train": RAY_WORKER,  # in a user's train_loop_per_worker
+    "toolkit.ray_fanout": JOB_DRIVER,  # the drivers' loop over the nodes' tasks
+    "toolkit.stall.collect": JOB_DRIVER,  # train.job's and torchrun.fanout's watchdog
+    "toolkit.stall.node_evidence": RAY_WORKER,  # a task on each node
+    "toolkit.stall.stacks": RAY_WORKER,  # in that task
+    "toolkit.stall.procs": RAY_WORKER,  # in that task
 }
 
 # The framework callbacks (toolkit/markers/): the only modules that import their

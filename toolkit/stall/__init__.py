@@ -8,6 +8,10 @@
 - ``diagnosis``: every rank's evidence grouped by where it is, the suspects named, one
   screen of text and the record ``stall.json`` keeps.
 
-The evidence itself is collected on the nodes by the package's collection modules;
-the job drivers run the watchdog.
+The evidence, on each node and the driver's collection of it:
+
+- ``stacks``: a rank's Python stack, by py-spy, else the rank's own faulthandler;
+- ``procs``: a rank's process state from /proc, telling a reused pid from the rank;
+- ``node_evidence``: one node's ranks (from their marker files), in a Ray task there;
+- ``collect``: every node asked at once from the driver, bounded in time per node.
 """

@@ -13,15 +13,13 @@ off: ``toolkit.train.job`` and ``toolkit.telemetry.record_job``.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import time
 from collections.abc import Mapping
 from pathlib import Path
 
 import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from toolkit.ray_fanout import ask_nodes, pinned
 from toolkit.rundir import RunDir
 
 logger = logging.getLogger(__name__)
@@ -34,8 +32,6 @@ logger = logging.getLogger(__name__)
 # them (benchmarks/gather_rank_files.py: 31 at once).
 GATHER_IN_FLIGHT = 64
 CALL_TIMEOUT_S = 60.0
-# How often the loop looks for answers past their time.
-_POLL_S = 1.0
 
 
 def rank_file_sizes(run_dir: str | Path) -> dict[str, int]:
@@ -104,36 +100,16 @@ def gather_rank_files(run_dir: str | Path) -> list[str]:
     if not nodes:
         return written
     have = ray.put(rank_file_sizes(run_dir))  # one copy for every node's task
-    waiting = iter(nodes)
-    asked: dict[ray.ObjectRef[dict[str, bytes]], tuple[Mapping[str, object], float]] = {}
 
-    def ask_more() -> None:
-        for node in waiting:
-            where = NodeAffinitySchedulingStrategy(str(node["NodeID"]), soft=False)
-            ref = _read_rank_files.options(scheduling_strategy=where).remote(str(run_dir), have)
-            asked[ref] = (node, time.monotonic())
-            if len(asked) >= GATHER_IN_FLIGHT:
-                return
+    def ask(node: Mapping[str, object]) -> ray.ObjectRef[dict[str, bytes]]:
+        where = pinned(str(node["NodeID"]))
+        return _read_rank_files.options(scheduling_strategy=where).remote(str(run_dir), have)
 
-    ask_more()
-    while asked:
-        ready, _ = ray.wait(list(asked), num_returns=1, timeout=_POLL_S)
-        for ref in ready:
-            node, _started = asked.pop(ref)
-            try:
-                found: dict[str, bytes] = ray.get(ref)
-            except Exception as e:  # noqa: BLE001 - one node's loss is logged, the rest go on
-                _cannot_read(node, e)
-                continue
-            written += keep_longer(run_dir, found)  # here alone: one writer per file
-        now_s = time.monotonic()
-        for ref, (node, started_s) in list(asked.items()):
-            if now_s - started_s > CALL_TIMEOUT_S:
-                del asked[ref]
-                with contextlib.suppress(Exception):  # a lost node's task may be gone
-                    ray.cancel(ref, force=True)
-                _cannot_read(node, TimeoutError(f"no answer in {CALL_TIMEOUT_S:g} s"))
-        ask_more()
+    for answer in ask_nodes(nodes, ask, CALL_TIMEOUT_S, GATHER_IN_FLIGHT):
+        if answer.value is None:
+            _cannot_read(answer.key, answer.error or ValueError("no answer"))
+            continue
+        written += keep_longer(run_dir, answer.value)  # here alone: one writer per file
     return written
 
 

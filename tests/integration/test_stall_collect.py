@@ -1,0 +1,101 @@
+"""A stall's evidence over a real local Ray: the node's ranks, and nodes that never answer.
+
+A one-node Ray runs on this machine; real rank processes (``tests/rank_processes.py``)
+write markers as inventory node ``here`` and wait at a known line (one of them
+SIGSTOPped). The driver asks ``here`` (its real Ray node id), a node id Ray has never
+seen, and a node whose task hangs: the first answers with its ranks' stacks, the other
+two are named with their errors within the per-node time, never waited for longer.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from rank_processes import WAIT_FUNCTION, WAIT_LINE, Ranks
+
+from toolkit.stall.records import SLEEPING, STOPPED, Frame
+
+pytestmark = pytest.mark.ray
+
+GHOST_ID = "0123456789abcdef" * 3 + "01234567"  # 56 hex digits: a node id no Ray has
+TIMEOUT_S = 4.0
+
+
+@pytest.fixture(scope="module")
+def node_id(ray_available: None) -> Iterator[str]:
+    import ray
+
+    ray.init(num_cpus=1, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    try:
+        yield ray.get_runtime_context().get_node_id()
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture
+def ranks(tmp_path: Path) -> Iterator[Ranks]:
+    started = Ranks(tmp_path / "run", tmp_path)
+    try:
+        yield started
+    finally:
+        started.kill_all()
+
+
+@pytest.mark.timing
+def test_the_nodes_ranks_answer_and_a_node_ray_never_had_is_named(
+    node_id: str, ranks: Ranks
+) -> None:
+    from toolkit.stall.collect import collect_evidence
+
+    pids = [ranks.start(rank, node="here") for rank in range(3)]
+    ranks.stop(pids[2])
+    started = time.monotonic()
+    here, ghost = collect_evidence(
+        {"here": node_id, "ghost": GHOST_ID}, str(ranks.run_dir), per_node_timeout_s=TIMEOUT_S
+    )
+    took_s = time.monotonic() - started
+    assert here.node == "here" and here.error is None, here
+    assert [(r.rank, r.pid) for r in here.ranks] == list(enumerate(pids))
+    where = Frame(WAIT_FUNCTION, str(ranks.script), WAIT_LINE)
+    assert [(r.state, r.frames[0]) for r in here.ranks] == [
+        (SLEEPING, where),
+        (SLEEPING, where),
+        (STOPPED, where),
+    ]
+    assert ghost.node == "ghost" and ghost.ranks == () and ghost.error is not None
+    assert "\n" not in ghost.error
+    assert took_s < TIMEOUT_S + 3.0, took_s  # the bound, not a wait for the ghost
+
+
+@pytest.mark.timing
+def test_a_node_whose_task_hangs_is_named_at_its_time(
+    node_id: str, ranks: Ranks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ray
+
+    from toolkit.stall import collect
+    from toolkit.stall.node_evidence import node_evidence
+
+    @ray.remote(num_cpus=0)
+    def hang_on_slow(run_dir: str, node: str, stack_timeout_s: float) -> object:
+        if node == "slow":
+            time.sleep(600)
+        return node_evidence(run_dir, node, stack_timeout_s)
+
+    monkeypatch.setattr(collect, "_node_evidence", hang_on_slow)
+    ranks.start(0, node="here")
+    started = time.monotonic()
+    found = collect.collect_evidence(
+        {"slow": node_id, "here": node_id}, str(ranks.run_dir), per_node_timeout_s=TIMEOUT_S
+    )
+    took_s = time.monotonic() - started
+    assert [(n.node, n.error) for n in found] == [
+        ("slow", f"did not answer within {TIMEOUT_S:g} s"),
+        ("here", None),
+    ]
+    assert [r.rank for r in found[1].ranks] == [0]
+    assert found[0].elapsed_s >= TIMEOUT_S
+    assert took_s < TIMEOUT_S + 3.0, took_s

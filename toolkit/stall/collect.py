@@ -1,0 +1,102 @@
+"""The driver's side of a stall's evidence: every node asked at once, each within its time.
+
+The job driver (on the head, connected to Ray) runs ``node_evidence`` on every node of
+the run, a task pinned to each (``toolkit.ray_fanout``), ``in_flight`` at a time. A
+node that does not answer within ``per_node_timeout_s`` is itself evidence: its
+``NodeEvidence`` says so, and nothing waits for it longer; a task that fails gives its
+error in one line. A rank's stack gets a fifth of the node's time, so a node's 72
+ranks, read 32 at a time, still answer within it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+
+import ray
+
+from toolkit.ray_fanout import ask_nodes, pinned
+from toolkit.ray_resources import HOST_RESOURCE_PREFIX
+from toolkit.stall.node_evidence import node_evidence
+from toolkit.stall.records import NodeEvidence
+
+PER_NODE_TIMEOUT_S = 10.0
+IN_FLIGHT = 64
+_ERROR_CHARS = 300
+
+
+@ray.remote(num_cpus=0)
+def _node_evidence(run_dir: str, node: str, stack_timeout_s: float) -> NodeEvidence:
+    """``node_evidence`` on the node this task runs on."""
+    return node_evidence(run_dir, node, stack_timeout_s)
+
+
+def collect_evidence(
+    nodes: Mapping[str, str],
+    run_dir: str,
+    per_node_timeout_s: float = PER_NODE_TIMEOUT_S,
+    in_flight: int = IN_FLIGHT,
+) -> list[NodeEvidence]:
+    """Every node's evidence, in the order of ``nodes``; never raises for a node.
+
+    Args:
+        nodes: Inventory node name -> its Ray node id (``ray_node_ids``).
+        run_dir: The run directory, as the nodes see it.
+        per_node_timeout_s: How long each node may take to answer.
+        in_flight: How many nodes are asked at once.
+
+    Returns:
+        One ``NodeEvidence`` per node; one that did not answer carries its error.
+    """
+    stack_timeout_s = per_node_timeout_s / 5
+
+    def ask(name: str) -> ray.ObjectRef[NodeEvidence]:
+        task = _node_evidence.options(scheduling_strategy=pinned(nodes[name]))
+        return task.remote(run_dir, name, stack_timeout_s)
+
+    found: dict[str, NodeEvidence] = {}
+    for answer in ask_nodes(nodes, ask, per_node_timeout_s, max(1, in_flight)):
+        if isinstance(answer.value, NodeEvidence):
+            found[answer.key] = answer.value
+            continue
+        error = answer.error
+        if isinstance(error, TimeoutError) or error is None:
+            text = f"did not answer within {per_node_timeout_s:g} s"
+        else:
+            text = error_line(error)
+        found[answer.key] = NodeEvidence(answer.key, error=text, elapsed_s=answer.elapsed_s)
+    return [found[name] for name in nodes]
+
+
+def collect_bound_s(nodes: int, per_node_timeout_s: float, in_flight: int) -> float:
+    """The longest ``collect_evidence`` waits for its answers (its own work aside)."""
+    return per_node_timeout_s * math.ceil(nodes / max(1, in_flight))
+
+
+def error_line(error: BaseException) -> str:
+    """An exception in one line: its type and its message's last line (Ray's are long)."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    text = f"{type(error).__name__}: {lines[-1]}" if lines else type(error).__name__
+    return text[:_ERROR_CHARS]
+
+
+def node_ids(ray_nodes: Iterable[Mapping[str, object]]) -> dict[str, str]:
+    """Inventory node name -> Ray node id, of the alive nodes rtk marked (``rtk_host:NAME``).
+
+    Args:
+        ray_nodes: ``ray.nodes()``.
+    """
+    found: dict[str, str] = {}
+    for node in ray_nodes:
+        resources, node_id = node.get("Resources"), node.get("NodeID")
+        if not node.get("Alive") or not isinstance(resources, Mapping):
+            continue
+        for key in resources:
+            if isinstance(key, str) and key.startswith(HOST_RESOURCE_PREFIX):
+                found[key[len(HOST_RESOURCE_PREFIX) :]] = str(node_id)
+    return found
+
+
+def ray_node_ids() -> dict[str, str]:
+    """``node_ids`` of the Ray cluster this driver is connected to, now."""
+    return node_ids(ray.nodes())  # type: ignore[no-untyped-call]

@@ -1,0 +1,150 @@
+"""One node's evidence of a stall: its ranks, their last markers, process states and stacks.
+
+Runs on the node, in a Ray task (``toolkit.stall.collect``). The node's ranks are
+found by their marker files in the run directory: those whose last marker names this
+node (``RTK_NODE``: the inventory's name), or, when none does, whose last marker was
+written on this host (a run directory local to each node, or nodes that Ray names
+otherwise). Only a file's tail is read (``TAIL_BYTES``): a long run's marker file is
+hundreds of MB. The phase a rank is in is the innermost ``phase_begin`` whose
+``phase_end`` the tail does not hold (none after ``run_end``).
+
+Stacks are read in parallel, ``STACK_WORKERS`` at a time: a node has 8 ranks
+typically and 72 at most, and each read is a py-spy process (some 10 ms) or a wait
+for the rank's own dump, each within ``stack_timeout_s``; 72 ranks that all time out
+take three rounds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from toolkit.errors import RunDirError
+from toolkit.rundir.layout import RunDir
+from toolkit.rundir.markers import Marker
+from toolkit.stall.procs import process_state
+from toolkit.stall.records import GONE, ZOMBIE, NodeEvidence, RankEvidence
+from toolkit.stall.stacks import NO_STACK, StackRead, rank_stack
+
+TAIL_BYTES = 64 * 1024
+STACK_WORKERS = 32
+STACK_TIMEOUT_S = 2.0
+
+
+@dataclass(frozen=True)
+class MarkerTail:
+    """What the tail of a rank's marker file says.
+
+    Attributes:
+        last: The last whole marker.
+        phase: The innermost phase begun and not ended within the tail (None: none).
+    """
+
+    last: Marker
+    phase: str | None
+
+
+def node_evidence(
+    run_dir: str, node: str, stack_timeout_s: float = STACK_TIMEOUT_S, py_spy: bool = True
+) -> NodeEvidence:
+    """The evidence of ``node``'s ranks, read on that node now.
+
+    Args:
+        run_dir: The run directory (as the node sees it).
+        node: The node's inventory name.
+        stack_timeout_s: How long one rank's stack may take.
+        py_spy: Try py-spy first (False: faulthandler only).
+    """
+    started_s = time.monotonic()
+    layout = RunDir(os.path.expanduser(run_dir))
+    tails = [t for path in layout.marker_files() if (t := read_tail(path)) is not None]
+    mine = ranks_on(tails, node, socket.gethostname())
+    workers = max(1, min(STACK_WORKERS, len(mine)))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rtk-stall") as pool:
+        ranks = list(
+            pool.map(lambda t: rank_evidence(layout, node, t, stack_timeout_s, py_spy), mine)
+        )
+    return NodeEvidence(node, tuple(ranks), None, time.monotonic() - started_s)
+
+
+def ranks_on(tails: list[MarkerTail], node: str, hostname: str) -> list[MarkerTail]:
+    """The ranks whose last marker names ``node``, else those written on ``hostname``."""
+    named = [t for t in tails if t.last.node == node]
+    found = named or [t for t in tails if t.last.hostname == hostname]
+    return sorted(found, key=lambda t: t.last.rank)
+
+
+def rank_evidence(
+    layout: RunDir, node: str, tail: MarkerTail, stack_timeout_s: float, py_spy: bool
+) -> RankEvidence:
+    """One rank's evidence: its last marker, its process's state, and its stack."""
+    last = tail.last
+    state = process_state(last.pid, last.mono_s)
+    if state in (GONE, ZOMBIE):
+        read = StackRead(source=NO_STACK, error=f"the process is {state}")
+    else:
+        read = rank_stack(last.pid, layout.stack_dump(last.rank), stack_timeout_s, py_spy)
+    return RankEvidence(
+        rank=last.rank,
+        node=node,
+        pid=last.pid,
+        local_rank=last.local_rank,
+        gpu=last.gpu_uuid,
+        state=state,
+        frames=read.frames,
+        stack_source=read.source,
+        stack_error=read.error,
+        last_event=last.event,
+        last_step=last.step,
+        last_phase=tail.phase,
+        last_wall_s=last.wall_s,
+    )
+
+
+def read_tail(path: Path, max_bytes: int = TAIL_BYTES) -> MarkerTail | None:
+    """The last marker of the file ``path`` and the phase open there (None: no marker)."""
+    try:
+        with path.open("rb") as file:
+            size = file.seek(0, os.SEEK_END)
+            file.seek(max(0, size - max_bytes))
+            data = file.read(max_bytes)
+    except OSError:
+        return None
+    return parse_tail(data, cut=size > max_bytes)
+
+
+def parse_tail(data: bytes, cut: bool) -> MarkerTail | None:
+    """The last marker in ``data`` and the phase open there (``cut``: its first line is partial)."""
+    lines = data.decode("utf-8", errors="replace").split("\n")
+    if cut:
+        lines = lines[1:]
+    last: Marker | None = None
+    phases: list[str] = []
+    for line in lines:
+        marker = _marker(line)
+        if marker is None:
+            continue
+        last = marker
+        name = marker.fields.get("name")
+        if marker.event in ("run_start", "run_end"):
+            phases = []
+        elif marker.event == "phase_begin" and isinstance(name, str):
+            phases.append(name)
+        elif marker.event == "phase_end" and name in phases:
+            del phases[len(phases) - 1 - phases[::-1].index(name) :]
+    return MarkerTail(last, phases[-1] if phases else None) if last is not None else None
+
+
+def _marker(line: str) -> Marker | None:
+    """One line as a marker; None for a torn or foreign line."""
+    if not line.strip():
+        return None
+    try:
+        return Marker.from_json(json.loads(line))
+    except (ValueError, RunDirError):
+        return None
