@@ -16,6 +16,7 @@ from toolkit.cli.options.decorators import (
     telemetry_from,
     telemetry_options,
 )
+from toolkit.cli.options.stall_options import stall_options, stall_settings
 from toolkit.flows import Session
 from toolkit.flows.workload import TorchrunWorkload
 from toolkit.jobs.runtime_env import RuntimeEnvError, parse_env_pairs
@@ -39,6 +40,12 @@ ranks; rtk exits 1 when a node's torchrun failed (the first failure stops the re
 --auto-steps counts the steps of a script without rtk in it: every optimizer.step()
 ends one, and the time in backward (where DDP's all-reduce waits) shows who was
 last. --env KEY=VALUE reaches every rank on every node.
+
+\b
+A hang is named while it lasts: when no rank finishes a step for the stall timeout
+(learned from the run's steps, or --stall-timeout-s), every rank's stack is read and
+the log says which rank on which node holds the others up, and where
+(stall.json keeps every stack); --on-stall abort also stops the run.
 
 \b
 Examples:
@@ -84,6 +91,7 @@ Examples:
     show_default=True,
     help="torchrun's --max-restarts: restarts of every node's ranks after a failure.",
 )
+@stall_options
 @output_options
 @telemetry_options
 @slurm_option
@@ -98,6 +106,8 @@ def torchrun_cmd(
     working_dir: str,
     rdzv_port: int | None,
     max_restarts: int,
+    on_stall: str,
+    stall_timeout_s: float | None,
     output_dir: str,
     run_id: str | None,
     slurm: bool,
@@ -128,6 +138,7 @@ def torchrun_cmd(
         run_id=run_id,
         max_restarts=max_restarts,
         module=module,
+        stall=stall_settings(on_stall, stall_timeout_s),
     )
     run_dir = f"{output_dir.rstrip('/')}/{run_id}"
 

@@ -19,8 +19,8 @@ from toolkit.ray_fanout import ask_nodes, pinned
 from toolkit.ray_resources import HOST_RESOURCE_PREFIX
 from toolkit.stall.node_evidence import node_evidence
 from toolkit.stall.records import NodeEvidence
+from toolkit.stall.settings import PER_NODE_TIMEOUT_S
 
-PER_NODE_TIMEOUT_S = 10.0
 IN_FLIGHT = 64
 _ERROR_CHARS = 300
 

@@ -7,7 +7,9 @@ to every alive node of the cluster, asks each for its facts and refuses to start
 one lacks the script or the head's rendezvous port is taken (one line each, nothing
 started), then starts torchrun everywhere. The first node whose torchrun fails ends
 the others; SIGTERM or SIGINT (``rtk stop``, Ctrl-C) ends them all. It exits with the
-first failure's status, 0 when every node's torchrun succeeded.
+first failure's status, 0 when every node's torchrun succeeded. Meanwhile the stall
+watchdog (``toolkit.stall.watchdog``) follows the head's ranks' markers; on a stall it
+names the suspects, and ``--on-stall abort`` stops every node (exit ``STALL_EXIT``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from toolkit.cluster.node_groups import group_nodes
+from toolkit.stall.settings import STALL_EXIT
+from toolkit.stall.watchdog import Watchdog, run_dir_from_env
 from toolkit.torchrun.node_runner import NodeFacts, TorchrunActor
 from toolkit.torchrun.spec import TorchrunSpec, node_argv, nproc_for, nproc_problem
 
@@ -124,6 +128,43 @@ def _run(spec: TorchrunSpec, actors: list[Actor], facts: list[NodeFacts], gpus: 
         f"{head_ip}:{spec.rdzv_port}"
     )
     stopping = _stop_on_signal(actors)
+    watchdog = _watch(spec, actors)
+    try:
+        codes, first_failure = _wait_all(actors, facts, waits, stopping)
+    finally:
+        if watchdog is not None:
+            watchdog.stop()
+    # Ray forwards a worker's output from its log file a moment after it is written:
+    # the last lines (a failed rank's traceback, torchrun's error summary) come first.
+    time.sleep(LOG_SETTLE_S)
+    say(_outcome([f.node for f in facts], codes))
+    if watchdog is not None and watchdog.aborted.is_set():
+        return STALL_EXIT
+    failed = (
+        first_failure
+        if first_failure is not None
+        else next((i for i in sorted(codes) if codes[i] != 0), None)
+    )
+    if failed is None:
+        return 0
+    return codes[failed] if codes[failed] > 0 else 1  # killed by a signal: 1
+
+
+def _watch(spec: TorchrunSpec, actors: list[Actor]) -> Watchdog | None:
+    """The run's stall watchdog, started (None without a run directory to read)."""
+    run_dir = run_dir_from_env()
+    if not run_dir:
+        return None
+    return Watchdog(run_dir, spec.stall, say, abort=lambda _: _stop(actors)).start()
+
+
+def _wait_all(
+    actors: list[Actor],
+    facts: list[NodeFacts],
+    waits: dict[Any, int],
+    stopping: threading.Event,
+) -> tuple[dict[int, int], int | None]:
+    """Every node's exit status, and the first node that failed (it stops the others)."""
     codes: dict[int, int] = {}
     first_failure: int | None = None
     while waits:
@@ -138,18 +179,7 @@ def _run(spec: TorchrunSpec, actors: list[Actor], facts: list[NodeFacts], gpus: 
                     "the other nodes"
                 )
                 _stop(actors[i] for i in waits.values())
-    # Ray forwards a worker's output from its log file a moment after it is written:
-    # the last lines (a failed rank's traceback, torchrun's error summary) come first.
-    time.sleep(LOG_SETTLE_S)
-    say(_outcome([f.node for f in facts], codes))
-    failed = (
-        first_failure
-        if first_failure is not None
-        else next((i for i in sorted(codes) if codes[i] != 0), None)
-    )
-    if failed is None:
-        return 0
-    return codes[failed] if codes[failed] > 0 else 1  # killed by a signal: 1
+    return codes, first_failure
 
 
 def _outcome(names: list[str], codes: dict[int, int]) -> str:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from toolkit.rundir.record_base import record_fields
+from toolkit.stall.settings import WatchSettings
 
 # torchrun's module, run by the node's Python (the ``torchrun`` script may not be on
 # the PATH of a Ray worker, the module always is where torch is).
@@ -34,6 +35,7 @@ class TorchrunSpec:
         run_id: The rendezvous id (the run's id: two runs never meet).
         max_restarts: torchrun's ``--max-restarts``.
         module: Run ``script`` as a module (torchrun's ``-m``).
+        stall: How the driver's watchdog watches the run (``--on-stall``...).
     """
 
     script: str
@@ -45,6 +47,7 @@ class TorchrunSpec:
     run_id: str = "rtk"
     max_restarts: int = 0
     module: bool = False
+    stall: WatchSettings = field(default_factory=WatchSettings)
 
     def to_json(self) -> dict[str, object]:
         """A JSON-ready object (the driver's argument)."""
@@ -58,6 +61,7 @@ class TorchrunSpec:
             "run_id": self.run_id,
             "max_restarts": self.max_restarts,
             "module": self.module,
+            "stall": self.stall.to_json(),
         }
 
     @classmethod
@@ -79,6 +83,7 @@ class TorchrunSpec:
             run_id=f.text("run_id"),
             max_restarts=f.integer("max_restarts"),
             module=f.flag("module"),
+            stall=WatchSettings.from_json(f.obj_or_none("stall") or {}),
         )
 
 

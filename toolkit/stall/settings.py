@@ -1,0 +1,75 @@
+"""How a run is watched for stalls: the policy and timeouts a user chose (no Ray here).
+
+``--on-stall`` and ``--stall-timeout-s`` of ``rtk train`` and ``rtk torchrun`` become a
+``WatchSettings`` in the job's configuration; the job driver's watchdog
+(``toolkit.stall.watchdog``) reads it. Kept apart so the CLI can build it without
+importing Ray.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from toolkit.stall.detector import STARTUP_TIMEOUT_S
+
+# Each node's time to give its evidence (the watchdog's collection).
+PER_NODE_TIMEOUT_S = 10.0
+
+REPORT, ABORT, RESTART_EXCLUDING = "report", "abort", "restart-excluding"
+POLICIES = (REPORT, ABORT, RESTART_EXCLUDING)
+# The driver's exit status after a stall it stopped (EX_TEMPFAIL: try again, elsewhere).
+STALL_EXIT = 75
+
+
+@dataclass(frozen=True)
+class WatchSettings:
+    """How a run is watched (``--on-stall``, ``--stall-timeout-s``).
+
+    Attributes:
+        policy: One of ``POLICIES``.
+        timeout_s: A fixed stall timeout (None: learned from the run's steps).
+        startup_timeout_s: The timeout before the run's step time is known.
+        per_node_timeout_s: How long each node may take to give its evidence.
+    """
+
+    policy: str = REPORT
+    timeout_s: float | None = None
+    startup_timeout_s: float = STARTUP_TIMEOUT_S
+    per_node_timeout_s: float = PER_NODE_TIMEOUT_S
+
+    def to_json(self) -> dict[str, object]:
+        """A JSON-ready object (part of a job's configuration)."""
+        return {
+            "policy": self.policy,
+            "timeout_s": self.timeout_s,
+            "startup_timeout_s": self.startup_timeout_s,
+            "per_node_timeout_s": self.per_node_timeout_s,
+        }
+
+    @classmethod
+    def from_json(cls, data: object) -> WatchSettings:
+        """The inverse of ``to_json`` (missing keys: the defaults).
+
+        Raises:
+            ValueError: An unknown policy, or a timeout that is not positive.
+        """
+        if not isinstance(data, Mapping):
+            raise ValueError(f"stall settings: expected an object, got {data!r}")
+        settings = cls(
+            policy=str(data.get("policy", REPORT)),
+            timeout_s=_positive_or_none(data.get("timeout_s")),
+            startup_timeout_s=float(data.get("startup_timeout_s", STARTUP_TIMEOUT_S)),
+            per_node_timeout_s=float(data.get("per_node_timeout_s", PER_NODE_TIMEOUT_S)),
+        )
+        if settings.policy not in POLICIES:
+            raise ValueError(f"--on-stall {settings.policy}: choose {', '.join(POLICIES)}")
+        return settings
+
+
+def _positive_or_none(value: object) -> float | None:
+    if value is None:
+        return None
+    if not isinstance(value, int | float) or value <= 0:
+        raise ValueError(f"--stall-timeout-s must be a positive number of seconds, got {value!r}")
+    return float(value)

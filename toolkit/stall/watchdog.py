@@ -1,0 +1,240 @@
+"""The watchdog a job driver runs beside its training: notice a stall, say where, act.
+
+A thread of the driver (``rtk train``'s ``train/job.py``, ``rtk torchrun``'s
+``torchrun/fanout.py``) follows the ranks' marker files it can read on its node
+(``MarkerFollower``: the head's own ranks, or every rank's when the run directory is
+shared), feeds their steps and phases to the ``StallDetector`` and asks it about once
+a second. On a stall it collects every node's evidence at once (``collect``), names the
+suspects (``diagnosis``), adds the stall to ``stall.json`` and prints the diagnosis in
+the job's log; then the policy:
+
+- ``report``: keep waiting; the diagnosis is printed once per stall, and a line when
+  the run resumes;
+- ``abort``: the driver's ``abort`` callback stops the job on every node, and the
+  driver exits with ``STALL_EXIT``;
+- ``restart-excluding``: as ``abort``, and the driver's exit tells rtk to exclude the
+  suspect nodes and resume from the last checkpoint (``stall.json`` names them).
+
+One stall is watched at a time: while the evidence is collected the detector is not
+asked. The thread's cost is a ``stat`` and a read of what was appended per marker
+file per poll.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from toolkit.rundir import RunDir
+from toolkit.stall.collect import collect_evidence, ray_node_ids
+from toolkit.stall.detector import StallDetector
+from toolkit.stall.diagnosis import Diagnosis, diagnose
+from toolkit.stall.records import NodeEvidence, StallRecord, append_stall
+from toolkit.stall.settings import REPORT, WatchSettings
+
+POLL_S = 1.0
+READ_MAX_BYTES = 4 << 20  # of one marker file per poll; the rest is read at the next
+_WATCHED = ("step_end", "phase_begin", "checkpoint")
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One marker line the watchdog cares about.
+
+    Attributes:
+        event: ``step_end``, ``phase_begin`` or ``checkpoint``.
+        step: Its step.
+        wall_s: When it was written.
+        rank: Its rank.
+        node: Its node.
+        phase: A ``phase_begin``'s name.
+    """
+
+    event: str
+    step: int | None
+    wall_s: float
+    rank: int
+    node: str
+    phase: str | None = None
+
+
+class MarkerFollower:
+    """Reads what was appended to the run's marker files since the last ``poll``.
+
+    Only complete lines are read; a file's partial last line waits for the next poll.
+    Memory is bounded by the number of files, not their length.
+    """
+
+    def __init__(self, run_dir: str | Path) -> None:
+        """Follow the marker files of the run in ``run_dir``, from their start."""
+        self.layout = RunDir(run_dir)
+        self._offsets: dict[Path, int] = {}
+        self.rank_nodes: dict[int, str] = {}
+
+    def poll(self) -> list[Progress]:
+        """The watched events appended since the last call, in file order."""
+        found: list[Progress] = []
+        for path in self.layout.marker_files():
+            offset = self._offsets.get(path, 0)
+            try:
+                size = path.stat().st_size
+                if size <= offset:
+                    continue
+                with path.open("rb") as f:
+                    f.seek(offset)
+                    data = f.read(min(size - offset, READ_MAX_BYTES))
+            except OSError:
+                continue
+            complete = data.rfind(b"\n") + 1
+            self._offsets[path] = offset + complete
+            for line in data[:complete].splitlines():
+                progress = self._read(line)
+                if progress is not None:
+                    found.append(progress)
+        return found
+
+    def _read(self, line: bytes) -> Progress | None:
+        if not any(event.encode() in line for event in _WATCHED):
+            return None
+        try:
+            data = json.loads(line)
+            event, rank, node = data["event"], int(data["rank"]), str(data["node"])
+            wall_s = float(data["wall_s"])
+        except (ValueError, KeyError, TypeError):
+            return None
+        if event not in _WATCHED:
+            return None
+        self.rank_nodes.setdefault(rank, node)
+        step = data.get("step")
+        phase = data.get("name") if event == "phase_begin" else event
+        return Progress(
+            event,
+            step if isinstance(step, int) else None,
+            wall_s,
+            rank,
+            node,
+            phase if isinstance(phase, str) else None,
+        )
+
+
+Collector = Callable[[str, float], list[NodeEvidence]]
+"""Gathers every node's evidence: (run_dir, per_node_timeout_s) -> one per node."""
+
+
+def collect_all(run_dir: str, per_node_timeout_s: float) -> list[NodeEvidence]:
+    """Every Ray node's evidence for the run in ``run_dir`` (the driver's Ray, now)."""
+    return collect_evidence(ray_node_ids(), run_dir, per_node_timeout_s)
+
+
+class Watchdog:
+    """Watches one run from its job driver (see the module's docstring).
+
+    Args:
+        run_dir: The run directory, as this node sees it.
+        settings: The policy and timeouts.
+        say: Prints a line in the job's log.
+        abort: Stops the job on every node (``abort`` and ``restart-excluding``).
+        collector: Gathers every node's evidence (tests pass their own).
+        clock: The wall clock (time.time()); markers carry wall times.
+        poll_s: How often the marker files are read and the detector asked.
+    """
+
+    def __init__(
+        self,
+        run_dir: str,
+        settings: WatchSettings,
+        say: Callable[[str], None],
+        abort: Callable[[StallRecord], None] | None = None,
+        collector: Collector = collect_all,
+        clock: Callable[[], float] = time.time,
+        poll_s: float = POLL_S,
+    ) -> None:
+        self.run_dir = run_dir
+        self.settings = settings
+        self._say, self._abort, self._collect = say, abort, collector
+        self._clock, self._poll_s = clock, poll_s
+        self.follower = MarkerFollower(run_dir)
+        self.detector = StallDetector(
+            clock(),
+            timeout_s=settings.timeout_s,
+            startup_timeout_s=settings.startup_timeout_s,
+        )
+        self.stalls: list[StallRecord] = []
+        self.aborted = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> Watchdog:
+        """Watch in a daemon thread until ``stop``."""
+        self._thread = threading.Thread(target=self._run, name="rtk-stall-watchdog", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop watching (returns once the thread has, or after a poll)."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=self._poll_s * 2)
+
+    def __enter__(self) -> Watchdog:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._poll_s):
+            try:
+                self.tick()
+            except Exception as e:  # noqa: BLE001 - the watchdog never ends the run
+                self._say(f"stall watchdog: {type(e).__name__}: {e}")
+
+    def tick(self) -> StallRecord | None:
+        """Read the new markers, ask the detector, handle a stall; the stall, if one."""
+        for progress in self.follower.poll():
+            if progress.event == "step_end" and progress.step is not None:
+                lasted_s = self.detector.step_done(progress.step, progress.wall_s)
+                if lasted_s is not None:
+                    self._say(f"resumed at step {progress.step} after {lasted_s:.0f} s")
+            elif progress.phase is not None:
+                self.detector.phase(progress.phase, progress.wall_s)
+        stall = self.detector.check(self._clock())
+        if stall is None or self._stop.is_set():
+            return None
+        began = time.monotonic()
+        self._say(
+            f"no rank finished a step for {stall.stalled_s:.0f} s (timeout "
+            f"{stall.timeout_s:.0f} s): asking every node for its ranks' stacks"
+        )
+        nodes = self._collect(self.run_dir, self.settings.per_node_timeout_s)
+        diagnosis = diagnose(nodes, stall, self.follower.rank_nodes or None)
+        record = diagnosis.to_record(
+            nodes, self._clock(), time.monotonic() - began, self.settings.policy
+        )
+        self.stalls.append(record)
+        try:
+            append_stall(RunDir(self.run_dir).stall, record)
+        except OSError as e:
+            self._say(f"could not write {RunDir(self.run_dir).stall}: {e}")
+        self._print(diagnosis)
+        if self.settings.policy != REPORT and self._abort is not None:
+            self.aborted.set()
+            self._say(f"--on-stall {self.settings.policy}: stopping the job on every node")
+            self._abort(record)
+        return record
+
+    def _print(self, diagnosis: Diagnosis) -> None:
+        for line in diagnosis.lines():
+            self._say(line)
+        self._say(f"every rank's stack: {RunDir(self.run_dir).stall} (rtk stall-check RUN)")
+
+
+def run_dir_from_env() -> str | None:
+    """The run directory rtk gave this job (``RTK_RUN_DIR``), if any."""
+    value = os.environ.get("RTK_RUN_DIR")
+    return os.path.expanduser(value) if value else None
