@@ -135,7 +135,7 @@ def locate(rank: RankEvidence) -> Location:
         return Location(kind, _phrase(kind, frame) + _at(where), where)
     where = user_frame(frames, 0)
     if where is not None:
-        return Location(USER, "in user code" + _at(where), where)
+        return Location(USER, f"in {where.function}()" + _at(where), where)
     innermost = frames[0]
     return Location(USER, f"in {innermost.function} ({innermost.where})", innermost)
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit.errors import RtkError
+from toolkit.stall.settings import REPORT, WatchSettings
 from toolkit.telemetry.options import TelemetryOptions
 
 STRATEGIES = ("ddp", "fsdp2", "deepspeed")
@@ -92,6 +93,10 @@ class TrainConfig:
     # report's straggler analysis can be seen to name it.
     straggle: str = ""
     max_failures: int = 0
+    # The stall watchdog (toolkit.stall): what to do on a stall, and a fixed timeout
+    # (None: learned from the run's steps).
+    on_stall: str = REPORT
+    stall_timeout_s: float | None = None
     restart_wait_s: float = 600.0
     seed: int = 0
     data: str | None = None
@@ -167,6 +172,11 @@ class TrainConfig:
             )
         if self.restart_wait_s <= 0:
             problems.append("--restart-wait-s must be more than 0")
+        try:
+            self.stall()
+            WatchSettings.from_json(self.stall().to_json())
+        except ValueError as e:
+            problems.append(str(e))
         problems += self.telemetry_options().problems()
         if (self.baseline_s or self.cooldown_max_s) and not self.telemetry:
             problems.append("--baseline-s and --cooldown-max-s need telemetry (not --no-telemetry)")
@@ -218,6 +228,10 @@ class TrainConfig:
             cooldown_max_s=self.cooldown_max_s,
             energy_rate_hz=self.energy_rate_hz,
         )
+
+    def stall(self) -> WatchSettings:
+        """How the driver's watchdog watches this run."""
+        return WatchSettings(policy=self.on_stall, timeout_s=self.stall_timeout_s)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""

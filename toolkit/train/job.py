@@ -24,6 +24,8 @@ from ray.train.torch import TorchTrainer
 from toolkit.driver_gate import gate_passed
 from toolkit.rundir import RunDir, TrainConfigRecord
 from toolkit.rundir.layout import CHECKPOINTS_DIR
+from toolkit.stall.settings import STALL_EXIT
+from toolkit.stall.watchdog import Watchdog
 from toolkit.telemetry.rank_files import gather_rank_files
 from toolkit.telemetry.session import TelemetrySession, exit_on_sigterm
 from toolkit.telemetry.settle import IdlePhases
@@ -166,6 +168,12 @@ def main(argv: list[str]) -> int:
         stop.clear()  # a request left by the allocation before this one
     if session is not None:
         session.start()
+    watchdog = Watchdog(
+        config.run_dir,
+        config.stall(),
+        lambda line: print(f"rtk train: {line}", flush=True),
+        abort=lambda _: _abort(session, config.run_dir),
+    ).start()
     try:
         if idle is not None:
             idle.before()
@@ -173,6 +181,7 @@ def main(argv: list[str]) -> int:
         if idle is not None and getattr(result, "error", None) is None and not stopped(stop):
             idle.after()  # no cooldown for a run stopped early: time is short then
     finally:
+        watchdog.stop()
         if idle is not None:
             idle.save()
         if session is not None:
@@ -196,6 +205,22 @@ def main(argv: list[str]) -> int:
         print(f"rtk train: finished {config.max_steps} steps (metrics.jsonl)", flush=True)
 
     return 0
+
+
+def _abort(session: TelemetrySession | None, run_dir: str) -> None:
+    """End the job after a stall (``--on-stall abort``): its ranks cannot stop themselves.
+
+    The telemetry and the rank files are saved as at any end; then the driver exits
+    with ``STALL_EXIT``, and Ray ends the job's workers, which the driver owns.
+    """
+    try:
+        if session is not None:
+            session.stop()
+        gather_rank_files(run_dir)
+    finally:
+        print(f"rtk train: stopped after a stall (exit {STALL_EXIT})", flush=True)
+        sys.stdout.flush()
+        os._exit(STALL_EXIT)
 
 
 if __name__ == "__main__":

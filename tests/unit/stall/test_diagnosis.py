@@ -196,7 +196,7 @@ def test_ranks_in_several_places_none_waiting_blame_no_rank() -> None:
     diagnosis = diagnose(nodes, Stall(812, 70.0, 60.0))
     assert diagnosis.suspects == ()
     assert diagnosis.summary == (
-        "stalled at step 812 for 70 s: 4 ranks in 2 places, most (3) are in user code "
+        "stalled at step 812 for 70 s: 4 ranks in 2 places, most (3) are in spin() "
         "at train.py:12; no rank stands out"
     )
 

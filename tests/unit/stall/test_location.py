@@ -136,7 +136,7 @@ USER_SLEEP = (
         (FORWARD_IN_USER_MODULE, FORWARD, "in forward at model.py:40"),
         (OPTIMIZER_STEP, OPTIMIZER, "in optimizer step at train.py:80"),
         (USER_ITERATOR, DATA, "in next(dataloader) at stream.py:30"),
-        (USER_SLEEP, USER, "in user code at train.py:12"),
+        (USER_SLEEP, USER, "in sleep_forever() at train.py:12"),
         (
             (Frame("poll", f"{STDLIB}/selectors.py", 468),),
             USER,

@@ -88,6 +88,8 @@ class TrainCommand(UnderscoreSpellings, SectionedCommand):
             "resume",
             "checkpoint_on_stop",
             "max_failures",
+            "on_stall",
+            "stall_timeout_s",
             "restart_wait_s",
         ),
         "Run directory and output": ("output_dir", "run_id", "log_every"),

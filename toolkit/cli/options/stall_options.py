@@ -25,22 +25,30 @@ TIMEOUT_HELP = (
 )
 
 
+STALL_OPTIONS = [
+    click.option(
+        "--on-stall",
+        type=click.Choice(POLICIES),
+        default=REPORT,
+        show_default=True,
+        help=ON_STALL_HELP,
+    ),
+    click.option(
+        "--stall-timeout-s", type=click.FloatRange(min=0, min_open=True), help=TIMEOUT_HELP
+    ),
+]
+"""The options, in order (``rtk train`` puts them among its own)."""
+
+
 def stall_options(func: F) -> F:
     """Add ``--on-stall`` and ``--stall-timeout-s``.
 
     They arrive as ``on_stall`` and ``stall_timeout_s``; ``stall_settings`` makes them
     one ``WatchSettings``.
     """
-    func = click.option(
-        "--stall-timeout-s", type=click.FloatRange(min=0, min_open=True), help=TIMEOUT_HELP
-    )(func)
-    return click.option(
-        "--on-stall",
-        type=click.Choice(POLICIES),
-        default=REPORT,
-        show_default=True,
-        help=ON_STALL_HELP,
-    )(func)
+    for option in reversed(STALL_OPTIONS):
+        func = option(func)
+    return func
 
 
 def stall_settings(on_stall: str, stall_timeout_s: float | None) -> WatchSettings:

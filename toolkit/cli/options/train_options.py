@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import click
 
 from toolkit.cli.options.decorators import output_options, telemetry_options
+from toolkit.cli.options.stall_options import STALL_OPTIONS
 from toolkit.errors import RtkError
 from toolkit.flows import Driver
 from toolkit.flows.ray_address import RayAddress, parse_ray_address
@@ -218,6 +219,7 @@ _OPTIONS: list[Callable[[Any], Any]] = [
         help="Restarts from the last checkpoint after a worker is lost; 0: the first loss "
         "ends the run.",
     ),
+    *STALL_OPTIONS,
     click.option(
         "--restart-wait-s",
         type=float,
