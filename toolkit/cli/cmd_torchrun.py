@@ -108,6 +108,7 @@ def torchrun_cmd(
     max_restarts: int,
     on_stall: str,
     stall_timeout_s: float | None,
+    stall_floor_s: float,
     output_dir: str,
     run_id: str | None,
     slurm: bool,
@@ -138,7 +139,7 @@ def torchrun_cmd(
         run_id=run_id,
         max_restarts=max_restarts,
         module=module,
-        stall=stall_settings(on_stall, stall_timeout_s),
+        stall=stall_settings(on_stall, stall_timeout_s, stall_floor_s),
     )
     run_dir = f"{output_dir.rstrip('/')}/{run_id}"
 

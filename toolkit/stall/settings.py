@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from toolkit.stall.detector import STARTUP_TIMEOUT_S
+from toolkit.stall.detector import FLOOR_S, STARTUP_TIMEOUT_S
 
 # Each node's time to give its evidence (the watchdog's collection).
 PER_NODE_TIMEOUT_S = 10.0
@@ -31,10 +31,12 @@ class WatchSettings:
         timeout_s: A fixed stall timeout (None: learned from the run's steps).
         startup_timeout_s: The timeout before the run's step time is known.
         per_node_timeout_s: How long each node may take to give its evidence.
+        floor_s: The least a learned timeout may be.
     """
 
     policy: str = REPORT
     timeout_s: float | None = None
+    floor_s: float = FLOOR_S
     startup_timeout_s: float = STARTUP_TIMEOUT_S
     per_node_timeout_s: float = PER_NODE_TIMEOUT_S
 
@@ -43,6 +45,7 @@ class WatchSettings:
         return {
             "policy": self.policy,
             "timeout_s": self.timeout_s,
+            "floor_s": self.floor_s,
             "startup_timeout_s": self.startup_timeout_s,
             "per_node_timeout_s": self.per_node_timeout_s,
         }
@@ -59,6 +62,7 @@ class WatchSettings:
         settings = cls(
             policy=str(data.get("policy", REPORT)),
             timeout_s=_positive_or_none(data.get("timeout_s")),
+            floor_s=_positive_or_none(data.get("floor_s", FLOOR_S)) or FLOOR_S,
             startup_timeout_s=float(data.get("startup_timeout_s", STARTUP_TIMEOUT_S)),
             per_node_timeout_s=float(data.get("per_node_timeout_s", PER_NODE_TIMEOUT_S)),
         )

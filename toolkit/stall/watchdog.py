@@ -163,6 +163,7 @@ class Watchdog:
             clock(),
             timeout_s=settings.timeout_s,
             startup_timeout_s=settings.startup_timeout_s,
+            floor_s=settings.floor_s,
         )
         self.stalls: list[StallRecord] = []
         self.aborted = threading.Event()

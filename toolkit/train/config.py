@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit.errors import RtkError
+from toolkit.stall.detector import FLOOR_S
 from toolkit.stall.settings import REPORT, WatchSettings
 from toolkit.telemetry.options import TelemetryOptions
 
@@ -97,6 +98,7 @@ class TrainConfig:
     # (None: learned from the run's steps).
     on_stall: str = REPORT
     stall_timeout_s: float | None = None
+    stall_floor_s: float = FLOOR_S
     restart_wait_s: float = 600.0
     seed: int = 0
     data: str | None = None
@@ -231,7 +233,9 @@ class TrainConfig:
 
     def stall(self) -> WatchSettings:
         """How the driver's watchdog watches this run."""
-        return WatchSettings(policy=self.on_stall, timeout_s=self.stall_timeout_s)
+        return WatchSettings(
+            policy=self.on_stall, timeout_s=self.stall_timeout_s, floor_s=self.stall_floor_s
+        )
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""

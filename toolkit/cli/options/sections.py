@@ -90,6 +90,7 @@ class TrainCommand(UnderscoreSpellings, SectionedCommand):
             "max_failures",
             "on_stall",
             "stall_timeout_s",
+            "stall_floor_s",
             "restart_wait_s",
         ),
         "Run directory and output": ("output_dir", "run_id", "log_every"),
