@@ -112,9 +112,12 @@ def test_a_plain_ddp_script_with_auto_steps_names_the_slowed_rank(
 ) -> None:
     """train_ddp.py has no rtk in it: steps come from the optimizer, waits from backward."""
     run_dir = tmp_path / "auto"
+    # Every 4th step is long (a 1.5 s pause, as a checkpoint would be): the watchdog,
+    # its learned timeout floored at 1 s here, must not take it for a stall.
     done = torchrun(
-        cluster, run_dir, "--auto-steps", "--", "train_ddp.py",
+        cluster, run_dir, "--auto-steps", "--stall-floor-s", "1", "--", "train_ddp.py",
         *("--steps", "12", "--slow-rank", "1", "--slow-s", "0.3"),
+        *("--pause-every", "4", "--pause-s", "1.5"),
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "rtk torchrun: torchrun started on 3 node(s), 3 rank(s)" in done.stdout
@@ -138,6 +141,53 @@ def test_a_plain_ddp_script_with_auto_steps_names_the_slowed_rank(
     text = " ".join(done.stdout.split())
     assert "steps: 12, from optimizer hooks (--auto-steps)" in text
     assert "last to arrive most often: rank 1 on" in text
+    assert "stalled" not in text and not (run_dir / "stall.json").exists()
+    nothing_left(cluster)
+
+
+def test_a_stopped_rank_and_a_stuck_one_are_named_while_the_run_hangs(
+    cluster: dict[str, Any], tmp_path: Path
+) -> None:
+    """At step 10 rank 1 stops itself (SIGSTOP) and rank 2 spins in next_batch() before
+    its all-reduce; rank 0 waits in it. The watchdog names both, with where they are."""
+    run_dir = tmp_path / "hang"
+    timeout_s = 8.0
+    done = torchrun(
+        cluster, run_dir, "--auto-steps", "--stall-timeout-s", f"{timeout_s:g}",
+        "--on-stall", "abort", "--", "train_ddp.py", "--steps", "60",
+        *("--stop-rank", "1", "--stop-at", "10", "--hang-rank", "2", "--hang-at", "10"),
+    )  # fmt: skip
+    out = done.stdout
+    assert done.returncode == 1, out[-3000:] + done.stderr[-3000:]
+    assert "rtk telemetry: command exited 75" in out  # the driver's STALL_EXIT
+    (stall,) = json.loads((run_dir / "stall.json").read_text())
+    # Named within twice the timeout of the last finished step, every node asked.
+    assert stall["step"] == 9 and stall["stalled_s"] <= 2 * timeout_s
+    assert stall["action"] == "abort" and stall["collect_s"] < 30
+    assert sorted(n["node"] for n in stall["nodes"] if n["error"] is None) == [
+        "node1",
+        "node2",
+        "node3",
+    ]
+    suspects = {s["rank"]: s for s in stall["suspects"]}
+    assert set(suspects) == {1, 2}
+    assert suspects[1]["reason"] == "stopped (SIGSTOP or a debugger)"
+    stuck = suspects[2]
+    assert stuck["frame"]["function"] == "next_batch"
+    assert stuck["frame"]["file"].endswith("train_ddp.py")
+    line = stuck["frame"]["line"]
+    source = (SCRIPTS / "train_ddp.py").read_text().splitlines()
+    assert "spins" in source[line - 1]  # the loop's own line
+    ranks = {r["rank"]: r for n in stall["nodes"] for r in n["ranks"]}
+    waiting = ranks[0]
+    assert waiting["state"] != "stopped" and waiting["stack_source"] in ("py-spy", "faulthandler")
+    assert any("backward" in f["function"] for f in waiting["frames"])
+    assert ranks[1]["state"] == "stopped"
+    text = " ".join(out.split())
+    assert f"rtk torchrun: stalled at step 9 for {stall['stalled_s']:.0f} s: " in text
+    assert "rank 1 (node" in text and "is stopped (SIGSTOP or a debugger)" in text
+    assert f"in next_batch() at train_ddp.py:{line}" in text
+    assert "--on-stall abort: stopping the job on every node" in text
     nothing_left(cluster)
 
 

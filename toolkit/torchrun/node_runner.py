@@ -154,16 +154,47 @@ class TorchrunNode:
         child = self._child
         if child is None:
             return None
+        # torchrun starts each rank in a session of its own: they are found as its
+        # descendants now, while it still lives to be their parent.
+        ranks = descendants(child.pid)
         if child.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(child.pid, signal.SIGTERM)
             deadline = time.monotonic() + grace_s
             while child.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.1)
-        # The ranks may outlive torchrun itself: the whole group goes.
+        # The ranks may outlive torchrun itself: the whole group goes, and every rank,
+        # a stopped one too (SIGKILL ends it; SIGTERM would wait for a SIGCONT).
         with contextlib.suppress(ProcessLookupError):
             os.killpg(child.pid, signal.SIGKILL)
+        for pid in ranks:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         return child.wait()
+
+
+def descendants(pid: int, proc: str = "/proc") -> list[int]:
+    """The processes below ``pid`` (children, theirs...), from /proc's parent links."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir(proc):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(os.path.join(proc, entry, "stat"), encoding="ascii", errors="replace") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # "PID (COMMAND) STATE PPID ...": the command may hold spaces and parentheses.
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 1 and fields[1].isdigit():
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found: list[int] = []
+    todo = list(children.get(pid, []))
+    while todo:
+        nxt = todo.pop()
+        found.append(nxt)
+        todo.extend(children.get(nxt, []))
+    return found
 
 
 # The actor: its class name is the prefix Ray puts on the lines it forwards.

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.torchrun.node_runner import TorchrunNode, child_env, port_taken
+from toolkit.torchrun.node_runner import TorchrunNode, child_env, descendants, port_taken
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -60,6 +60,50 @@ def test_stop_ends_the_child_and_what_it_started(tmp_path: Path) -> None:
     while _alive(grandchild) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive(grandchild)
+
+
+def test_stop_ends_a_stopped_rank_in_a_session_of_its_own(tmp_path: Path) -> None:
+    """As torchrun starts its ranks: a new session each; this one SIGSTOPped itself."""
+    pid_file = tmp_path / "rank"
+    rank = "import os, signal; os.kill(os.getpid(), signal.SIGSTOP)"
+    script = (
+        "import subprocess, sys, time, pathlib\n"
+        f"child = subprocess.Popen([sys.executable, '-c', {rank!r}], start_new_session=True)\n"
+        f"pathlib.Path({str(pid_file)!r}).write_text(str(child.pid))\n"
+        "time.sleep(300)\n"
+    )
+    node = TorchrunNode()
+    node.start(["-c", script], {}, {})
+    deadline = time.monotonic() + 30
+    while not pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stopped = int(pid_file.read_text())
+    while _state(stopped) != "T" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _state(stopped) == "T"
+    assert node.stop(grace_s=1.0) is not None
+    deadline = time.monotonic() + 10
+    while _alive(stopped) and _state(stopped) != "Z" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(stopped) or _state(stopped) == "Z"
+
+
+def _state(pid: int) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat[stat.rfind(")") + 2]
+
+
+def test_descendants_follow_the_parent_links(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    for pid, ppid in ((10, 1), (11, 10), (12, 11), (13, 10), (20, 1)):
+        (proc / str(pid)).mkdir(parents=True)
+        (proc / str(pid) / "stat").write_text(f"{pid} (a (b) c) S {ppid} 0 0\n")
+    (proc / "self").mkdir()
+    assert sorted(descendants(10, str(proc))) == [11, 12, 13]
+    assert descendants(12, str(proc)) == []
 
 
 def test_stop_before_start_is_harmless() -> None:
