@@ -40,6 +40,7 @@ from toolkit.flows.run import RunEvents, execute
 from toolkit.flows.timings import TrainClock
 from toolkit.inventory import Inventory
 from toolkit.jobs.client import JobOutcome
+from toolkit.stall.settings import RESTART_EXCLUDING
 from toolkit.state.store import StateStore
 from toolkit.train.config import TrainConfig
 
@@ -180,7 +181,11 @@ def _train_in(session: Session, clock: TrainClock, asked: TrainAsked) -> None:
     resources = _resources(asked.resources_per_worker)
     policy = PreflightPolicy.ENFORCE if asked.preflight else PreflightPolicy.SKIP
     config = dataclasses.replace(
-        asked.trainer, run_dir=f"{output_dir}/{run_id}", resources_per_worker=resources
+        asked.trainer,
+        run_dir=f"{output_dir}/{run_id}",
+        resources_per_worker=resources,
+        # restart-excluding goes on without the suspect nodes, down to min_nodes.
+        min_nodes=inv.min_nodes if asked.trainer.on_stall == RESTART_EXCLUDING else 0,
     ).check()
     containers = [n.container for n in session.plan.nodes if n.container is not None]
     check_path_mounted(containers, config.run_dir, "the run directory")

@@ -257,6 +257,7 @@ class StallRecord(Record):
         nodes: Every node's evidence, stacks included.
         collect_s: How long collecting the evidence took.
         action: What the policy did (``report``, ``abort``, ``restart-excluding``).
+        excluded: The nodes ``restart-excluding`` took out of the cluster.
     """
 
     detected_wall_s: float
@@ -269,6 +270,7 @@ class StallRecord(Record):
     nodes: tuple[NodeEvidence, ...] = ()
     collect_s: float = 0.0
     action: str = "report"
+    excluded: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The record as written."""
@@ -284,6 +286,7 @@ class StallRecord(Record):
             "nodes": [node.to_json() for node in self.nodes],
             "collect_s": self.collect_s,
             "action": self.action,
+            "excluded": list(self.excluded),
         }
 
     @classmethod
@@ -305,6 +308,7 @@ class StallRecord(Record):
             ),
             collect_s=f.number("collect_s"),
             action=f.text("action"),
+            excluded=f.texts("excluded"),
         )
 
 

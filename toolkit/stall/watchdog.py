@@ -22,6 +22,7 @@ file per poll.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import threading
@@ -34,8 +35,9 @@ from toolkit.rundir import RunDir
 from toolkit.stall.collect import collect_evidence, ray_node_ids
 from toolkit.stall.detector import StallDetector
 from toolkit.stall.diagnosis import Diagnosis, diagnose
+from toolkit.stall.exclude import suspect_nodes
 from toolkit.stall.records import NodeEvidence, StallRecord, append_stall
-from toolkit.stall.settings import REPORT, WatchSettings
+from toolkit.stall.settings import REPORT, RESTART_EXCLUDING, WatchSettings
 
 POLL_S = 1.0
 READ_MAX_BYTES = 4 << 20  # of one marker file per poll; the rest is read at the next
@@ -138,7 +140,9 @@ class Watchdog:
         run_dir: The run directory, as this node sees it.
         settings: The policy and timeouts.
         say: Prints a line in the job's log.
-        abort: Stops the job on every node (``abort`` and ``restart-excluding``).
+        abort: Stops the job on every node (``abort``; ``restart-excluding`` too when
+            no ``restart`` is given).
+        restart: Takes the suspects out and lets the run resume (``restart-excluding``).
         collector: Gathers every node's evidence (tests pass their own).
         clock: The wall clock (time.time()); markers carry wall times.
         poll_s: How often the marker files are read and the detector asked.
@@ -150,13 +154,14 @@ class Watchdog:
         settings: WatchSettings,
         say: Callable[[str], None],
         abort: Callable[[StallRecord], None] | None = None,
+        restart: Callable[[StallRecord], None] | None = None,
         collector: Collector = collect_all,
         clock: Callable[[], float] = time.time,
         poll_s: float = POLL_S,
     ) -> None:
         self.run_dir = run_dir
         self.settings = settings
-        self._say, self._abort, self._collect = say, abort, collector
+        self._say, self._abort, self._restart, self._collect = say, abort, restart, collector
         self._clock, self._poll_s = clock, poll_s
         self.follower = MarkerFollower(run_dir)
         self.detector = StallDetector(
@@ -217,15 +222,20 @@ class Watchdog:
         record = diagnosis.to_record(
             nodes, self._clock(), time.monotonic() - began, self.settings.policy
         )
+        if self.settings.policy == RESTART_EXCLUDING and self._restart is not None:
+            record = dataclasses.replace(record, excluded=tuple(suspect_nodes(record)))
         self.stalls.append(record)
         try:
             append_stall(RunDir(self.run_dir).stall, record)
         except OSError as e:
             self._say(f"could not write {RunDir(self.run_dir).stall}: {e}")
         self._print(diagnosis)
-        if self.settings.policy != REPORT and self._abort is not None:
+        policy = self.settings.policy
+        if policy == RESTART_EXCLUDING and self._restart is not None:
+            self._restart(record)
+        elif policy != REPORT and self._abort is not None:
             self.aborted.set()
-            self._say(f"--on-stall {self.settings.policy}: stopping the job on every node")
+            self._say(f"--on-stall {policy}: stopping the job on every node")
             self._abort(record)
         return record
 

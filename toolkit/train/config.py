@@ -99,6 +99,9 @@ class TrainConfig:
     on_stall: str = REPORT
     stall_timeout_s: float | None = None
     stall_floor_s: float = FLOOR_S
+    # With --on-stall restart-excluding, the fewest nodes the run may go on with (the
+    # inventory's min_nodes; 0: all of them): the worker group is elastic down to it.
+    min_nodes: int = 0
     restart_wait_s: float = 600.0
     seed: int = 0
     data: str | None = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import os
 import sys
 from collections.abc import Mapping
@@ -24,6 +25,9 @@ from ray.train.torch import TorchTrainer
 from toolkit.driver_gate import gate_passed
 from toolkit.rundir import RunDir, TrainConfigRecord
 from toolkit.rundir.layout import CHECKPOINTS_DIR
+from toolkit.stall.collect import ray_node_ids
+from toolkit.stall.exclude import exclude_nodes
+from toolkit.stall.records import StallRecord
 from toolkit.stall.settings import STALL_EXIT
 from toolkit.stall.watchdog import Watchdog
 from toolkit.telemetry.rank_files import gather_rank_files
@@ -51,6 +55,14 @@ class WorkerLayout:
     resources_per_worker: dict[str, float]
     use_gpu: bool
     placement_strategy: str
+    min_workers: int | None = None
+
+    @property
+    def scaling_workers(self) -> int | tuple[int, int]:
+        """Ray Train's ``num_workers``: a (min, max) range when the group is elastic."""
+        if self.min_workers is None or self.min_workers >= self.num_workers:
+            return self.num_workers
+        return (self.min_workers, self.num_workers)
 
     def to_json(self) -> dict[str, Any]:
         """The layout as ``train_config.json`` keeps it, under ``layout``."""
@@ -59,6 +71,7 @@ class WorkerLayout:
             "resources_per_worker": dict(self.resources_per_worker),
             "use_gpu": self.use_gpu,
             "placement_strategy": self.placement_strategy,
+            **({"min_workers": self.min_workers} if self.min_workers is not None else {}),
         }
 
 
@@ -73,6 +86,12 @@ def worker_layout(config: TrainConfig, resources: Mapping[str, float], nodes: in
     else:
         count = max(1, nodes)
     use_gpu = bool(per_worker.get("GPU"))
+    # restart-excluding: the group may shrink with the nodes, down to min_nodes' share.
+    min_workers = (
+        max(1, math.ceil(count * config.min_nodes / nodes))
+        if config.min_nodes and nodes and config.min_nodes < nodes
+        else None
+    )
     return WorkerLayout(
         num_workers=count,
         resources_per_worker=per_worker,
@@ -81,6 +100,7 @@ def worker_layout(config: TrainConfig, resources: Mapping[str, float], nodes: in
         # lost the restart waits for it rather than doubling up on a survivor. GPU
         # workers are held to their GPUs by the GPU resource itself.
         placement_strategy="STRICT_SPREAD" if not use_gpu and count <= nodes else "SPREAD",
+        min_workers=min_workers,
     )
 
 
@@ -128,7 +148,7 @@ def main(argv: list[str]) -> int:
         train_loop_per_worker,
         train_loop_config=config.to_json(),
         scaling_config=ScalingConfig(
-            num_workers=layout.num_workers,
+            num_workers=layout.scaling_workers,  # type: ignore[arg-type]  # Train v2 takes a range
             use_gpu=layout.use_gpu,
             resources_per_worker=layout.resources_per_worker,
             placement_strategy=layout.placement_strategy,
@@ -136,7 +156,10 @@ def main(argv: list[str]) -> int:
         run_config=RunConfig(
             name=RUN_NAME,
             storage_path=config.run_dir,
-            failure_config=FailureConfig(max_failures=config.max_failures),
+            # A restart after excluding a node is a failure Ray Train must survive.
+            failure_config=FailureConfig(
+                max_failures=max(config.max_failures, 1 if layout.min_workers else 0)
+            ),
             checkpoint_config=CheckpointConfig(num_to_keep=config.keep_checkpoints),
         ),
     )
@@ -168,12 +191,25 @@ def main(argv: list[str]) -> int:
         stop.clear()  # a request left by the allocation before this one
     if session is not None:
         session.start()
-    watchdog = Watchdog(
-        config.run_dir,
-        config.stall(),
-        lambda line: print(f"rtk train: {line}", flush=True),
-        abort=lambda _: _abort(session, config.run_dir),
-    ).start()
+
+    def say(line: str) -> None:
+        print(f"rtk train: {line}", flush=True)
+
+    def abort(_: StallRecord) -> None:
+        _abort(session, config.run_dir)
+
+    def restart(record: StallRecord) -> None:
+        if not record.excluded or layout.min_workers is None:
+            why = "no suspect to exclude" if not record.excluded else "no room to shrink"
+            say(f"--on-stall restart-excluding: {why} (min_nodes); stopping instead")
+            abort(record)
+            return
+        answered = [n.node for n in record.nodes if n.answered]
+        for name, what in exclude_nodes(record.excluded, ray_node_ids(), answered).items():
+            say(f"--on-stall restart-excluding: {name}: {what}")
+        say("Ray Train restarts from the last checkpoint on the nodes left")
+
+    watchdog = Watchdog(config.run_dir, config.stall(), say, abort=abort, restart=restart).start()
     try:
         if idle is not None:
             idle.before()

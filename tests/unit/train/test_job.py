@@ -39,6 +39,14 @@ def test_the_layout_is_recorded_under_the_keys_train_config_json_has() -> None:
     )
 
 
+def test_restart_excluding_makes_the_group_elastic_down_to_min_nodes() -> None:
+    got = layout(THREE_CPU_NODES, 3, resources_per_worker={"CPU": 1.0}, min_nodes=2)
+    assert got.min_workers == 2 and got.scaling_workers == (2, 3)
+    assert got.to_json()["min_workers"] == 2
+    every = layout(THREE_CPU_NODES, 3, resources_per_worker={"CPU": 1.0}, min_nodes=3)
+    assert every.min_workers is None and every.scaling_workers == 3
+
+
 def test_num_workers_0_on_cpu_nodes_is_one_worker_per_node() -> None:
     got = layout(THREE_CPU_NODES, 3, resources_per_worker={"CPU": 1.0})
     assert (got.num_workers, got.use_gpu, got.placement_strategy) == (
