@@ -230,7 +230,10 @@ def check(
     nodes = collector(options.run_dir, options.per_node_timeout_s)
     if not nodes:
         say("no node of this Ray cluster is one rtk brought up (rtk_host resources): no evidence")
-    diagnosis = diagnose(nodes, progress.stall(now_s), progress.rank_nodes or None)
+    # Where the launch put each rank, as far as the head's markers say: a rank whose node
+    # gave no trace of it is then named (unless no node was asked at all).
+    expected = dict(progress.rank_nodes) if nodes else None
+    diagnosis = diagnose(nodes, progress.stall(now_s), expected or None)
     record = diagnosis.to_record(nodes, clock(), time.monotonic() - began, CHECK)
     for line in diagnosis.lines():
         say(line)
