@@ -5,10 +5,13 @@ write markers as inventory node ``here`` and wait at a known line (one of them
 SIGSTOPped). The driver asks ``here`` (its real Ray node id), a node id Ray has never
 seen, and a node whose task hangs: the first answers with its ranks' stacks, the other
 two are named with their errors within the per-node time, never waited for longer.
+``rtk stall-check``'s job, run against the same Ray (its node marked ``here`` as rtk
+marks the nodes it brings up), names the stopped rank.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +19,10 @@ from pathlib import Path
 import pytest
 from rank_processes import WAIT_FUNCTION, WAIT_LINE, Ranks
 
-from toolkit.stall.records import SLEEPING, STOPPED, Frame
+from toolkit.ray_resources import HOST_RESOURCE_PREFIX
+from toolkit.rundir import RunDir
+from toolkit.stall.records import SLEEPING, STOPPED, Frame, StallRecord, read_stalls
+from toolkit.stall.settings import CHECK_PREFIX, CHECK_RECORD_PREFIX, CheckOptions
 
 pytestmark = pytest.mark.ray
 
@@ -28,7 +34,13 @@ TIMEOUT_S = 4.0
 def node_id(ray_available: None) -> Iterator[str]:
     import ray
 
-    ray.init(num_cpus=1, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    ray.init(
+        num_cpus=1,
+        resources={f"{HOST_RESOURCE_PREFIX}here": 1},  # as rtk up marks its nodes
+        include_dashboard=False,
+        logging_level="ERROR",
+        log_to_driver=False,
+    )
     try:
         yield ray.get_runtime_context().get_node_id()
     finally:
@@ -99,3 +111,33 @@ def test_a_node_whose_task_hangs_is_named_at_its_time(
     assert [r.rank for r in found[1].ranks] == [0]
     assert found[0].elapsed_s >= TIMEOUT_S
     assert took_s < TIMEOUT_S + 3.0, took_s
+
+
+def test_the_check_job_names_the_stopped_rank(
+    node_id: str, ranks: Ranks, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from toolkit.stall import check_job
+
+    pids = [ranks.start(rank, node="here") for rank in range(3)]
+    ranks.stop(pids[1])
+    options = CheckOptions(str(ranks.run_dir), TIMEOUT_S, as_json=True)
+    assert check_job.main([json.dumps(options.to_json())]) == 0  # on the Ray already joined
+    out = capsys.readouterr().out.splitlines()
+    said = [line.removeprefix(CHECK_PREFIX) for line in out if line.startswith(CHECK_PREFIX)]
+    assert said[0].startswith("step 0 finished "), said
+    assert said[1].startswith("stalled at step 0 for "), said
+    assert ": rank 1 (here) is stopped (SIGSTOP or a debugger)" in said[1], said
+    assert "  rank 1 (here) is stopped (SIGSTOP or a debugger)" in said
+    (kept,) = read_stalls(RunDir(ranks.run_dir).stall)
+    assert (kept.action, kept.timeout_s, kept.step) == ("check", 0.0, 0)
+    assert [(s.rank, s.node) for s in kept.suspects] == [(1, "here")]
+    (here,) = kept.nodes
+    assert (here.node, here.error, [r.pid for r in here.ranks]) == ("here", None, pids)
+    where = Frame(WAIT_FUNCTION, str(ranks.script), WAIT_LINE)
+    assert [(r.state, r.frames[0]) for r in here.ranks] == [
+        (SLEEPING, where),
+        (STOPPED, where),
+        (SLEEPING, where),
+    ]
+    (record,) = [line for line in out if line.startswith(CHECK_RECORD_PREFIX)]
+    assert StallRecord.from_json(json.loads(record.removeprefix(CHECK_RECORD_PREFIX))) == kept

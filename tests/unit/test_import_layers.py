@@ -99,6 +99,7 @@ RUNS_ON: dict[str, str] = {
     "toolkit.markers.ray_train": RAY_WORKER,  # in a user's train_loop_per_worker
     "toolkit.ray_fanout": JOB_DRIVER,  # the drivers' loop over the nodes' tasks
     "toolkit.stall.collect": JOB_DRIVER,  # train.job's and torchrun.fanout's watchdog
+    "toolkit.stall.check_job": JOB_DRIVER,  # rtk stall-check's job, on the head
     "toolkit.stall.node_evidence": RAY_WORKER,  # a task on each node
     "toolkit.stall.stacks": RAY_WORKER,  # in that task
     "toolkit.stall.procs": RAY_WORKER,  # in that task

@@ -34,6 +34,7 @@ Start here:
   rtk torchrun inv.yaml -- train.py      torchrun on every node, power-profiled per step
   rtk launch inv.yaml --no-wait -- CMD   any command as a Ray job; rtk jobs/logs/stop
   rtk report RUN_DIR             energy per node, GPU, step and token; report.html
+  rtk stall-check inv.yaml RUN   a run slow or stuck: every rank's stack, the suspects named
   rtk telemetry record inv.yaml -- CMD   telemetry around any workload
   rtk profile sweep.yaml         a sweep (sizes, batch, nodes, power limits): energy vs speed
   rtk down inv.yaml              stop rtk's Ray (and only rtk's) everywhere
@@ -60,6 +61,7 @@ COMMANDS = {
     "stop": "toolkit.cli.cmd_jobs:stop_cmd",
     "telemetry": "toolkit.cli.cmd_telemetry:telemetry_group",
     "report": "toolkit.cli.cmd_report:report_cmd",
+    "stall-check": "toolkit.cli.cmd_report:stall_check_cmd",
     "preflight": "toolkit.cli.cmd_preflight:preflight_cmd",
     "env": "toolkit.cli.cmd_env:env_cmd",
     "shell": "toolkit.cli.cmd_shell:shell_cmd",

@@ -1,15 +1,29 @@
-"""``rtk report RUN_DIR``: a run's power telemetry as figures, tables and plots."""
+"""A run, looked at: ``rtk report RUN_DIR`` and ``rtk stall-check INVENTORY RUN``.
+
+``rtk report``: a run's power telemetry as figures, tables and plots. ``rtk
+stall-check``: where every rank of a running run is, now, and which ranks hold it up.
+"""
 
 from __future__ import annotations
 
+import shlex
 import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from toolkit.cli.options.decorators import print_json
+from toolkit.cli.options.decorators import (
+    choose_inventory,
+    dry_run_option,
+    local_option,
+    print_json,
+    slurm_option,
+)
+from toolkit.cli.options.stall_options import inventory_and_run, run_dir_of
+from toolkit.errors import JobError
 from toolkit.rundir import RunDir
+from toolkit.stall.settings import PER_NODE_TIMEOUT_S, CheckOptions
 
 if TYPE_CHECKING:
     from toolkit.telemetry.report.trace.export import TraceWindow
@@ -112,3 +126,96 @@ def report_cmd(
         click.echo(f"trace:  {files.trace.path}")
         for note in files.trace.notes:
             click.echo(textwrap.fill(note, 100, initial_indent="  ", subsequent_indent="    "))
+
+
+STALL_CHECK_HELP = """Where each rank of a slow or stuck run is, now, and which ranks hold it up.
+
+\b
+The stall watchdog of rtk train and rtk torchrun does this by itself once no rank
+has finished a step for the stall timeout; stall-check does it when asked: a run
+that looks slow, a hang shorter than the timeout, a second look after a stall. A
+short Ray job on the head reads when the ranks last finished a step (the marker
+files the head sees), asks every node at once for its ranks' Python stacks
+(py-spy, else the rank's own faulthandler) and process states, each node within
+--per-node-timeout-s, and prints one screen: the last step and the recent step
+time, where the ranks are, grouped, and the suspects, most likely first. Every
+stack is added to RUN/stall.json (action "check"); --json prints that record.
+The run itself is not touched.
+
+\b
+RUN is the run directory as the nodes see it (~/rtk-runs/r1, /scratch/runs/r1),
+or a bare run id: the run rtk train last started with that id, else
+~/rtk-runs/RUN_ID.
+  rtk stall-check inv.yaml mycluster-20260101-120000
+  rtk stall-check inv.yaml /scratch/runs/r1 --per-node-timeout-s 30
+  rtk stall-check inv.yaml r1 --json | jq '.suspects'
+  rtk stall-check --local r1 --dry-run            the job it would submit
+
+\b
+Exits 0 when the check ran (whatever it found), 1 when it could not (no such run
+directory or no markers on the head, or the job failed), 2 on a bad option, 4
+when the cluster's Jobs API does not answer (is the cluster up? rtk status), 6
+when this machine has no token for the cluster.
+"""
+
+
+@click.command("stall-check", help=STALL_CHECK_HELP)
+@click.argument("inventory", required=False, type=click.Path(dir_okay=False))
+@click.argument("run", required=False)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the check's record (its stall.json entry, every stack) as JSON on stdout.",
+)
+@click.option(
+    "--per-node-timeout-s",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="SECONDS",
+    default=PER_NODE_TIMEOUT_S,
+    show_default=True,
+    help="How long each node may take to give its ranks' evidence; a node that takes "
+    "longer is named as not answering.",
+)
+@slurm_option
+@local_option
+@dry_run_option
+def stall_check_cmd(
+    inventory: str | None,
+    run: str | None,
+    as_json: bool,
+    per_node_timeout_s: float,
+    slurm: bool,
+    local: bool,
+    dry_run: bool,
+) -> None:
+    """Check a run for a stall now (help: STALL_CHECK_HELP)."""
+    # Imported here: they would slow rtk report's start.
+    from toolkit.cli.output.stall_check import CheckLog
+    from toolkit.flows import Session
+    from toolkit.flows.workload import stall_check_request
+    from toolkit.jobs.shipped_code import known_same
+
+    inventory, run = inventory_and_run(inventory, run, local)
+    inv = choose_inventory(inventory, local, slurm)
+    log = CheckLog(lambda line: click.echo(line, err=as_json))
+    with Session(inv, log=log.feed) as session:
+        state = session.store.load()
+        run_dir = run_dir_of(run, state.runs if state is not None else ())
+        options = CheckOptions(run_dir, per_node_timeout_s, as_json)
+        request = stall_check_request(session.plan, options, ship_code=not known_same(state))
+        if dry_run:
+            click.echo(request.render(), nl=False)
+            return
+        outcome = session.run_request(request)
+    if not outcome.ok:
+        raise JobError(log.failure(outcome, _inventory_words(inventory, local, slurm)))
+    if as_json:
+        print_json(log.record(outcome.job_id).to_json())
+
+
+def _inventory_words(inventory: str | None, local: bool, slurm: bool) -> str:
+    """How the user named the cluster, for the command rtk suggests (ends in a space)."""
+    words = [*(["--local"] if local else []), *(["--slurm"] if slurm else [])]
+    words += [shlex.quote(inventory)] if inventory else []
+    return "".join(f"{w} " for w in words)

@@ -3,7 +3,8 @@
 ``job_request`` turns a workload into a ``JobRequest``: the entrypoint, runtime
 environment and submission id of the Ray job, computed without touching anything.
 ``--dry-run`` prints it; ``Session.run_workload`` submits it. ``ExecRequest`` is the
-same for ``rtk exec``: one shell command on every node, no job.
+same for ``rtk exec``: one shell command on every node, no job. ``stall_check_request``
+is ``rtk stall-check``'s job, which runs no workload: it looks at one that runs.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from typing import Any
 from toolkit.cluster.plan import ClusterPlan
 from toolkit.inventory.hostrange import fit_hostlist
 from toolkit.jobs.runtime_env import working_dir_env
+from toolkit.jobs.shipped_code import code_env
+from toolkit.stall.settings import CHECK_MODULE, CheckOptions
 from toolkit.state.store import state_root
 from toolkit.telemetry.options import TelemetryOptions
 from toolkit.telemetry.record_submission import record_job
@@ -253,3 +256,23 @@ def torchrun_lines(plan: ClusterPlan, spec: TorchrunSpec) -> list[str]:
     if spec.env:
         lines.append("  with " + " ".join(f"{k}={v}" for k, v in spec.env.items()))
     return lines
+
+
+def stall_check_request(
+    plan: ClusterPlan, options: CheckOptions, now_s: float | None = None, ship_code: bool = True
+) -> JobRequest:
+    """The Ray job of ``rtk stall-check``: ``toolkit.stall.check_job`` on the head (pure).
+
+    ``ship_code`` as in ``job_request``.
+    """
+    stamp = int(time.time() if now_s is None else now_s)
+    argv = [plan.head.node.python, "-m", CHECK_MODULE, json.dumps(options.to_json())]
+    name = f"rtk-stall-check-{Path(options.run_dir).name or 'run'}-{stamp}"
+    return JobRequest(
+        "stall-check",
+        shlex.join(argv),
+        code_env(ship_code),
+        name,
+        plan.dashboard_url,
+        options.run_dir,
+    )

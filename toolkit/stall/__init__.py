@@ -14,4 +14,7 @@ The evidence, on each node and the driver's collection of it:
 - ``procs``: a rank's process state from /proc, telling a reused pid from the rank;
 - ``node_evidence``: one node's ranks (from their marker files), in a Ray task there;
 - ``collect``: every node asked at once from the driver, bounded in time per node.
+
+``watchdog`` runs in the job drivers of ``rtk train`` and ``rtk torchrun``;
+``check_job`` is ``rtk stall-check``'s driver: the same evidence, asked by hand.
 """

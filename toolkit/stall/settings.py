@@ -2,8 +2,9 @@
 
 ``--on-stall`` and ``--stall-timeout-s`` of ``rtk train`` and ``rtk torchrun`` become a
 ``WatchSettings`` in the job's configuration; the job driver's watchdog
-(``toolkit.stall.watchdog``) reads it. Kept apart so the CLI can build it without
-importing Ray.
+(``toolkit.stall.watchdog``) reads it. ``rtk stall-check``'s options become a
+``CheckOptions``, the argument of its job (``toolkit.stall.check_job``). Kept apart so
+the CLI can build them without importing Ray.
 """
 
 from __future__ import annotations
@@ -77,3 +78,53 @@ def _positive_or_none(value: object) -> float | None:
     if not isinstance(value, int | float) or value <= 0:
         raise ValueError(f"--stall-timeout-s must be a positive number of seconds, got {value!r}")
     return float(value)
+
+
+# rtk stall-check's job: its module, what its lines start with, the action it records.
+CHECK_MODULE = "toolkit.stall.check_job"
+CHECK_PREFIX = "rtk stall-check: "  # each line it prints for the user
+CHECK_RECORD_PREFIX = "rtk-stall-check-record: "  # the line with the record (--json)
+CHECK_REFUSED = "cannot check "  # how its line begins when it could not check (exit 1)
+CHECK = "check"  # its records' action in stall.json
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """What ``rtk stall-check`` asks its job (``python -m toolkit.stall.check_job JSON``).
+
+    Attributes:
+        run_dir: The run directory, as the nodes see it (``~`` is the head's home).
+        per_node_timeout_s: How long each node may take to give its evidence.
+        as_json: Print the record too, on the line after ``CHECK_RECORD_PREFIX``.
+    """
+
+    run_dir: str
+    per_node_timeout_s: float = PER_NODE_TIMEOUT_S
+    as_json: bool = False
+
+    def to_json(self) -> dict[str, object]:
+        """The job's argument, as a JSON-ready object."""
+        return {
+            "run_dir": self.run_dir,
+            "per_node_timeout_s": self.per_node_timeout_s,
+            "json": self.as_json,
+        }
+
+    @classmethod
+    def from_json(cls, data: object) -> CheckOptions:
+        """The inverse of ``to_json`` (missing keys but ``run_dir``: the defaults).
+
+        Raises:
+            ValueError: No run directory, or a timeout that is not positive.
+        """
+        if not isinstance(data, Mapping):
+            raise ValueError(f"stall-check options: expected an object, got {data!r}")
+        run_dir = data.get("run_dir")
+        if not isinstance(run_dir, str) or not run_dir:
+            raise ValueError(f"stall-check options: run_dir must be a path, got {run_dir!r}")
+        timeout = data.get("per_node_timeout_s", PER_NODE_TIMEOUT_S)
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+            raise ValueError(
+                f"--per-node-timeout-s must be a positive number of seconds, got {timeout!r}"
+            )
+        return cls(run_dir, float(timeout), data.get("json") is True)

@@ -190,6 +190,9 @@ def _run_id(ctx: click.Context, param: click.Parameter, value: str | None) -> st
     return value
 
 
+DEFAULT_OUTPUT_DIR = "~/rtk-runs"  # --output-dir's default: where runs go on the nodes
+
+
 def output_options(func: F) -> F:
     """Add ``--output-dir`` and ``--run-id`` (the run directory is OUTPUT_DIR/RUN_ID)."""
     func = click.option(
@@ -200,7 +203,7 @@ def output_options(func: F) -> F:
     )(func)
     return click.option(
         "--output-dir",
-        default="~/rtk-runs",
+        default=DEFAULT_OUTPUT_DIR,
         show_default=True,
         callback=absolute_output_dir,
         help="Where run directories go, as a path on the nodes (the head's at least); "

@@ -1,14 +1,20 @@
-"""``--on-stall`` and ``--stall-timeout-s``: how ``rtk train`` and ``rtk torchrun`` watch a run."""
+"""``--on-stall`` and ``--stall-timeout-s``: how ``rtk train`` and ``rtk torchrun`` watch a run.
+
+And ``rtk stall-check``'s RUN: the run directory it names (``run_dir_of``).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import click
 
+from toolkit.cli.options.decorators import DEFAULT_OUTPUT_DIR
 from toolkit.stall.detector import FLOOR_S
 from toolkit.stall.settings import POLICIES, REPORT, STALL_EXIT, WatchSettings
+from toolkit.state.cluster_state import RecordedRun
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -69,3 +75,43 @@ def stall_settings(
 ) -> WatchSettings:
     """The options as the job's ``WatchSettings``."""
     return WatchSettings(policy=on_stall, timeout_s=stall_timeout_s, floor_s=stall_floor_s)
+
+
+def run_dir_of(run: str, runs: Sequence[RecordedRun] = ()) -> str:
+    """The run directory ``rtk stall-check``'s RUN names, as the nodes see it.
+
+    A path (a ``/`` in it, ``~`` first, or ``.`` or ``..``) is taken as given, a relative
+    one from the current directory (as ``--output-dir`` is; a job runs elsewhere). A
+    bare run id is the newest run ``rtk train`` recorded with that id (``runs``, the
+    cluster's state), else ``~/rtk-runs/RUN_ID`` (``--output-dir``'s default).
+
+    Raises:
+        click.BadParameter: RUN is empty.
+    """
+    if not run.strip():
+        raise click.BadParameter("give a run directory or a run id", param_hint="RUN")
+    if "/" in run or run.startswith("~") or run in (".", ".."):
+        return run if run.startswith("~") or os.path.isabs(run) else os.path.abspath(run)
+    recorded = [r for r in runs if r.run_id == run]
+    if recorded:
+        return max(recorded, key=lambda r: r.at_wall_s).run_dir
+    return f"{DEFAULT_OUTPUT_DIR}/{run}"
+
+
+def inventory_and_run(
+    inventory: str | None, run: str | None, local: bool
+) -> tuple[str | None, str]:
+    """INVENTORY and RUN as meant: with ``--local`` or ``$RTK_INVENTORY`` a lone word is RUN.
+
+    Raises:
+        click.UsageError: No RUN.
+    """
+    if run is None and inventory is not None:
+        from_env = bool(os.environ.get("RTK_INVENTORY")) and not os.path.isfile(inventory)
+        if local or from_env:
+            return None, inventory
+    if run is None:
+        raise click.UsageError(
+            "give the RUN to check: its run directory as the nodes see it, or its run id"
+        )
+    return inventory, run
