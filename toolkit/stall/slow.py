@@ -11,8 +11,8 @@ without their wall clocks, which differ between nodes:
   under DDP the gradient all-reduce ends inside backward, so the rank whose backward
   was SHORTEST (``mono_s``, its own clock) entered it last.
 
-Either way a rank's value at a step is a length of its own, and ``value - min`` over
-the step's ranks is how long each waited for the last one.
+Either way a rank's value at a step is a length of its own; ``value - min`` over the
+step's ranks is how long each waited for the last one.
 
 Three parts, where they run:
 
@@ -24,9 +24,9 @@ Three parts, where they run:
 - ``SlowWatch`` (the job driver's watchdog thread): every ``interval_s`` it asks every
   node (``toolkit.ray_fanout``, bounded), and returns the line once per new culprit.
 
-The report's own functions are not reused: they work on numpy arrays of a whole
-run's spans with their energy, order arrivals by corrected wall clocks, and importing
-them loads the report (half a second, matplotlib's neighbours) into every node's task.
+The report's functions are not reused: they take numpy arrays of a whole run's spans
+and their energy, order arrivals by wall clocks, and would load the report (half a
+second) into every node's task.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ import os
 import socket
 import statistics
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -248,14 +249,6 @@ def _record(line: bytes) -> dict[str, object] | None:
 # --- The finding (pure) -------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Judged:
-    """One judged step: who was last, and how long the others waited for it (median)."""
-
-    rank: int
-    wait_s: float
-
-
 def find_slow_rank(
     nodes: list[NodeSteps],
     window_steps: int = WINDOW_STEPS,
@@ -280,60 +273,81 @@ def find_slow_rank(
         min_wait_s: The least median wait worth a warning.
     """
     ranks = [r for node in nodes for r in node.ranks]
-    barrier = _table(ranks, lambda r: zip(r.barrier_steps, r.barrier_wait_s, strict=False))
-    backward = _table(ranks, lambda r: zip(r.backward_steps, r.backward_s, strict=False))
-    steps = sorted(set(barrier) | set(backward))[-window_steps:]
-    if len(steps) < min_steps:
+    barrier = _columns(ranks, BARRIER, window_steps, frozenset())
+    backward = _columns(ranks, BACKWARD, window_steps, frozenset(barrier.steps))
+    judged = sorted(
+        (step, by.source, _judge(by.ranks, column))
+        for by in (barrier, backward)
+        for step, column in zip(by.steps, by.columns, strict=True)
+    )[-window_steps:]
+    if len(judged) < min_steps:
         return None
-    judged = [_judge(barrier.get(step) or backward[step]) for step in steps]
-    judged_by = [BARRIER if step in barrier else BACKWARD for step in steps]
-    players = {r.rank for r in ranks}
-    counts: dict[int, int] = {}
-    for found in judged:
-        if found is not None:
-            counts[found.rank] = counts.get(found.rank, 0) + 1
+    counts = Counter(found[0] for _, _, found in judged if found is not None)
     if not counts:
         return None
     rank, last = max(counts.items(), key=lambda kv: (kv[1], -kv[0]))
-    share = last / len(steps)
-    if share <= SHARE or share <= 1 / max(len(players), 1) + CHANCE_MARGIN:
+    share = last / len(judged)
+    if share <= SHARE or share <= 1 / len(ranks) + CHANCE_MARGIN:
         return None
-    mine = [(j, by) for j, by in zip(judged, judged_by, strict=True) if j and j.rank == rank]
-    wait_s = statistics.median(j.wait_s for j, _ in mine)
+    mine = [(source, found[1]) for _, source, found in judged if found and found[0] == rank]
+    wait_s = statistics.median(waited_s for _, waited_s in mine)
     if wait_s < min_wait_s:
         return None
-    by_barrier = sum(1 for _, by in mine if by == BARRIER)
+    by_barrier = sum(1 for source, _ in mine if source == BARRIER)
     node = next(r.node for r in ranks if r.rank == rank)
     source = BARRIER if by_barrier * 2 >= len(mine) else BACKWARD
-    return SlowRank(rank, node, last, len(steps), wait_s, source)
+    return SlowRank(rank, node, last, len(judged), wait_s, source)
 
 
-Values = Callable[[RankSteps], Iterator[tuple[int, float]]]
+@dataclass(frozen=True)
+class _Columns:
+    """One source's recent steps every rank reporting it has: each step's values."""
+
+    source: str
+    steps: list[int]
+    ranks: list[int]
+    columns: list[tuple[float, ...]]  # per step, the values in the order of ``ranks``
 
 
-def _table(ranks: list[RankSteps], values: Values) -> dict[int, dict[int, float]]:
-    """Step -> rank -> value, of the steps every rank reporting this source has."""
-    table: dict[int, dict[int, float]] = {}
-    reporting = 0
-    for rank in ranks:
-        pairs = list(values(rank))
-        if not pairs:
-            continue
-        reporting += 1
-        for step, value in pairs:
-            table.setdefault(step, {})[rank.rank] = value
-    if reporting < 2:
-        return {}
-    return {step: by_rank for step, by_rank in table.items() if len(by_rank) == reporting}
+def _columns(
+    ranks: list[RankSteps], source: str, window_steps: int, taken: frozenset[int]
+) -> _Columns:
+    """The last ``window_steps`` steps of ``source`` every rank reporting it has.
+
+    Steps in ``taken`` are left out. The values become columns by ``zip`` (1,000
+    nodes' 8,000 ranks in one pass); a rank whose steps end otherwise, by a lookup.
+    """
+    rows = [
+        (r.rank, r.barrier_steps, r.barrier_wait_s)
+        if source == BARRIER
+        else (r.rank, r.backward_steps, r.backward_s)
+        for r in ranks
+    ]
+    rows = [row for row in rows if row[1]]
+    if len(rows) < 2:
+        return _Columns(source, [], [], [])
+    common = set(rows[0][1]).intersection(*(steps for _, steps, _ in rows[1:]))
+    steps = sorted(common - taken)[-window_steps:]
+    if not steps:
+        return _Columns(source, [], [], [])
+    wanted, n = tuple(steps), len(steps)
+    values = [
+        row_values[-n:]
+        if row_steps[-n:] == wanted
+        else tuple(dict(zip(row_steps, row_values, strict=False))[s] for s in wanted)
+        for _, row_steps, row_values in rows
+    ]
+    return _Columns(source, steps, [rank for rank, _, _ in rows], list(zip(*values, strict=True)))
 
 
-def _judge(by_rank: dict[int, float]) -> _Judged | None:
+def _judge(ranks: list[int], column: tuple[float, ...]) -> tuple[int, float] | None:
     """The step's last rank (the least value) and the others' median wait for it."""
-    (least, rank), (second, _) = sorted((v, r) for r, v in by_rank.items())[:2]
-    if second - least < TIE_S:
+    ordered = sorted(column)
+    least, others = ordered[0], ordered[1:]
+    if others[0] - least < TIE_S:
         return None
-    others = [value - least for r, value in by_rank.items() if r != rank]
-    return _Judged(rank, statistics.median(others))
+    middle = (others[(len(others) - 1) // 2] + others[len(others) // 2]) / 2
+    return ranks[column.index(least)], middle - least
 
 
 def _seconds(value_s: float) -> str:
