@@ -57,6 +57,7 @@ CHANCE_MARGIN = 0.25  # ... and at 1/ranks + this: chance alone (2 ranks: 75%, 3
 TIE_S = 1e-3  # a step whose two least values are closer has no last rank
 MIN_WAIT_S = 0.05  # a rank the others wait for less than this a step is not named
 INTERVAL_S = 60.0
+CPU_SHARE = 0.0025  # of a core, at most: half the watchdog's 0.5% (the next ask waits)
 PER_NODE_TIMEOUT_S = 5.0
 IN_FLIGHT = 64
 ASK_BUDGET_S = 15.0  # the whole ask; nodes not answered by then are skipped
@@ -417,23 +418,27 @@ class SlowWatch:
         self._next_s: float | None = None
         self.culprit: SlowRank | None = None
         self.answered = 0  # nodes that answered the last ask
+        self.cost_s = 0.0  # the driver's CPU seconds for the last ask and finding
 
     def tick(self, now_s: float) -> str | None:
         """The warning when a new rank keeps the others waiting; None otherwise.
 
         Asks the nodes when ``interval_s`` has passed since the last ask (the first
-        call only starts the clock: a run's first steps tell little). A culprit is
-        named once; after a tick without one, it would be named again.
+        call only starts the clock), or longer when the last cost the driver more than
+        ``CPU_SHARE`` of a core over it. A culprit is named once (again after a tick
+        without one).
         """
         if self._next_s is None:
             self._next_s = now_s + self.interval_s
             return None
         if now_s < self._next_s:
             return None
-        self._next_s = now_s + self.interval_s
+        cpu_s = time.process_time()  # every thread of the driver: Ray's too
         nodes = self._ask()
         self.answered = len(nodes)
         found = find_slow_rank(nodes)
+        self.cost_s = time.process_time() - cpu_s
+        self._next_s = now_s + max(self.interval_s, self.cost_s / CPU_SHARE)
         before, self.culprit = self.culprit, found
         if found is None or (before is not None and before.rank == found.rank):
             return None

@@ -8,6 +8,7 @@ says.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from toolkit.rundir.markers import MarkerWriter
 from toolkit.stall.slow import (
     BACKWARD,
     BARRIER,
+    CPU_SHARE,
     NodeSteps,
     RankSteps,
     SlowRank,
@@ -283,3 +285,24 @@ def test_the_watch_names_each_new_culprit_once(
 def test_the_watch_without_ray_asks_nobody(tmp_path: Path) -> None:
     watch = SlowWatch(str(tmp_path), interval_s=1.0)
     assert watch.tick(0.0) is None and watch.tick(5.0) is None and watch.answered == 0
+
+
+def test_an_ask_that_costs_the_driver_more_is_made_less_often(tmp_path: Path) -> None:
+    asked: list[float] = []
+
+    def costly() -> list[NodeSteps]:
+        started_s = time.process_time()
+        while time.process_time() - started_s < 0.02:  # 20 ms of this process's CPU
+            pass
+        asked.append(started_s)
+        return []
+
+    watch = SlowWatch(str(tmp_path), interval_s=1.0, ask=costly)
+    watch.tick(0.0)
+    watch.tick(1.0)
+    assert len(asked) == 1 and watch.cost_s >= 0.02
+    wait_s = watch.cost_s / CPU_SHARE  # 8 s or more, not the interval's 1 s
+    watch.tick(1.0 + wait_s - 0.5)
+    assert len(asked) == 1
+    watch.tick(1.0 + wait_s)
+    assert len(asked) == 2
