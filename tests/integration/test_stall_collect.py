@@ -141,3 +141,38 @@ def test_the_check_job_names_the_stopped_rank(
     ]
     (record,) = [line for line in out if line.startswith(CHECK_RECORD_PREFIX)]
     assert StallRecord.from_json(json.loads(record.removeprefix(CHECK_RECORD_PREFIX))) == kept
+
+
+# --- Slow, not stuck: SlowWatch over the same local Ray ----------------------------
+
+
+def test_the_slow_watch_names_the_rank_the_other_waits_for(
+    node_id: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two ranks' barrier records on node ``here``: rank 1 is last at every step."""
+    from toolkit.rundir.markers import MarkerWriter
+    from toolkit.stall.slow import NodeSteps, SlowWatch, ask_every_node
+
+    monkeypatch.setenv("RTK_NODE", "here")
+    run_dir = tmp_path / "run"
+    writers = [MarkerWriter(run_dir, rank, rank, 2) for rank in (0, 1)]
+    for step in range(40):
+        for rank, writer in enumerate(writers):
+            writer.write("step_begin", step)
+            writer.write("barrier", step, wait_s=0.0 if rank == 1 else 0.7, group=None)
+            writer.write("step_end", step)
+    for writer in writers:
+        writer.close()
+
+    def ask() -> list[NodeSteps]:
+        return ask_every_node(str(run_dir), {"here": node_id}, per_node_timeout_s=30.0)
+
+    watch = SlowWatch(str(run_dir), interval_s=10.0, ask=ask)
+    assert watch.tick(0.0) is None
+    line = watch.tick(10.0)
+    assert line == (
+        "slow, not stuck: rank 1 (here) was last at 40 of the last 40 steps; the others "
+        "waited 0.70 s a step for it (median; from barriers)"
+    ), line
+    assert watch.answered == 1
+    assert watch.tick(20.0) is None  # the same culprit, said once

@@ -103,6 +103,7 @@ RUNS_ON: dict[str, str] = {
     "toolkit.stall.node_evidence": RAY_WORKER,  # a task on each node
     "toolkit.stall.stacks": RAY_WORKER,  # in that task
     "toolkit.stall.procs": RAY_WORKER,  # in that task
+    "toolkit.stall.slow": JOB_DRIVER,  # the watchdog's SlowWatch; node_steps in a task on each node
 }
 
 # The framework callbacks (toolkit/markers/): the only modules that import their

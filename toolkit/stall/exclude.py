@@ -18,7 +18,6 @@ from collections.abc import Mapping, Sequence
 
 import ray
 
-from toolkit.nodeinfo.script import sent_source
 from toolkit.ray_fanout import ask_nodes, pinned
 from toolkit.stall.records import StallRecord
 
@@ -42,20 +41,18 @@ def _stop_this_node(grace_s: float) -> str:
     cluster_dir = os.environ.get(CLUSTER_DIR_VARIABLE)
     if not cluster_dir:
         return f"no {CLUSTER_DIR_VARIABLE} here: not a node rtk up started"
-    # Without the marker variable, or the stop would count itself among Ray's processes.
+    # Without the marker variable, or the stop would count itself among Ray's processes;
+    # with this worker's import path, where rtk's source is (shipped or installed).
     env = {k: v for k, v in os.environ.items() if k != CLUSTER_DIR_VARIABLE}
-    agent = subprocess.Popen(  # noqa: S603 - this Python, rtk's own node agent
-        [sys.executable, "-", "stop", cluster_dir, f"{grace_s:g}"],
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    subprocess.Popen(  # noqa: S603 - this Python, rtk's own node agent
+        [sys.executable, "-m", "toolkit.node.agent", "stop", cluster_dir, f"{grace_s:g}"],
         env=env,
-        stdin=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
-        text=True,
     )
-    assert agent.stdin is not None
-    agent.stdin.write(sent_source("toolkit.node", "agent.py"))
-    agent.stdin.close()
     return "stopping"
 
 
