@@ -38,6 +38,7 @@ from toolkit.stall.diagnosis import Diagnosis, diagnose
 from toolkit.stall.exclude import suspect_nodes
 from toolkit.stall.records import NodeEvidence, StallRecord, append_stall
 from toolkit.stall.settings import REPORT, RESTART_EXCLUDING, WatchSettings
+from toolkit.stall.slow import SlowWatch
 
 POLL_S = 1.0
 READ_MAX_BYTES = 4 << 20  # of one marker file per poll; the rest is read at the next
@@ -132,7 +133,8 @@ class MarkerFollower:
             return None
         self.rank_nodes.setdefault(rank, node)
         step = data.get("step")
-        phase = data.get("name") if event == "phase_begin" else event
+        # A checkpoint marker stands for a long phase of its own.
+        phase = {"phase_begin": data.get("name"), "checkpoint": event}.get(event)
         return Progress(
             event,
             step if isinstance(step, int) else None,
@@ -189,6 +191,8 @@ class Watchdog:
             startup_timeout_s=settings.startup_timeout_s,
             floor_s=settings.floor_s,
         )
+        # Slow, not stuck: a rank last at most recent steps is named once in the log.
+        self.slow = SlowWatch(run_dir)
         self.stalls: list[StallRecord] = []
         self.aborted = threading.Event()
         self._stop = threading.Event()
@@ -228,6 +232,9 @@ class Watchdog:
                     self._say(f"resumed at step {progress.step} after {lasted_s:.0f} s")
             elif progress.phase is not None:
                 self.detector.phase(progress.phase, progress.wall_s)
+        slow_line = self.slow.tick(self._clock())
+        if slow_line is not None:
+            self._say(slow_line)
         stall = self.detector.check(self._clock())
         if stall is None or self._stop.is_set():
             return None
