@@ -143,8 +143,11 @@ def diagnose(
     expected = expected or {}
     located: list[tuple[RankEvidence, Location]] = []
     members: dict[str, list[int]] = {}
+    current = current_ranks(nodes)
     for node in nodes:
         for rank in node.ranks:
+            if current.get(rank.rank) is not rank:
+                continue  # an earlier attempt's file of this rank, on another node
             where = locate(rank)
             located.append((rank, where))
             members.setdefault(where.phrase, []).append(rank.rank)
@@ -186,6 +189,23 @@ def diagnose(
         group_ranks={phrase: tuple(sorted(members[phrase])) for phrase in groups},
         suspect_texts=tuple(b.text for b in blames),
     )
+
+
+def current_ranks(nodes: Sequence[NodeEvidence]) -> dict[int, RankEvidence]:
+    """Each rank's evidence from its newest marker file, where several nodes hold one.
+
+    After a restart the worker group is placed anew: rank 2 may now run on node2 while
+    node1 still holds the file rank 2 wrote there before, its process long gone. The
+    file whose last marker is newest is the rank's now (a file without markers counts
+    as oldest).
+    """
+    newest: dict[int, RankEvidence] = {}
+    for node in nodes:
+        for rank in node.ranks:
+            held = newest.get(rank.rank)
+            if held is None or (rank.last_wall_s or 0.0) > (held.last_wall_s or 0.0):
+                newest[rank.rank] = rank
+    return newest
 
 
 def _rank_blames(

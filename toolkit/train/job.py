@@ -204,8 +204,18 @@ def main(argv: list[str]) -> int:
             say(f"--on-stall restart-excluding: {why} (min_nodes); stopping instead")
             abort(record)
             return
+        node_ids = ray_node_ids()
+        here = ray.get_runtime_context().get_node_id()
+        head = next((name for name, node_id in node_ids.items() if node_id == here), None)
+        if head in record.excluded:
+            say(
+                f"--on-stall restart-excluding: the head {head} is a suspect, and the job "
+                "runs there; stopping instead"
+            )
+            abort(record)
+            return
         answered = [n.node for n in record.nodes if n.answered]
-        for name, what in exclude_nodes(record.excluded, ray_node_ids(), answered).items():
+        for name, what in exclude_nodes(record.excluded, node_ids, answered).items():
             say(f"--on-stall restart-excluding: {name}: {what}")
         say("Ray Train restarts from the last checkpoint on the nodes left")
 

@@ -314,3 +314,19 @@ def test_the_record_round_trips_through_stall_json(tmp_path: Path) -> None:
 )
 def test_ranks_are_written_as_compact_ranges(ranks: list[int], text: str) -> None:
     assert compact_ranks(ranks) == text
+
+
+def test_an_earlier_attempts_file_of_a_rank_is_not_blamed() -> None:
+    """Rank 2 ran on node1 before a restart (its file there, its process gone) and runs
+    on node2 now, waiting with the others: nobody is gone."""
+    wait = (Frame("all_reduce", "/v/lib/python3.11/site-packages/torch/distributed/c10d.py", 9),)
+    old = RankEvidence(2, "node1", pid=5, state="gone", last_step=201, last_wall_s=100.0)
+    now = [
+        RankEvidence(r, n, pid=10 + r, state="sleeping", frames=wait, stack_source="py-spy",
+                     last_step=529, last_wall_s=500.0)
+        for r, n in ((0, "node1"), (1, "node2"), (2, "node2"))
+    ]  # fmt: skip
+    nodes = [NodeEvidence("node1", (now[0], old)), NodeEvidence("node2", (now[1], now[2]))]
+    diagnosis = diagnose(nodes, Stall(529, 30.0, 10.0))
+    assert diagnosis.suspects == ()
+    assert sum(diagnosis.groups.values()) == 3
