@@ -20,7 +20,7 @@ from toolkit.cluster.containers.slurm_step import StepContainerPlan, step_contai
 from toolkit.cluster.exclude import inventory_without
 from toolkit.inventory import Inventory, Node
 from toolkit.nodeinfo import AGENT
-from toolkit.ray_resources import host_resource
+from toolkit.ray_resources import NODE_RESOURCE, host_resource
 from toolkit.rundir.pack import PACK_PATTERNS
 from toolkit.rundir.preflight import Exclusion
 from toolkit.shell import join, with_env_file
@@ -357,7 +357,7 @@ def _ray_start_argv(
         argv.append(f"--num-cpus={node.cpus}")
     if inv.ray.object_store_memory is not None:
         argv.append(f"--object-store-memory={inv.ray.object_store_memory}")
-    resources = {host_resource(node.name): 1.0, **node.resources}
+    resources = {host_resource(node.name): 1.0, NODE_RESOURCE: 1.0, **node.resources}
     argv += [f"--resources={json.dumps(resources, sort_keys=True)}", "--disable-usage-stats"]
     return argv
 

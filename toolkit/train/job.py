@@ -23,6 +23,7 @@ from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
 from toolkit.driver_gate import gate_passed
+from toolkit.ray_resources import NODE_RESOURCE
 from toolkit.rundir import RunDir, TrainConfigRecord
 from toolkit.rundir.layout import CHECKPOINTS_DIR
 from toolkit.stall.collect import ray_node_ids
@@ -92,6 +93,11 @@ def worker_layout(config: TrainConfig, resources: Mapping[str, float], nodes: in
         if config.min_nodes and nodes and config.min_nodes < nodes
         else None
     )
+    if min_workers is not None and not use_gpu and count <= nodes:
+        # Ray Train sizes an elastic group by resources, not by placement: one worker a
+        # node must ask for the one resource each node has, or 3 workers "fit" on 2
+        # nodes' CPUs and the STRICT_SPREAD group waits for a third node forever.
+        per_worker = {**per_worker, NODE_RESOURCE: 1.0}
     return WorkerLayout(
         num_workers=count,
         resources_per_worker=per_worker,

@@ -43,6 +43,8 @@ def test_restart_excluding_makes_the_group_elastic_down_to_min_nodes() -> None:
     got = layout(THREE_CPU_NODES, 3, resources_per_worker={"CPU": 1.0}, min_nodes=2)
     assert got.min_workers == 2 and got.scaling_workers == (2, 3)
     assert got.to_json()["min_workers"] == 2
+    # One worker a node, counted by the resource each node has one of.
+    assert got.resources_per_worker == {"CPU": 1.0, "rtk_node": 1.0}
     every = layout(THREE_CPU_NODES, 3, resources_per_worker={"CPU": 1.0}, min_nodes=3)
     assert every.min_workers is None and every.scaling_workers == 3
 
