@@ -653,3 +653,62 @@ def test_the_seed_guides_command_line_runs_as_rtk_train(
         shutil.rmtree(run_dir, ignore_errors=True)
         with contextlib.suppress(OSError):
             run_dir.parent.rmdir()  # when this run made it and nothing else is there
+
+
+def test_a_node_cut_off_mid_run_is_named_and_the_run_resumes_without_it(
+    trained: dict[str, Any], sandbox_train: Sandbox, tmp_path: Path
+) -> None:
+    """node3's link goes down mid-run: the watchdog names it as not answering, and with
+    --on-stall restart-excluding and min_nodes 2 the run resumes from its checkpoint on
+    the two other nodes and finishes. Last in this module: the cluster is brought back
+    to three nodes after, but nothing later needs it."""
+    victim = sandbox_train.nodes[-1].name
+    data = yaml.safe_load(Path(trained["inventory"]).read_text())
+    data["min_nodes"] = 2
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(yaml.safe_dump(data))
+    run_dir = trained["output"] / "excluded"
+    job = rtk_background(
+        trained,
+        *("train", str(inventory), *TRAIN, "--max-steps", "400", "--save-steps", "50"),
+        *("--stall-timeout-s", "10", "--on-stall", "restart-excluding"),
+        *("--output-dir", str(trained["output"]), "--run-id", "excluded"),
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while sum(1 for m in _markers(run_dir) if m.event == "step_end") < 3 * 120:
+            assert job.poll() is None, job.communicate()[0][-4000:]
+            assert time.monotonic() < deadline, "the run never reached step 120"
+            time.sleep(0.5)
+        cut = sandbox_train.run_in(victim, ["ip", "link", "set", "eth0", "down"])
+        assert cut.returncode == 0, cut.stderr
+        output, _ = job.communicate(timeout=600)
+    finally:
+        if job.poll() is None:
+            job.kill()
+        sandbox_train.run_in(victim, ["ip", "link", "set", "eth0", "up"])
+        rtk("up", trained["inventory"], env=trained["env"], timeout=300)
+    assert job.returncode == 0, output[-4000:]
+    assert "SUCCEEDED after" in output and "finished at step 400" in output
+    (stall,) = json.loads((run_dir / "stall.json").read_text())
+    assert stall["action"] == "restart-excluding" and stall["excluded"] == [victim]
+    assert stall["stalled_s"] <= 20  # within twice the timeout
+    assert [(s["node"], s["rank"]) for s in stall["suspects"]] == [(victim, None)]
+    assert stall["suspects"][0]["reason"].startswith("did not answer")
+    text = " ".join(output.split())
+    assert f"{victim} did not answer" in text
+    assert f"--on-stall restart-excluding: {victim}: did not answer" in text
+    assert "resumed at step" in text
+    # Ray Train restarted two workers from a checkpoint, on the other nodes.
+    restarts = [m for m in _markers(run_dir) if m.event == "run_start" and m.fields["resumed"]]
+    assert len(restarts) == 2 and victim not in {m.node for m in restarts}
+    assert {m.world_size for m in restarts} == {2}
+    assert all(m.step % 50 == 0 for m in restarts)
+    assert [m["step"] for m in metric_steps(run_dir)][-1] == 400
+
+
+def _markers(run_dir: Path) -> list[Any]:
+    try:
+        return read_markers(run_dir)
+    except (OSError, ValueError):
+        return []

@@ -217,8 +217,9 @@ class TelemetrySession:
                 logger.warning("telemetry: %s: %s", node.name, node.error)
 
         self._each_node(stop_one, "rtk-sampler-stop")
+        alive = _alive_hosts()
         with ThreadPoolExecutor(COLLECT_PARALLEL, thread_name_prefix="rtk-collect") as pool:
-            list(pool.map(self._collect, self.nodes))
+            list(pool.map(lambda node: self._collect(node, alive), self.nodes))
         self._write_manifest()
         for node in self.nodes:
             if node.actor is not None:
@@ -239,8 +240,12 @@ class TelemetrySession:
 
         return estimate_offset(remote_wall_s, self.clock_rounds)
 
-    def _collect(self, node: _Node) -> None:
+    def _collect(self, node: _Node, alive: set[str] | None = None) -> None:
         if node.info is None:
+            return
+        if node.by_host and alive is not None and node.name not in alive:
+            # A task asking for a node Ray no longer has would wait its whole timeout.
+            node.status, node.error = "missing", "its node left the cluster; samples stay there"
             return
         path = node.info.path
         # By host resource where there is one: a node whose Ray was restarted during
@@ -359,3 +364,18 @@ def _node_name(node: Mapping[str, object]) -> tuple[str, bool]:
         if isinstance(key, str) and key.startswith(HOST_RESOURCE_PREFIX):
             return key[len(HOST_RESOURCE_PREFIX) :], True
     return str(node.get("NodeManagerHostname") or str(node["NodeID"])[:12]), False
+
+
+def _alive_hosts() -> set[str] | None:
+    """The inventory names of the nodes Ray lists alive now (None: Ray did not say)."""
+    try:
+        nodes = ray.nodes()  # type: ignore[no-untyped-call]
+    except Exception:  # noqa: BLE001 - without an answer every node is tried
+        return None
+    return {
+        key[len(HOST_RESOURCE_PREFIX) :]
+        for node in nodes
+        if node.get("Alive")
+        for key in node.get("Resources", {})
+        if isinstance(key, str) and key.startswith(HOST_RESOURCE_PREFIX)
+    }

@@ -162,9 +162,10 @@ def main(argv: list[str]) -> int:
         run_config=RunConfig(
             name=RUN_NAME,
             storage_path=config.run_dir,
-            # A restart after excluding a node is a failure Ray Train must survive.
+            # Excluding a node costs up to two failures: the node's loss, and a restart
+            # that may still ask for it (Ray's resource view lags) and time out.
             failure_config=FailureConfig(
-                max_failures=max(config.max_failures, 1 if layout.min_workers else 0)
+                max_failures=max(config.max_failures, 2 if layout.min_workers else 0)
             ),
             checkpoint_config=CheckpointConfig(num_to_keep=config.keep_checkpoints),
         ),

@@ -10,6 +10,7 @@ from toolkit.cluster.plan import ClusterPlan
 from toolkit.jobs.client import JOB_STOP_WAIT_S
 from toolkit.jobs.shipped_code import code_env
 from toolkit.json_types import JsonObject
+from toolkit.stall.settings import RESTART_EXCLUDING
 from toolkit.state.cluster_state import ClusterState, RecordedRun
 from toolkit.state.store import StateStore
 from toolkit.train.config import TrainConfig
@@ -25,7 +26,7 @@ def train_job(
     runtime_env = code_env(ship_code) | {
         "env_vars": {
             # Read by Ray Train's controller, which runs inside this job.
-            "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": f"{config.restart_wait_s:g}",
+            "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": f"{start_wait_s(config):g}",
             # Ray Train 2.60 patches print() to log and also tees to the wrapped
             # stdout, so every progress line reached the terminal twice.
             "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
@@ -38,6 +39,19 @@ def train_job(
         },
     }
     return entrypoint, runtime_env
+
+
+# With --on-stall restart-excluding the run goes on without the excluded nodes rather
+# than wait for them: a restart that still asks for them (Ray's view of the cluster lags
+# a node's death by seconds) gives up after this long, and the next one is sized anew.
+EXCLUDING_START_WAIT_S = 60.0
+
+
+def start_wait_s(config: TrainConfig) -> float:
+    """How long a worker group's start may wait for its resources."""
+    if config.on_stall == RESTART_EXCLUDING and config.min_nodes:
+        return min(config.restart_wait_s, EXCLUDING_START_WAIT_S)
+    return config.restart_wait_s
 
 
 def remember_run(store: StateStore, run_id: str, run_dir: str) -> None:

@@ -95,7 +95,7 @@ def test_the_worker_block_shows_placeholders_only_where_nodes_differ(tmp_path: P
     assert "\n[<name>] worker at <address>, 8 GPU(s) expected" in workers
     assert "  reach: ssh -p 22 train@<address>\n" in workers  # one port: shown as it is
     assert "RTK_NODE=<name>\n" in workers
-    assert "'--resources={\"rtk_host:<name>\": 1.0, \"rtk_node\": 1.0}'" in workers
+    assert '\'--resources={"rtk_host:<name>": 1.0, "rtk_node": 1.0}\'' in workers
     # The head's address is everyone's, not a worker's own: it stays.
     assert "probe 10.1.0.0 /tmp/rtk-big 6380" in workers
     assert "node0002" not in workers and "10.1.0.1 " not in workers
