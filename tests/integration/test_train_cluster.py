@@ -687,6 +687,9 @@ def test_a_node_cut_off_mid_run_is_named_and_the_run_resumes_without_it(
         if job.poll() is None:
             job.kill()
         sandbox_train.run_in(victim, ["ip", "link", "set", "eth0", "up"])
+        # Ray declared the node dead; its raylet may still run there, cut off from a GCS
+        # that no longer knows it: the node's Ray goes, and rtk up starts it anew.
+        sandbox_train.run_in(victim, ["pkill", "-9", "-f", "ray"])
         rtk("up", trained["inventory"], env=trained["env"], timeout=300)
     assert job.returncode == 0, output[-4000:]
     assert "SUCCEEDED after" in output and "finished at step 400" in output
