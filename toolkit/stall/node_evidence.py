@@ -16,6 +16,9 @@ take three rounds.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import importlib
 import json
 import os
 import socket
@@ -23,6 +26,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from toolkit.errors import RunDirError
 from toolkit.rundir.layout import RunDir
@@ -50,7 +54,11 @@ class MarkerTail:
 
 
 def node_evidence(
-    run_dir: str, node: str, stack_timeout_s: float = STACK_TIMEOUT_S, py_spy: bool = True
+    run_dir: str,
+    node: str,
+    stack_timeout_s: float = STACK_TIMEOUT_S,
+    py_spy: bool = True,
+    nvml: Any = None,
 ) -> NodeEvidence:
     """The evidence of ``node``'s ranks, read on that node now.
 
@@ -59,6 +67,8 @@ def node_evidence(
         node: The node's inventory name.
         stack_timeout_s: How long one rank's stack may take.
         py_spy: Try py-spy first (False: faulthandler only).
+        nvml: The NVML module to read the ranks' GPUs with (default: ``pynvml``, when
+            the node has it and a rank has a GPU).
     """
     started_s = time.monotonic()
     layout = RunDir(os.path.expanduser(run_dir))
@@ -69,7 +79,44 @@ def node_evidence(
         ranks = list(
             pool.map(lambda t: rank_evidence(layout, node, t, stack_timeout_s, py_spy), mine)
         )
+    uuids = {rank.gpu for rank in ranks if rank.gpu}
+    if uuids:
+        readings = gpu_readings(uuids, nvml)
+        ranks = [
+            dataclasses.replace(rank, gpu_util_pct=got[0], power_w=got[1])
+            if rank.gpu and (got := readings.get(rank.gpu))
+            else rank
+            for rank in ranks
+        ]
     return NodeEvidence(node, tuple(ranks), None, time.monotonic() - started_s)
+
+
+def gpu_readings(uuids: set[str], nvml: Any = None) -> dict[str, tuple[float, float]]:
+    """Each GPU's utilisation (%) and power (W) now, by UUID; none where NVML fails.
+
+    A stalled rank's GPU says what it does: idle (a rank that never launched its
+    kernels, or waits on the host) or busy at full power (a kernel that never ends).
+    """
+    try:
+        if nvml is None:
+            nvml = importlib.import_module("pynvml")
+        nvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - no NVML here: the evidence goes without it
+        return {}
+    found: dict[str, tuple[float, float]] = {}
+    try:
+        for uuid in sorted(uuids):
+            try:
+                handle = nvml.nvmlDeviceGetHandleByUUID(uuid)
+                util = nvml.nvmlDeviceGetUtilizationRates(handle).gpu
+                power_mw = nvml.nvmlDeviceGetPowerUsage(handle)
+            except Exception:  # noqa: BLE001 - one GPU that does not answer is left out
+                continue
+            found[uuid] = (float(util), power_mw / 1000.0)
+    finally:
+        with contextlib.suppress(Exception):
+            nvml.nvmlShutdown()
+    return found
 
 
 def ranks_on(tails: list[MarkerTail], node: str, hostname: str) -> list[MarkerTail]:

@@ -15,12 +15,14 @@ import sys
 import time
 from pathlib import Path
 
+from fake_nvml import FakeGpu, FakeNvml
 from rank_processes import WAIT_FUNCTION, WAIT_LINE, Ranks
 
 from toolkit.rundir import RunDir
 from toolkit.rundir.markers import Marker
 from toolkit.stall.node_evidence import (
     MarkerTail,
+    gpu_readings,
     node_evidence,
     parse_tail,
     ranks_on,
@@ -97,6 +99,24 @@ def test_a_pid_taken_by_a_later_process_is_gone(tmp_path: Path) -> None:
         run.marker(3).write_bytes(lines(marker("step_end", pid=later.pid, mono_s=a_minute_ago)))
         (seen,) = node_evidence(str(tmp_path), "node-a").ranks
         assert (seen.rank, seen.pid, seen.state, seen.frames) == (3, later.pid, GONE, ())
+    finally:
+        later.kill()
+        later.wait()
+
+
+def test_a_ranks_gpu_utilisation_and_power_come_with_its_evidence(tmp_path: Path) -> None:
+    """The rank's marker names its GPU; NVML (the fake here) says what it does now."""
+    later = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        run = RunDir(tmp_path)
+        run.markers_dir.mkdir()
+        run.marker(3).write_bytes(lines(marker("step_end", pid=later.pid, gpu_uuid="GPU-3")))
+        nvml = FakeNvml([FakeGpu("GPU-3", gpu_util_pct=0, average_power_mw=91_000)])
+        (seen,) = node_evidence(str(tmp_path), "node-a", nvml=nvml).ranks
+        assert (seen.gpu, seen.gpu_util_pct, seen.power_w) == ("GPU-3", 0.0, 91.0)
+        # A GPU NVML does not know, or no NVML at all: the evidence goes without.
+        assert gpu_readings({"GPU-9"}, nvml) == {}
+        assert gpu_readings({"GPU-3"}, FakeNvml(init_error=9)) == {}
     finally:
         later.kill()
         later.wait()
