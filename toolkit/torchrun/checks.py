@@ -15,6 +15,7 @@ from toolkit.cluster.command import node_command
 from toolkit.cluster.plan import ClusterPlan
 from toolkit.errors import TorchrunError
 from toolkit.shell import join
+from toolkit.stall.settings import RESTART_EXCLUDING
 from toolkit.torchrun.spec import TorchrunSpec, nproc_problem
 from toolkit.transport.base import Transport
 
@@ -53,6 +54,12 @@ def check_request(spec: TorchrunSpec, plan: ClusterPlan, working_dir: str) -> No
         TorchrunError: One line saying what is wrong and how to fix it.
     """
     why = script_problem(spec, working_dir)
+    if why is None and spec.stall.policy == RESTART_EXCLUDING:
+        why = (
+            "--on-stall restart-excluding resumes Ray Train's runs (rtk train) from their "
+            "checkpoints; a torchrun script resumes itself: use --on-stall abort, then run "
+            "again with the suspect nodes left out (rtk up --exclude)"
+        )
     if why is None:
         for node_plan in plan.nodes:
             why = nproc_problem(spec, node_plan.name, node_plan.node.gpus)

@@ -13,6 +13,7 @@ from toolkit.cluster.plan import build_plan
 from toolkit.errors import TorchrunError
 from toolkit.inventory import load_inventory
 from toolkit.inventory.loader import default_inventory
+from toolkit.stall.settings import WatchSettings
 from toolkit.torchrun.checks import check_port, check_request, script_problem
 from toolkit.torchrun.spec import TorchrunSpec
 
@@ -33,6 +34,17 @@ def test_more_ranks_than_a_node_declares_gpus_is_refused(tmp_path: Path) -> None
     check_request(TorchrunSpec("train.py", nproc_per_node=4), plan, str(tmp_path))
     with pytest.raises(TorchrunError, match=r"gpu01 has 4 GPU\(s\): --nproc-per-node 5"):
         check_request(TorchrunSpec("train.py", nproc_per_node=5), plan, str(tmp_path))
+
+
+def test_restart_excluding_is_for_rtk_train(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("")
+    plan = build_plan(load_inventory(REPO / "inventory.example.yaml"))
+    spec = TorchrunSpec("train.py", stall=WatchSettings(policy="restart-excluding"))
+    with pytest.raises(TorchrunError, match=r"restart-excluding resumes .*--on-stall abort"):
+        check_request(spec, plan, str(tmp_path))
+    check_request(
+        TorchrunSpec("train.py", stall=WatchSettings(policy="abort")), plan, str(tmp_path)
+    )
 
 
 def test_a_port_another_process_listens_on_is_refused_on_the_head() -> None:

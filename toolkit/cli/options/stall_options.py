@@ -22,8 +22,8 @@ ON_STALL_HELP = (
     "When no rank finishes a step for the stall timeout, every rank's stack is read "
     "(py-spy, else faulthandler) and the suspects named in the log and in stall.json; "
     "then the POLICY: report (keep waiting), abort (stop the job on every node, exit "
-    f"{STALL_EXIT}), restart-excluding (as abort, then the run resumes from its last "
-    "checkpoint without the suspect nodes)."
+    f"{STALL_EXIT}), restart-excluding (rtk train: the run resumes from its last "
+    "checkpoint without the suspect nodes, down to the inventory's min_nodes)."
 )
 TIMEOUT_HELP = (
     "Declare a stall after this many seconds without a finished step.  [default: learned: "
