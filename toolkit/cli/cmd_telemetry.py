@@ -18,6 +18,7 @@ from toolkit.cli.options.decorators import (
     telemetry_from,
     telemetry_options,
 )
+from toolkit.cli.options.stall_options import stall_options, stall_settings
 from toolkit.cli.output.jobs import outcome_lines
 from toolkit.cli.output.run_report import render_collect, render_report
 from toolkit.flows import (
@@ -61,6 +62,7 @@ def telemetry_group() -> None:
 @click.argument("inventory", required=False, type=click.Path(dir_okay=False))
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.option("--working-dir", default=".", show_default=True, type=click.Path(file_okay=False))
+@stall_options
 @output_options
 @telemetry_options
 @slurm_option
@@ -70,6 +72,9 @@ def record_cmd(
     inventory: str | None,
     command: tuple[str, ...],
     working_dir: str,
+    on_stall: str,
+    stall_timeout_s: float | None,
+    stall_floor_s: float,
     output_dir: str,
     run_id: str | None,
     slurm: bool,
@@ -81,7 +86,10 @@ def record_cmd(
     inv, command = inventory_and_command(inventory, command, local, slurm)
     telemetry = telemetry_from(**options)
     run_dir = f"{output_dir.rstrip('/')}/{run_id or default_run_id(inv)}"
-    workload = CommandWorkload(command, working_dir, run_dir=run_dir, telemetry=telemetry)
+    stall = stall_settings(on_stall, stall_timeout_s, stall_floor_s)
+    workload = CommandWorkload(
+        command, working_dir, run_dir=run_dir, telemetry=telemetry, stall=stall
+    )
     run_recorded(inv, workload, dry_run)
 
 

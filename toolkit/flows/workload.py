@@ -23,7 +23,7 @@ from toolkit.cluster.plan import ClusterPlan
 from toolkit.inventory.hostrange import fit_hostlist
 from toolkit.jobs.runtime_env import working_dir_env
 from toolkit.jobs.shipped_code import code_env
-from toolkit.stall.settings import CHECK_MODULE, CheckOptions
+from toolkit.stall.settings import CHECK_MODULE, CheckOptions, WatchSettings
 from toolkit.state.store import state_root
 from toolkit.telemetry.options import TelemetryOptions
 from toolkit.telemetry.record_submission import record_job
@@ -63,6 +63,7 @@ class CommandWorkload:
     run_dir: str | None = None
     telemetry: TelemetryOptions | None = None
     name: str = "launch"
+    stall: WatchSettings | None = None  # with telemetry: watch its ranks for stalls
 
 
 @dataclass(frozen=True)
@@ -213,7 +214,14 @@ def _recorded(
     run_dir = workload.run_dir or "."
     telemetry = workload.telemetry or TelemetryOptions()
     entrypoint, env = record_job(
-        plan, list(workload.argv), run_dir, telemetry, workload.working_dir, workload.env, ship_code
+        plan,
+        list(workload.argv),
+        run_dir,
+        telemetry,
+        workload.working_dir,
+        workload.env,
+        ship_code,
+        workload.stall,
     )
     name = f"rtk-record-{Path(run_dir).name}-{stamp}"
     return JobRequest(kind, entrypoint, env, name, plan.dashboard_url, run_dir)

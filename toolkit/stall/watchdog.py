@@ -167,6 +167,8 @@ class Watchdog:
         collector: Gathers every node's evidence (tests pass their own).
         clock: The wall clock (time.time()); markers carry wall times.
         poll_s: How often the marker files are read and the detector asked.
+        from_first_step: Watch only once a rank has finished a step (a command that
+            may write no markers at all: ``rtk telemetry record``'s).
     """
 
     def __init__(
@@ -179,6 +181,7 @@ class Watchdog:
         collector: Collector = collect_all,
         clock: Callable[[], float] = time.time,
         poll_s: float = POLL_S,
+        from_first_step: bool = False,
     ) -> None:
         self.run_dir = run_dir
         self.settings = settings
@@ -191,6 +194,7 @@ class Watchdog:
             startup_timeout_s=settings.startup_timeout_s,
             floor_s=settings.floor_s,
         )
+        self._waiting_for_a_step = from_first_step
         # Slow, not stuck: a rank last at most recent steps is named once in the log.
         self.slow = SlowWatch(run_dir)
         self.stalls: list[StallRecord] = []
@@ -227,11 +231,14 @@ class Watchdog:
         """Read the new markers, ask the detector, handle a stall; the stall, if one."""
         for progress in self.follower.poll():
             if progress.event == "step_end" and progress.step is not None:
+                self._waiting_for_a_step = False
                 lasted_s = self.detector.step_done(progress.step, progress.wall_s)
                 if lasted_s is not None:
                     self._say(f"resumed at step {progress.step} after {lasted_s:.0f} s")
             elif progress.phase is not None:
                 self.detector.phase(progress.phase, progress.wall_s)
+        if self._waiting_for_a_step:
+            return None
         slow_line = self.slow.tick(self._clock())
         if slow_line is not None:
             self._say(slow_line)

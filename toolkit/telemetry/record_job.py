@@ -4,14 +4,18 @@
 directory and the ``TelemetryOptions``) starts a sampler on every node, runs COMMAND on
 the head (inside the job's working directory), then collects the traces into the run
 directory and exits with the command's exit status. COMMAND finds the run directory in
-``$RTK_RUN_DIR``.
+``$RTK_RUN_DIR``. With stall settings in OPTIONS_JSON (``rtk telemetry record``'s
+``--on-stall``), the stall watchdog follows the markers the command's ranks write,
+from their first step.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -20,10 +24,14 @@ from pathlib import Path
 import ray
 
 from toolkit.rundir import CommandRecord, RunDir
+from toolkit.stall.settings import STALL_EXIT, WatchSettings
+from toolkit.stall.watchdog import Collector, Watchdog, collect_all
 from toolkit.telemetry.options import TelemetryOptions
 from toolkit.telemetry.rank_files import gather_rank_files
 from toolkit.telemetry.session import TelemetrySession, exit_on_sigterm
 from toolkit.telemetry.settle import IdlePhases
+
+ABORT_GRACE_S = 10.0  # the command's time to end on SIGTERM before SIGKILL
 
 
 def main(argv: list[str]) -> int:
@@ -31,6 +39,8 @@ def main(argv: list[str]) -> int:
     data = json.loads(argv[0])
     command = argv[1:]
     run_dir = Path(os.path.expanduser(data.pop("run_dir")))
+    stall = data.pop("stall", None)
+    settings = WatchSettings.from_json(stall) if stall is not None else None
     options = TelemetryOptions.from_json(data).check()
     run_dir.mkdir(parents=True, exist_ok=True)
     ray.init(logging_level=logging.ERROR)
@@ -49,9 +59,7 @@ def main(argv: list[str]) -> int:
         idle.before()
         began = time.monotonic()
         try:
-            # RTK_RUN_DIR: where the command may write its markers and results.
-            env = {**os.environ, "RTK_RUN_DIR": str(run_dir)}
-            code = subprocess.run(command, check=False, env=env).returncode
+            code = run_watched(command, run_dir, settings)
         except OSError as e:  # not found, not executable: the shell's codes
             print(f"rtk telemetry: cannot run {command[0]!r}: {e}", flush=True)
             code = 127 if isinstance(e, FileNotFoundError) else 126
@@ -65,6 +73,51 @@ def main(argv: list[str]) -> int:
     CommandRecord(tuple(command), code, duration_s).write(RunDir(run_dir).command)
     print(f"rtk telemetry: command exited {code}; traces in {run_dir}/telemetry", flush=True)
     return code
+
+
+def run_watched(
+    command: list[str],
+    run_dir: Path,
+    settings: WatchSettings | None,
+    collector: Collector = collect_all,
+) -> int:
+    """Run ``command``; with ``settings``, watch its ranks for stalls from their first step.
+
+    On a stall with ``--on-stall abort`` (or ``restart-excluding``, which only
+    ``rtk train`` can do) the command's process group is stopped and the exit status
+    is ``STALL_EXIT``.
+
+    Raises:
+        OSError: The command could not be started.
+    """
+    # RTK_RUN_DIR: where the command may write its markers and results.
+    env = {**os.environ, "RTK_RUN_DIR": str(run_dir)}
+    if settings is None:
+        return subprocess.run(command, check=False, env=env).returncode
+    child = subprocess.Popen(command, env=env, start_new_session=True)
+
+    def say(line: str) -> None:
+        print(f"rtk telemetry: {line}", flush=True)
+
+    def abort(_: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGTERM)
+        try:
+            child.wait(timeout=ABORT_GRACE_S)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGKILL)
+
+    watchdog = Watchdog(
+        str(run_dir), settings, say, abort=abort, collector=collector, from_first_step=True
+    )
+    try:
+        with watchdog:
+            code = child.wait()
+    except BaseException:
+        abort(None)  # Ctrl-C, SIGTERM: the command does not outlive the job
+        raise
+    return STALL_EXIT if watchdog.aborted.is_set() else code
 
 
 if __name__ == "__main__":

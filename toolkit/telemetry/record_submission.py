@@ -11,6 +11,7 @@ from toolkit.jobs.client import JOB_STOP_WAIT_S
 from toolkit.jobs.runtime_env import working_dir_env
 from toolkit.jobs.shipped_code import code_env
 from toolkit.json_types import JsonObject
+from toolkit.stall.settings import WatchSettings
 from toolkit.state.store import state_root
 from toolkit.telemetry.options import TelemetryOptions
 
@@ -23,6 +24,7 @@ def record_job(
     working_dir: str,
     env: Mapping[str, str] | None = None,
     ship_code: bool = True,
+    stall: WatchSettings | None = None,
 ) -> tuple[str, JsonObject]:
     """The entrypoint and runtime environment that run ``command`` on the head under telemetry.
 
@@ -30,10 +32,13 @@ def record_job(
 
     ``run_dir`` is the run directory; ``env`` is added to the command's environment
     (``rtk profile`` passes each run's axes that way). ``ship_code`` as in
-    ``shipped_code``.
+    ``shipped_code``. With ``stall``, the job watches the command's ranks for stalls
+    from their first step (``toolkit.stall.watchdog``).
     """
     python = plan.head.node.python
-    arguments = {"run_dir": run_dir, **options.to_json()}
+    arguments: dict[str, object] = {"run_dir": run_dir, **options.to_json()}
+    if stall is not None:
+        arguments["stall"] = stall.to_json()
     entrypoint = shlex.join(
         [python, "-m", "toolkit.telemetry.record_job", json.dumps(arguments), *command]
     )

@@ -33,6 +33,7 @@ from toolkit.flows import (
     job_request,
 )
 from toolkit.inventory import default_inventory, load_inventory
+from toolkit.stall.settings import WatchSettings
 from toolkit.telemetry.options import TelemetryOptions
 from toolkit.train.config import TrainConfig
 
@@ -205,6 +206,7 @@ def test_telemetry_record_dry_run_carries_the_telemetry_options(
     assert argv[1:3] == ["-m", "toolkit.telemetry.record_job"]
     data = json.loads(argv[3])
     assert data.pop("run_dir") == f"{tmp_path}/o/t1"
+    assert WatchSettings.from_json(data.pop("stall")) == WatchSettings()  # --on-stall report
     assert TelemetryOptions.from_json(data) == TelemetryOptions(
         sensors="host", power_rate_hz=20, energy_rate_hz=0.5
     )
