@@ -226,7 +226,10 @@ def temp_dir_facts(path: str, hostname: str, stamp: bool) -> dict[str, Any]:
     hosts_dir = os.path.join(path, TEMP_HOSTS_DIR)
     if stamp:
         try:
-            os.makedirs(hosts_dir, mode=0o700, exist_ok=True)
+            # rtk's own directory is private (0700), as rtk up makes it: makedirs gives
+            # its mode to the last directory only, so each is made in turn.
+            for private in (os.path.dirname(hosts_dir), hosts_dir):
+                os.makedirs(private, mode=0o700, exist_ok=True)
             with open(os.path.join(hosts_dir, hostname), "w", encoding="utf-8") as f:
                 f.write(hostname + "\n")
                 f.flush()
