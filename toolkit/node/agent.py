@@ -37,6 +37,7 @@ from typing import Any
 
 from toolkit.node.common import (
     SYS_INFINIBAND,
+    listening_sockets,
     port_holders,
     ray_facts,
     run_command,
@@ -106,18 +107,7 @@ def _holds_files_under(pid: str, prefix: str) -> bool:
 
 def listening_ports() -> set[int]:
     """TCP ports in LISTEN state on this node (IPv4 and IPv6)."""
-    ports: set[int] = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table) as f:
-                next(f)
-                for line in f:
-                    fields = line.split()
-                    if fields[3] == "0A":
-                        ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-        except OSError:
-            continue
-    return ports
+    return set(listening_sockets().values())
 
 
 def route_to(head: str, interface: str | None) -> dict[str, Any]:

@@ -261,14 +261,9 @@ def ray_facts() -> dict[str, Any]:
     return facts
 
 
-def port_holders(ports: list[int]) -> dict[int, str]:
-    """Of ``ports``, those a process listens on (TCP), each with ``PROGRAM (pid N)``.
-
-    The holder is found through the socket's inode in /proc/PID/fd (all of them as
-    root; otherwise this user's), else ``another program``.
-    """
-    inodes: dict[str, int] = {}
-    wanted = set(ports)
+def listening_sockets() -> dict[str, int]:
+    """This node's TCP sockets in LISTEN state (IPv4 and IPv6): socket inode -> port."""
+    found: dict[str, int] = {}
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             with open(table, encoding="ascii", errors="replace") as f:
@@ -276,11 +271,20 @@ def port_holders(ports: list[int]) -> dict[int, str]:
                 for line in f:
                     cols = line.split()
                     if len(cols) > 9 and cols[3] == "0A":
-                        port = int(cols[1].rsplit(":", 1)[1], 16)
-                        if port in wanted:
-                            inodes[cols[9]] = port
+                        found[cols[9]] = int(cols[1].rsplit(":", 1)[1], 16)
         except OSError:
             continue
+    return found
+
+
+def port_holders(ports: list[int]) -> dict[int, str]:
+    """Of ``ports``, those a process listens on (TCP), each with ``PROGRAM (pid N)``.
+
+    The holder is found through the socket's inode in /proc/PID/fd (all of them as
+    root; otherwise this user's), else ``another program``.
+    """
+    wanted = set(ports)
+    inodes = {inode: port for inode, port in listening_sockets().items() if port in wanted}
     held = {port: "another program" for port in inodes.values()}
     if not held:
         return held

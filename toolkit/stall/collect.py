@@ -11,12 +11,12 @@ ranks, read 32 at a time, still answer within it.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 import ray
 
 from toolkit.ray_fanout import ask_nodes, pinned
-from toolkit.ray_resources import HOST_RESOURCE_PREFIX
+from toolkit.ray_resources import alive_host_nodes
 from toolkit.stall.node_evidence import node_evidence
 from toolkit.stall.records import NodeEvidence
 from toolkit.stall.settings import PER_NODE_TIMEOUT_S
@@ -80,23 +80,6 @@ def error_line(error: BaseException) -> str:
     return text[:_ERROR_CHARS]
 
 
-def node_ids(ray_nodes: Iterable[Mapping[str, object]]) -> dict[str, str]:
-    """Inventory node name -> Ray node id, of the alive nodes rtk marked (``rtk_host:NAME``).
-
-    Args:
-        ray_nodes: ``ray.nodes()``.
-    """
-    found: dict[str, str] = {}
-    for node in ray_nodes:
-        resources, node_id = node.get("Resources"), node.get("NodeID")
-        if not node.get("Alive") or not isinstance(resources, Mapping):
-            continue
-        for key in resources:
-            if isinstance(key, str) and key.startswith(HOST_RESOURCE_PREFIX):
-                found[key[len(HOST_RESOURCE_PREFIX) :]] = str(node_id)
-    return found
-
-
 def ray_node_ids() -> dict[str, str]:
-    """``node_ids`` of the Ray cluster this driver is connected to, now."""
-    return node_ids(ray.nodes())  # type: ignore[no-untyped-call]
+    """Inventory node name -> Ray node id, of the alive nodes of this driver's Ray now."""
+    return alive_host_nodes(ray.nodes())  # type: ignore[no-untyped-call]

@@ -18,10 +18,10 @@ from collections.abc import Mapping, Sequence
 
 import ray
 
+from toolkit.node.agent import MARKER_VARIABLE
 from toolkit.ray_fanout import ask_nodes, pinned
 from toolkit.stall.records import StallRecord
 
-CLUSTER_DIR_VARIABLE = "RTK_CLUSTER_DIR"  # the node's Ray temp dir (the node agent's marker)
 STOP_GRACE_S = 5.0
 ASK_TIMEOUT_S = 10.0
 
@@ -38,12 +38,12 @@ def suspect_nodes(record: StallRecord) -> list[str]:
 @ray.remote(num_cpus=0)
 def _stop_this_node(grace_s: float) -> str:
     """Start the node agent's ``stop`` of this node's Ray, detached; what was started."""
-    cluster_dir = os.environ.get(CLUSTER_DIR_VARIABLE)
+    cluster_dir = os.environ.get(MARKER_VARIABLE)
     if not cluster_dir:
-        return f"no {CLUSTER_DIR_VARIABLE} here: not a node rtk up started"
+        return f"no {MARKER_VARIABLE} here: not a node rtk up started"
     # Without the marker variable, or the stop would count itself among Ray's processes;
     # with this worker's import path, where rtk's source is (shipped or installed).
-    env = {k: v for k, v in os.environ.items() if k != CLUSTER_DIR_VARIABLE}
+    env = {k: v for k, v in os.environ.items() if k != MARKER_VARIABLE}
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     subprocess.Popen(  # noqa: S603 - this Python, rtk's own node agent
         [sys.executable, "-m", "toolkit.node.agent", "stop", cluster_dir, f"{grace_s:g}"],

@@ -29,6 +29,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from toolkit.errors import RtkError
+from toolkit.ray_resources import alive_host_nodes, host_name, host_resource
 from toolkit.rundir import Manifest, NodeManifest, RunDir
 from toolkit.rundir.telemetry import SamplerSummary
 from toolkit.rundir.trace_files import next_segment
@@ -47,7 +48,6 @@ from toolkit.telemetry.sensors.base import DEFAULT_ENERGY_RATE_HZ
 
 logger = logging.getLogger(__name__)
 
-HOST_RESOURCE_PREFIX = "rtk_host:"
 CALL_TIMEOUT_S = 60.0
 # Nodes collected at once, and the size of each piece of a trace copied to the driver.
 COLLECT_PARALLEL = 8
@@ -251,7 +251,7 @@ class TelemetrySession:
         # By host resource where there is one: a node whose Ray was restarted during
         # the run has a new node id but still holds the file in its filesystem.
         where: Mapping[str, object] = (
-            {"resources": {f"{HOST_RESOURCE_PREFIX}{node.name}": 0.001}}
+            {"resources": {host_resource(node.name): 0.001}}
             if node.by_host
             else {"scheduling_strategy": NodeAffinitySchedulingStrategy(node.node_id, soft=False)}
         )
@@ -359,10 +359,9 @@ def _node_name(node: Mapping[str, object]) -> tuple[str, bool]:
     ``node`` is one of ``ray.nodes()``. The flag says whether the name came from the
     rtk_host resource.
     """
-    resources = node.get("Resources")
-    for key in resources if isinstance(resources, Mapping) else {}:
-        if isinstance(key, str) and key.startswith(HOST_RESOURCE_PREFIX):
-            return key[len(HOST_RESOURCE_PREFIX) :], True
+    name = host_name(node.get("Resources"))
+    if name is not None:
+        return name, True
     return str(node.get("NodeManagerHostname") or str(node["NodeID"])[:12]), False
 
 
@@ -372,10 +371,4 @@ def _alive_hosts() -> set[str] | None:
         nodes = ray.nodes()  # type: ignore[no-untyped-call]
     except Exception:  # noqa: BLE001 - without an answer every node is tried
         return None
-    return {
-        key[len(HOST_RESOURCE_PREFIX) :]
-        for node in nodes
-        if node.get("Alive")
-        for key in node.get("Resources", {})
-        if isinstance(key, str) and key.startswith(HOST_RESOURCE_PREFIX)
-    }
+    return set(alive_host_nodes(nodes))

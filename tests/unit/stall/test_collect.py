@@ -6,7 +6,8 @@ The collection itself runs on a real Ray cluster in
 
 from __future__ import annotations
 
-from toolkit.stall.collect import collect_bound_s, error_line, node_ids
+from toolkit.ray_resources import alive_host_nodes as node_ids
+from toolkit.stall.collect import collect_bound_s, error_line
 
 # Trimmed records of ray.nodes(), as Ray 2 gives them.
 RAY_NODES: list[dict[str, object]] = [
