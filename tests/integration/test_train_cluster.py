@@ -693,6 +693,7 @@ def test_a_node_cut_off_mid_run_is_named_and_the_run_resumes_without_it(
         rtk("up", trained["inventory"], env=trained["env"], timeout=300)
     assert job.returncode == 0, output[-4000:]
     assert "SUCCEEDED after" in output and "finished at step 400" in output
+    assert (run_dir / "stall.json").exists(), output[-6000:]
     (stall,) = json.loads((run_dir / "stall.json").read_text())
     assert stall["action"] == "restart-excluding" and stall["excluded"] == [victim]
     assert stall["stalled_s"] <= 20  # within twice the timeout

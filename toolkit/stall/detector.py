@@ -176,9 +176,16 @@ class StallDetector:
         self._long_phase = self._declared = False
         return resumed_s
 
-    def phase(self, name: str, now_s: float) -> None:
-        """A rank began phase ``name`` at ``now_s``; a long one extends the current wait."""
+    def phase(self, name: str, now_s: float, step: int | None = None) -> None:
+        """A rank began phase ``name`` of ``step`` at ``now_s``; a long one extends the wait.
+
+        A phase of a step before the last one finished is a rank behind the others
+        (its file read after theirs): the run has moved past it, and it extends nothing.
+        Else one checkpoint read late would give the next wait ten times its timeout.
+        """
         del now_s  # the phase lasts until the next progress, whenever it began
+        if step is not None and self._step is not None and step < self._step:
+            return
         if is_long_phase(name):
             self._long_phase = True
 

@@ -64,6 +64,16 @@ class Diagnosis:
     group_ranks: dict[str, tuple[int, ...]] = field(default_factory=dict, repr=False)
     suspect_texts: tuple[str, ...] = field(default=(), repr=False)
 
+    @property
+    def every_rank_exited(self) -> bool:
+        """True when every rank answered, and every one has exited: the run ended.
+
+        A node that did not answer (a suspect without a rank) leaves it open.
+        """
+        return set(self.groups) == {EXITED_PHRASE} and all(
+            suspect.rank is not None for suspect in self.suspects
+        )
+
     def lines(self, limit: int = 12) -> list[str]:
         """One screen: the summary, the groups, the suspects; at most ``limit`` lines.
 

@@ -236,7 +236,7 @@ class Watchdog:
                 if lasted_s is not None:
                     self._say(f"resumed at step {progress.step} after {lasted_s:.0f} s")
             elif progress.phase is not None:
-                self.detector.phase(progress.phase, progress.wall_s)
+                self.detector.phase(progress.phase, progress.wall_s, progress.step)
         if self._waiting_for_a_step:
             return None
         slow_line = self.slow.tick(self._clock())
@@ -252,6 +252,10 @@ class Watchdog:
         )
         nodes = self._collect(self.run_dir, self.settings.per_node_timeout_s)
         diagnosis = diagnose(nodes, stall, self.follower.rank_nodes or None)
+        if self._stop.is_set() or diagnosis.every_rank_exited:
+            # The run ended while its last step was waited for (a driver slow to see its
+            # ranks' exits): an end, not a stall. Nothing is recorded or done.
+            return None
         record = diagnosis.to_record(
             nodes, self._clock(), time.monotonic() - began, self.settings.policy
         )

@@ -136,3 +136,73 @@ def test_the_policies_act_on_the_record(tmp_path: Path) -> None:
         assert read_stalls(RunDir(run_dir).stall)[0].excluded == (
             ("n1",) if policy == RESTART_EXCLUDING else ()
         )
+
+
+def _steps(path: Path, steps: range, rank: int = 0) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        for step in steps:
+            line = {"event": "step_end", "step": step, "wall_s": 100.0 + step}
+            f.write(json.dumps({**line, "rank": rank, "node": f"n{rank}"}) + "\n")
+
+
+def test_a_run_whose_ranks_all_exited_after_the_last_step_is_not_a_stall(tmp_path: Path) -> None:
+    """A driver slow to see its ranks' exits waits past the timeout: that is the end."""
+    _steps(RunDir(tmp_path).marker(0), range(3))
+
+    def gone(run_dir: str, per_node_timeout_s: float) -> list[NodeEvidence]:
+        return [NodeEvidence("n0", (RankEvidence(0, "n0", pid=6, state="gone"),))]
+
+    said: list[str] = []
+    acted: list[str] = []
+    clock = Clock(100.0)
+    watchdog = Watchdog(
+        str(tmp_path),
+        WatchSettings(policy=ABORT, timeout_s=5.0),
+        said.append,
+        abort=lambda record: acted.append("abort"),
+        collector=gone,
+        clock=clock,
+    )
+    clock.now_s = 110.0  # 8 s after step 2
+    assert watchdog.tick() is None
+    assert not RunDir(tmp_path).stall.exists() and acted == []
+    assert not any("stalled" in line for line in said)
+
+    # The same with one node silent: that may be the cause, so it is a stall.
+    def one_silent(run_dir: str, per_node_timeout_s: float) -> list[NodeEvidence]:
+        return [*gone(run_dir, per_node_timeout_s), NodeEvidence("n1", error="timed out")]
+
+    _steps(RunDir(tmp_path / "b").marker(0), range(3))
+    clock.now_s = 100.0
+    watchdog = Watchdog(
+        str(tmp_path / "b"),
+        WatchSettings(policy=ABORT, timeout_s=5.0),
+        said.append,
+        abort=lambda record: acted.append("abort"),
+        collector=one_silent,
+        clock=clock,
+    )
+    clock.now_s = 110.0
+    assert watchdog.tick() is not None and acted == ["abort"]
+
+
+def test_a_checkpoint_read_late_from_a_rank_behind_does_not_stretch_the_timeout(
+    tmp_path: Path,
+) -> None:
+    """Rank 1's file is read after rank 0's: its checkpoint of step 4 is behind step 5."""
+    layout = RunDir(tmp_path)
+    _steps(layout.marker(0), range(6), rank=0)
+    _steps(layout.marker(1), range(5), rank=1)
+    with layout.marker(1).open("a") as f:
+        line = {"event": "phase_begin", "name": "checkpoint", "step": 4, "wall_s": 104.5}
+        f.write(json.dumps({**line, "rank": 1, "node": "n1"}) + "\n")
+    clock = Clock(100.0)
+    said: list[str] = []
+    watchdog = Watchdog(
+        str(tmp_path), WatchSettings(policy=REPORT, timeout_s=4.0), said.append,
+        collector=evidence, clock=clock,
+    )  # fmt: skip
+    clock.now_s = 110.0  # 5 s after step 5 (timeout 4 s); a stretched one would be 40 s
+    record = watchdog.tick()
+    assert record is not None and record.step == 5 and record.timeout_s == 4.0
