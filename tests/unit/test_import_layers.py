@@ -63,6 +63,7 @@ LAYERS: dict[str, int] = {
     "train": 3,
     "profile": 3,
     "torchrun": 3,  # rtk torchrun: the spec, the checks, the job's driver and node actor
+    "power": 3,  # online power limits: the controllers, the driver thread, their record
     "stall": 3,  # the stall watchdog: detecting a stall, the ranks' evidence, the diagnosis
     "sandbox": 3,
     # 4: whole flows (up, train, profile) that the CLI and batch scripts call
