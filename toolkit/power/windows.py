@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 
 @dataclass(frozen=True, order=True)
@@ -92,3 +93,19 @@ class Decision:
     reason: str
     steps: int
     settled: bool = False
+
+
+class Controller(Protocol):
+    """A power policy's brain: fed windows, it answers the limits for the next one.
+
+    Pure: it reads no clock and no GPU. Replaying the windows a run recorded into a new
+    controller brings it to the same state (a restarted driver resumes, not repeats).
+    """
+
+    def start(self) -> Decision:
+        """The limits and length of the first window (the warm-up)."""
+        ...
+
+    def observe(self, window: Window) -> Decision:
+        """The window just measured -> the limits and length of the next one."""
+        ...
