@@ -15,7 +15,7 @@ from toolkit.power.optimize import (
     OptimizeSettings,
     limit_grid_w,
 )
-from toolkit.power.windows import GpuKey, GpuRange
+from toolkit.power.windows import GpuKey, GpuRange, Window
 
 STRAGGLER = GpuKey("node1", 2)
 SEEDS = range(6)
@@ -65,10 +65,11 @@ def test_the_model_has_an_energy_minimum_inside_the_range() -> None:
         OptimizeSettings(),
         OptimizeSettings(max_slowdown=0.10),
         OptimizeSettings(max_slowdown=0.15),
+        OptimizeSettings(max_slowdown=0.5),
         OptimizeSettings(eta=0.8),
         OptimizeSettings(eta=0.9),
     ],
-    ids=["slowdown5%", "slowdown10%", "slowdown15%", "eta0.8", "eta0.9"],
+    ids=["slowdown5%", "slowdown10%", "slowdown15%", "slowdown50%", "eta0.8", "eta0.9"],
 )
 @pytest.mark.parametrize("seed", SEEDS)
 def test_it_finds_the_best_limit_within_one_grid_step(
@@ -174,6 +175,48 @@ def test_replaying_the_recorded_windows_gives_the_same_decisions(
     for window in driven.windows[:half]:
         resumed.observe(window)
     assert resumed.observe(driven.windows[half]) == driven.decisions[half + 1]
+
+
+ONE = GpuKey("n", 0)
+
+
+def by_hand(
+    gpu_range: GpuRange, settings: OptimizeSettings, measured: list[tuple[float, float]]
+) -> OptimizeController:
+    """A controller of one GPU fed windows of (s/step, J/step), the warm-up's first."""
+    controller = OptimizeController({ONE: gpu_range}, settings)
+    decision = controller.start()
+    for step_s, energy_j in measured:
+        window = Window(decision.limits_w, decision.steps, step_s, {ONE: energy_j * 5})
+        decision = controller.observe(window)
+    assert decision.settled
+    return controller
+
+
+# The grid 700, 600, 500 W: (s/step, J/step) of the warm-up and of each limit.
+MEASURED = [(1.0, 400.0), (1.0, 400.0), (1.05, 330.0), (1.3, 300.0)]
+
+
+@pytest.mark.parametrize(
+    ("eta", "chosen_w"), [(0.0, 700.0), (0.2, 700.0), (0.5, 600.0), (1.0, 500.0)]
+)
+def test_with_eta_it_minimises_zeus_cost(eta: float, chosen_w: float) -> None:
+    # Cost: eta * J/step + (1 - eta) * 700 W * s/step; at eta 0.2: 640, 654, 788.
+    settings = OptimizeSettings(eta=eta, grid_step_w=100.0, steps_per_limit=5)
+    controller = by_hand(GpuRange(500.0, 700.0, 700.0), settings, MEASURED)
+    assert [p.limit_w for p in controller.profile] == [700.0, 600.0, 500.0]
+    assert controller.chosen_w == chosen_w
+
+
+@pytest.mark.parametrize(("default_w", "chosen_w"), [(700.0, 700.0), (600.0, 600.0)])
+def test_the_warm_up_counts_as_the_fastest_only_at_the_top(
+    default_w: float, chosen_w: float
+) -> None:
+    # 600 W is 8% slower than the warm-up and 3.8% slower than the profiled 700 W.
+    measured = [(1.0, 400.0), (1.04, 400.0), (1.08, 350.0), (1.2, 300.0)]
+    settings = OptimizeSettings(grid_step_w=100.0)
+    controller = by_hand(GpuRange(500.0, 700.0, default_w), settings, measured)
+    assert controller.chosen_w == chosen_w
 
 
 def test_a_single_gpu() -> None:

@@ -14,7 +14,7 @@ from unit.power.gpu_model import H100, Drive, RunModel, cluster, drive
 
 from toolkit.power.optimize import SETTLED_STEPS
 from toolkit.power.stragglers import StragglerController, StragglerSettings
-from toolkit.power.windows import Decision, GpuKey, GpuRange
+from toolkit.power.windows import Decision, GpuKey, GpuRange, Window
 
 STRAGGLER = GpuKey("node1", 2)
 SEEDS = range(4)
@@ -94,11 +94,30 @@ def test_no_slower_gpu_nothing_is_lowered() -> None:
 
 
 def test_no_gpu_goes_below_its_least_limit() -> None:
-    run = two_nodes(gpu_range=GpuRange(min_w=450.0, max_w=700.0, default_w=700.0))
+    run = two_nodes(gpu_range=GpuRange(min_w=460.0, max_w=700.0, default_w=700.0))
     driven = drive(StragglerController(run.ranges, StragglerSettings()), run, seed=0)
     final = driven.decisions[-1].limits_w
-    assert final == {k: (700.0 if k == STRAGGLER else 450.0) for k in run.gpus}
-    assert all(min(d.limits_w.values()) >= 450.0 for d in driven.decisions)
+    assert final == {k: (700.0 if k == STRAGGLER else 460.0) for k in run.gpus}
+    assert all(min(d.limits_w.values()) >= 460.0 for d in driven.decisions)
+
+
+def test_the_gpus_that_wait_least_are_never_lowered_even_when_all_wait() -> None:
+    keys = [GpuKey("n", i) for i in range(4)]
+    controller = StragglerController({k: H100 for k in keys}, StragglerSettings())
+    decisions = [controller.start()]
+    # Every GPU waits over 5% of the step (a wait the slowest rank has too); n/gpu0 and
+    # n/gpu1 least, then n/gpu1 alone.
+    waits = [(0.1, 0.1, 0.3, 0.3), (0.1, 0.1, 0.3, 0.3), (0.2, 0.1, 0.25, 0.3)]
+    for wait in waits:
+        limits_w = decisions[-1].limits_w
+        window = Window(
+            limits_w, 10, 1.0, {k: 4000.0 for k in keys}, dict(zip(keys, wait, strict=True))
+        )
+        decisions.append(controller.observe(window))
+    assert [d.limits_w[keys[0]] for d in decisions] == [700.0] * 4
+    assert [d.limits_w[keys[1]] for d in decisions] == [700.0] * 4
+    assert [d.limits_w[keys[2]] for d in decisions] == [700.0, 700.0, 675.0, 650.0]
+    assert "n/gpu0, n/gpu1 keep 700 W (the slowest)" in decisions[2].reason
 
 
 def test_once_settled_it_keeps_the_limits() -> None:
