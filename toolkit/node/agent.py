@@ -36,6 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from toolkit.node.common import (
+    GPU_RESTORE_FILE,
     SYS_INFINIBAND,
     listening_sockets,
     port_holders,
@@ -474,6 +475,7 @@ def probe(
     rtk = rtk_source()
     holders = port_holders(busy)
     hostname = socket.gethostname()
+    gpu_restore = os.path.join(marker_dir, GPU_RESTORE_FILE)
     return {
         "hostname": hostname,
         "python": platform.python_version(),
@@ -488,6 +490,9 @@ def probe(
         **({"busy_port_holders": {str(p): w for p, w in holders.items()}} if holders else {}),
         **({"rtk_source": rtk} if rtk else {}),
         **({"container": container_facts(container)} if container else {}),
+        # GPU settings an earlier run left (gpu_control.py's restore file): rtk up puts
+        # them back before it starts Ray here.
+        **({"gpu_restore_file": gpu_restore} if os.path.lexists(gpu_restore) else {}),
     }
 
 
