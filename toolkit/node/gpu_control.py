@@ -682,6 +682,16 @@ def _read_record(path: str) -> dict[str, Any] | None:
     return record
 
 
+def record_owner(path: str) -> tuple[bool, str | None]:
+    """Whether a restore file is at ``path``, and its owner (None: ``apply``'s, no owner).
+
+    Raises:
+        ControlError: It cannot be trusted or read (``_read_record``).
+    """
+    record = _read_record(path)
+    return record is not None, None if record is None else record.get("owner")
+
+
 def _remove(path: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)

@@ -132,14 +132,24 @@ def node_power(
     return NodePower(node, wall_s, gpus, tuple(errors), nvml=True)
 
 
-def node_restore(node: str, restore_file: str | None = None, nvml: Any = None) -> tuple[str, ...]:
+def node_restore(
+    node: str, restore_file: str | None = None, nvml: Any = None, owner: str | None = None
+) -> tuple[str, ...]:
     """Put back what the restore file names on this node; one line per thing done or failed.
 
     No file: nothing to do, no line, and NVML is not loaded. A GPU that fails does not
-    stop the others; the file stays until everything is back.
+    stop the others; the file stays until everything is back. With ``owner`` (the
+    run's id), a file another run or ``rtk profile`` wrote is left as it is (one line
+    says so): a run whose limits were refused must not undo another's.
     """
     path = restore_file or default_restore_file()
     try:
+        if owner is not None:
+            there, written_by = gpu_control.record_owner(path)
+            if not there:
+                return ()
+            if written_by != owner:
+                return (f"{node}: left {path} as it is: {written_by or 'rtk profile'} wrote it",)
         done = gpu_control.restore(nvml, path, node=node)
     except gpu_control.ControlError as e:
         done = e.result
