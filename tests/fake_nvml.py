@@ -15,7 +15,15 @@ and what one energy-counter call costs (``fake_energy_call_s``: about 4 ms on an
 The setters (power limit, locked clocks) change the fake GPU. For a node script run in
 another process, ``fake_save``/``from_state_file`` keep the GPUs in a JSON file that
 every setter rewrites (``RTK_FAKE_NVML=.../fake_nvml.py:from_state_file`` with
-``FAKE_NVML_STATE`` naming the file; see ``toolkit/node/gpu_control.py``).
+``FAKE_NVML_STATE`` naming the file; see ``toolkit/node/gpu_control.py``). In that name
+``{host}`` stands for the host name, so one setting serves every node of a sandbox.
+
+A GPU with a ``draw_w`` draws that much, or its power limit when lower, by the wall
+clock (``fake_wall_s``, ``time.time`` unless a test sets another): its energy counter
+reads ``energy_mj`` plus that power times the seconds since ``fake_stamp_s``. Every
+setter first folds the energy up to now into ``energy_mj`` and stamps anew, so the
+counter never goes back, and the state file carries the stamp: processes that read the
+counter one after another see energy that depends on the limits set meanwhile.
 """
 
 # The names are pynvml's own (camelCase), so that the fake matches the real API.
@@ -26,6 +34,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import socket
+import tempfile
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -133,6 +144,7 @@ class FakeGpu:
     pcie_width: int = 16
     pcie_width_max: int = 16
     nvlink_active: list[bool] = field(default_factory=lambda: [True] * 18)  # an H100 SXM
+    draw_w: float | None = None  # what it draws by the wall clock, up to its limit (None: no)
 
 
 @dataclass(frozen=True)
@@ -213,6 +225,9 @@ class FakeNvml:
         # they are spent on the CPU (a spin) or waited out (a sleep).
         self.fake_energy_call_s = 0.0
         self.fake_energy_call_busy = True
+        # The wall clock that GPUs with a draw_w count energy by, and when it was read last.
+        self.fake_wall_s: Callable[[], float] = time.time
+        self.fake_stamp_s = self.fake_wall_s()
 
     # -- test controls ------------------------------------------------------------------
 
@@ -236,15 +251,36 @@ class FakeNvml:
         ]
 
     def fake_save(self, path: Path | None = None) -> None:
-        """Write the GPUs (all but ``power_mw``) and ``fake_root`` as JSON to ``path``."""
-        target = path or self.fake_state_file
-        assert target is not None
+        """Write the GPUs (all but ``power_mw``), ``fake_root`` and the stamp to ``path``.
+
+        Atomically: a process that reads the file meanwhile sees it before or after.
+        """
+        target = Path(path or self.fake_state_file or "")
+        assert target.name
         gpus = []
         for gpu in self.fake_gpus:
             row = {f.name: getattr(gpu, f.name) for f in dataclasses.fields(gpu)}
             del row["power_mw"]
             gpus.append({k: sorted(v) if isinstance(v, set) else v for k, v in row.items()})
-        Path(target).write_text(json.dumps({"root": self.fake_root, "gpus": gpus}))
+        state = {"root": self.fake_root, "stamp_s": self.fake_stamp_s, "gpus": gpus}
+        fd, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+        with os.fdopen(fd, "w") as f:
+            json.dump(state, f)
+        os.replace(temp, target)
+
+    def fake_energy_mj(self, gpu: FakeGpu) -> int:
+        """``gpu``'s energy counter now: ``energy_mj``, plus its draw since the stamp."""
+        if gpu.draw_w is None:
+            return gpu.energy_mj
+        power_mw = min(gpu.draw_w * 1000, gpu.power_limit_mw)
+        return gpu.energy_mj + int(max(0.0, self.fake_wall_s() - self.fake_stamp_s) * power_mw)
+
+    def _fold(self) -> None:
+        """Count every GPU's energy up to now into ``energy_mj``; stamp now."""
+        now = max(self.fake_stamp_s, self.fake_wall_s())
+        for gpu in self.fake_gpus:
+            gpu.energy_mj = self.fake_energy_mj(gpu)
+        self.fake_stamp_s = now
 
     def _enter(self, function: str, handle: FakeHandle | None = None) -> FakeGpu | None:
         uuid = "" if handle is None else handle.gpu.uuid
@@ -368,7 +404,7 @@ class FakeNvml:
         gpu = self._gpu("nvmlDeviceGetTotalEnergyConsumption", handle)
         if self.fake_energy_call_s > 0:
             _spend(self.fake_energy_call_s, self.fake_energy_call_busy)
-        return gpu.energy_mj
+        return self.fake_energy_mj(gpu)
 
     def nvmlDeviceGetClockInfo(self, handle: FakeHandle, type: int) -> int:
         gpu = self._gpu("nvmlDeviceGetClockInfo", handle)
@@ -515,6 +551,7 @@ class FakeNvml:
         gpu = self._gpu(function, handle)
         if not self.fake_root:
             raise NVMLError(NVML_ERROR_NO_PERMISSION)
+        self._fold()  # the energy so far was drawn at the settings before this one
         return gpu
 
     def _saved(self) -> None:
@@ -548,7 +585,8 @@ def from_state_file(path: str | Path | None = None) -> FakeNvml:
 
     Its setters write the file back, so a later process sees their changes.
     """
-    target = Path(path or os.environ["FAKE_NVML_STATE"])
+    name = str(path or os.environ["FAKE_NVML_STATE"])
+    target = Path(name.replace("{host}", socket.gethostname()))
     state = json.loads(target.read_text())
     defaults = FakeGpu(uuid="")
     gpus = []
@@ -562,4 +600,6 @@ def from_state_file(path: str | Path | None = None) -> FakeNvml:
                 value = tuple(value)  # JSON gives lists back
             values[key] = value
         gpus.append(FakeGpu(**values))
-    return FakeNvml(gpus, root=state["root"], state_file=target)
+    fake = FakeNvml(gpus, root=state["root"], state_file=target)
+    fake.fake_stamp_s = state.get("stamp_s", fake.fake_stamp_s)
+    return fake

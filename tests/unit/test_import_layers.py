@@ -102,6 +102,7 @@ RUNS_ON: dict[str, str] = {
     "toolkit.stall.collect": JOB_DRIVER,  # train.job's and torchrun.fanout's watchdog
     "toolkit.stall.check_job": JOB_DRIVER,  # rtk stall-check's job, on the head
     "toolkit.stall.node_evidence": RAY_WORKER,  # a task on each node
+    "toolkit.power.node_power": RAY_WORKER,  # a task on each node: GPU limits and energy
     "toolkit.stall.stacks": RAY_WORKER,  # in that task
     "toolkit.stall.procs": RAY_WORKER,  # in that task
     "toolkit.stall.slow": JOB_DRIVER,  # the watchdog's SlowWatch; node_steps in a task on each node

@@ -20,7 +20,9 @@ from toolkit.cluster.progress_reporter import Reporter
 from toolkit.cluster.ray_status import ClusterStatus, cluster_status
 from toolkit.credentials.tls import ClusterTls
 from toolkit.errors import ClusterError, RtkError, TransportError, WaitTimeoutError
+from toolkit.gpu.settings import call_control, control_command, restore_file
 from toolkit.netenv import env_for_node
+from toolkit.node.common import GPU_RESTORE_FILE
 from toolkit.nodeinfo import call_agent
 from toolkit.nodeinfo.probe import ContainerFacts, ProbeFacts
 from toolkit.nodeinfo.start_facts import StartDiagFacts, read_start_diag
@@ -102,7 +104,14 @@ def prepare_node(
             )
         outcome.action = "already running"
         reporter.node(node.name, f"this cluster's {what} already runs here; leaving it")
+        if facts.gpu_restore_file is not None:
+            reporter.info(
+                f"{node.name}: GPU settings a run set are in place ({GPU_RESTORE_FILE}); left"
+                " while Ray runs here (`rtk profile --restore` puts them back)"
+            )
         return False
+    if facts.gpu_restore_file is not None:
+        put_back_gpu_settings(node_plan, plan, transport, reporter)
     if node_plan.container is not None and container is not None:
         spec = node_plan.container
         failed = failure_text(container_checks(node.name, spec.image, spec.gpus, container))
@@ -150,6 +159,27 @@ def prepare_node(
     text = env_file(plan, node_plan, env)
     transport.put(node, plan.paths.env_file, text.encode(), mode=0o600)
     return True
+
+
+def put_back_gpu_settings(
+    node_plan: NodePlan, plan: ClusterPlan, transport: Transport, reporter: Reporter
+) -> None:
+    """Put back the GPU settings an earlier run left on the node (its restore file).
+
+    As ``rtk profile --restore`` does (``gpu_control.py restore``), before Ray starts
+    there: no run of this cluster holds them then. One line says what happened; a
+    failure does not stop the bring-up (the file stays for ``rtk profile --restore``).
+    """
+    name = node_plan.name
+    what = f"GPU power limits an earlier run left ({GPU_RESTORE_FILE})"
+    command = control_command(node_plan, "restore", restore_file(plan))
+    try:
+        call_control(transport, node_plan, command)
+    except RtkError as e:
+        why = str(e).removeprefix(f"{name}: ")
+        reporter.info(f"{name}: could not put back the {what}: {why}")
+        return
+    reporter.info(f"{name}: put back {what}")
 
 
 def _container_facts(node_plan: NodePlan, facts: ProbeFacts) -> ContainerFacts | None:

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from toolkit.node.common import (
+    GPU_RESTORE_FILE,
     SYS_INFINIBAND,
     listening_sockets,
     port_holders,
@@ -474,6 +475,7 @@ def probe(
     rtk = rtk_source()
     holders = port_holders(busy)
     hostname = socket.gethostname()
+    gpu_restore = os.path.join(marker_dir, GPU_RESTORE_FILE)
     return {
         "hostname": hostname,
         "python": platform.python_version(),
@@ -488,11 +490,17 @@ def probe(
         **({"busy_port_holders": {str(p): w for p, w in holders.items()}} if holders else {}),
         **({"rtk_source": rtk} if rtk else {}),
         **({"container": container_facts(container)} if container else {}),
+        # GPU settings an earlier run left (gpu_control.py's restore file): rtk up puts
+        # them back before it starts Ray here.
+        **({"gpu_restore_file": gpu_restore} if os.path.lexists(gpu_restore) else {}),
     }
 
 
 def stop(marker_dir: str, grace_text: str) -> dict[str, Any]:
     """Stop this cluster's processes and remove MARKER_DIR.
+
+    All but the GPU settings an earlier run left to put back (``GPU_RESTORE_FILE``):
+    ``rtk up`` puts them back, or ``rtk profile --restore``.
 
     Like ``ray stop``, in two waves: everything but the GCS first (the GCS waits for
     its raylets before it exits on SIGTERM), then the GCS. What outlives a wave's
@@ -511,10 +519,28 @@ def stop(marker_dir: str, grace_text: str) -> dict[str, Any]:
     killed += _terminate(sorted(marked_pids(marker_dir)), marker_dir, 1.0)
     left = sorted(marked_pids(marker_dir))
     removed = False
+    kept = os.path.join(marker_dir, GPU_RESTORE_FILE)
+    if not left and os.path.lexists(kept):
+        _remove_all_but(marker_dir, kept)  # for rtk up to put those GPU settings back
+        return {"stopped": len(pids), "killed": killed, "left": left, "removed": False}
     if not left and os.path.isdir(marker_dir):
         shutil.rmtree(marker_dir, ignore_errors=True)
         removed = not os.path.exists(marker_dir)
     return {"stopped": len(pids), "killed": killed, "left": left, "removed": removed}
+
+
+def _remove_all_but(directory: str, kept: str) -> None:
+    """Remove everything under ``directory`` but the file ``kept`` (and its folders)."""
+    for name in os.listdir(directory):
+        path = os.path.join(directory, name)
+        if kept.startswith(path + os.sep):
+            _remove_all_but(path, kept)
+        elif path != kept:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
 
 
 def _terminate(pids: list[int], marker_dir: str, grace_s: float) -> int:

@@ -177,6 +177,9 @@ NETWORK_FS_TYPES = (
     "fuse",
 )
 TEMP_HOSTS_DIR = "rtk/hosts"  # each host that probed the temp dir leaves its name here
+# The GPU settings to put back (gpu_control.py's restore file), under Ray's temp dir:
+# rtk profile --restore, the power policies (toolkit.power.node_power), rtk up's probe.
+GPU_RESTORE_FILE = "rtk/gpu-restore.json"
 MOUNTINFO = "/proc/self/mountinfo"
 
 

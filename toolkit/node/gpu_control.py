@@ -7,6 +7,8 @@ this file to ``python -`` over its transport, like ``toolkit/node/facts.py``::
     python - apply   --restore-file PATH [--node NAME] [--power-limit-w W]
                      [--gpu-clocks-mhz MIN,MAX] [--mem-clocks-mhz MIN,MAX]
     python - restore --restore-file PATH [--node NAME]
+    python - set-limits --restore-file PATH --owner RUN --limits INDEX=W[,INDEX=W...]
+                     [--node NAME]
 
 Each prints one JSON line, ``{"ok": true, "command": ..., "node": ..., "result": {...}}``,
 and exits 0; or ``{"error": "...", "result": {...}}`` and exits 3 (``{"error": "usage:
@@ -19,6 +21,13 @@ NVML's setters. When a setter fails (NoPermission when not root, NotSupported, .
 puts back what it had changed and fails with a message naming the node and the GPU.
 ``restore`` puts back what the restore file names on every GPU it can, and removes the
 file once everything is back; without a file it has nothing to do (and needs no NVML).
+
+``set-limits`` (``set_power_limits``) is the online power policies' form: a limit per
+GPU, set again and again during one run (``--owner``: the run's id). Its first call on
+a node writes the restore file like ``apply`` (power limits only, with the owner); later
+calls of the same owner only set; a file of another owner is refused. A GPU that
+refuses does not stop the others. ``read_power`` reads every GPU's energy counter and
+limits for them (``toolkit/power/node_power.py`` calls both in a Ray task).
 
 NVML has no getter for locked clocks, so ``read`` cannot say whether someone else
 locked them; ``restore`` resets the clocks that rtk locked, which unlocks them.
@@ -40,7 +49,7 @@ import stat
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NoReturn
 
 from toolkit.node.common import ScriptError, UsageError, as_text, run_main
@@ -96,7 +105,12 @@ def load_nvml() -> Any:
 
 
 @contextlib.contextmanager
-def _session(nvml: Any, node: str) -> Iterator[None]:
+def nvml_session(nvml: Any, node: str) -> Iterator[None]:
+    """``nvmlInit`` for the block, ``nvmlShutdown`` after (NVML counts nested sessions).
+
+    Raises:
+        ControlError: NVML does not start (no driver, no GPU, a broken library).
+    """
     try:
         nvml.nvmlInit()
     except Exception as e:  # NVMLError; OSError from a broken library
@@ -165,7 +179,7 @@ def read_settings(
     record = _read_record(restore_file) if restore_file else None
     pending = (record or {}).get("gpus", {})
     gpus: dict[str, dict[str, Any]] = {}
-    with _session(nvml, node):
+    with nvml_session(nvml, node):
         try:
             for index, uuid, handle in _gpus(nvml):
                 gpus[uuid] = _gpu_settings(nvml, index, handle)
@@ -258,7 +272,7 @@ def apply(
             f"GPU settings from an earlier run are still in place on {node} ({restore_file}):"
             " put them back with `rtk profile --restore` first"
         )
-    with _session(nvml, node):
+    with nvml_session(nvml, node):
         try:
             gpus = _gpus(nvml)
             record = _plan(nvml, gpus, node, asked, changes, result)
@@ -375,19 +389,23 @@ def _put_back(nvml: Any, handle: Any, kind: str, entry: dict[str, Any]) -> None:
         nvml.nvmlDeviceResetMemoryLockedClocks(handle)
 
 
-def _refusal(nvml: Any, error: Exception, kind: str, node: str, uuid: str, index: int) -> str:
+def _refusal(
+    nvml: Any,
+    error: Exception,
+    kind: str,
+    node: str,
+    uuid: str,
+    index: int,
+    drop: str | None = None,
+) -> str:
+    """One line: why NVML refused ``kind`` on a GPU; ``drop`` what to leave out instead."""
     what, key, tool = _WHAT[kind]
+    drop = drop or f"{key} from the sweep"
     code = _code(error)
     if code == nvml.NVML_ERROR_NO_PERMISSION:
-        return (
-            f"{what} needs root on {node} ({tool} needs it too); run rtk as root or drop"
-            f" {key} from the sweep"
-        )
+        return f"{what} needs root on {node} ({tool} needs it too); run rtk as root or drop {drop}"
     if code in (nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_FUNCTION_NOT_FOUND):
-        return (
-            f"GPU {index} ({uuid}) on {node} does not support {what} ({error});"
-            f" drop {key} from the sweep"
-        )
+        return f"GPU {index} ({uuid}) on {node} does not support {what} ({error}); drop {drop}"
     return f"{what} failed on GPU {index} ({uuid}) on {node}: {error}"
 
 
@@ -406,6 +424,157 @@ def _undo(
     if not errors:
         _remove(restore_file)
     return {"gpus": restored, "errors": errors, "restore_file_removed": not errors}
+
+
+# -- power limits per GPU, again and again (the online power policies) ----------------
+
+POLICY_DROP = "--power-policy"  # what a refusal says to leave out instead (``_refusal``)
+
+
+def set_power_limits(
+    nvml: Any,
+    limits_w: Mapping[int, float],
+    restore_file: str,
+    owner: str,
+    *,
+    node: str | None = None,
+) -> dict[str, Any]:
+    """Set each asked GPU's power limit (NVML index -> watts), as often as a run likes.
+
+    The first call of a run (``owner``: its id) on a node writes the restore file as
+    ``apply`` does, with every GPU's limit before it and ``owner`` added; later calls of
+    the same owner only set. A GPU that refuses (a limit outside its range, NoPermission,
+    NotSupported, any NVML error) is one line in ``errors`` and the others are set all
+    the same. When a first call set nothing, its file is removed again: nothing changed.
+    Nothing asked: nothing done, and the restore file is not touched.
+
+    Returns:
+        ``{"node", "restore_file", "owner", "set": {index: watts}, "errors": {index:
+        line}, "recorded": bool}``; ``recorded``: this call wrote the restore file.
+
+    Raises:
+        ControlError: A restore file of another owner is there (an earlier run's, or
+            ``rtk profile``'s), it cannot be read or written, or NVML does not start or
+            fails reading the GPUs.
+    """
+    node = node or socket.gethostname()
+    result: dict[str, Any] = {"node": node, "restore_file": restore_file, "owner": owner}
+    result.update({"set": {}, "errors": {}, "recorded": False})
+    if not limits_w:
+        return result
+    record = _read_record(restore_file)
+    if record is not None and record.get("owner") != owner:
+        raise ControlError(
+            f"GPU settings of an earlier run are still in place on {node} ({restore_file}):"
+            " put them back with `rtk profile --restore` (or `rtk down`, then `rtk up`)"
+        )
+    with nvml_session(nvml, node):
+        try:
+            gpus = {index: (uuid, handle) for index, uuid, handle in _gpus(nvml)}
+            if record is None and gpus:
+                record = _limits_record(nvml, gpus, node, owner)
+                try:
+                    _write_record(restore_file, record)
+                except OSError as e:
+                    message = f"cannot write {restore_file} on {node}: {e}; nothing changed"
+                    raise ControlError(message) from e
+                result["recorded"] = True
+        except nvml.NVMLError as e:
+            raise ControlError(f"NVML failed reading the GPUs of {node}: {e}") from e
+        recorded = (record or {}).get("gpus", {})
+        for index, watts in sorted(limits_w.items()):
+            if index not in gpus:
+                result["errors"][index] = f"{node} has no GPU {index} (NVML sees {len(gpus)})"
+                continue
+            uuid, handle = gpus[index]
+            if uuid not in recorded:
+                result["errors"][index] = (
+                    f"GPU {index} ({uuid}) on {node} is not in {restore_file}; not setting it"
+                )
+                continue
+            line = _set_one(nvml, handle, float(watts), node, uuid, index)
+            if line is None:
+                result["set"][index] = float(watts)
+            else:
+                result["errors"][index] = line
+    if result["recorded"] and not result["set"]:
+        _remove(restore_file)  # nothing changed: nothing to put back
+        result["recorded"] = False
+    return result
+
+
+def _limits_record(
+    nvml: Any, gpus: Mapping[int, tuple[str, Any]], node: str, owner: str
+) -> dict[str, Any]:
+    """The restore record of every GPU's power limit now, for ``owner``."""
+    record: dict[str, Any] = {
+        "version": RESTORE_VERSION,
+        "node": node,
+        "owner": owner,
+        "created_wall_s": time.time(),
+        "gpus": {},
+    }
+    for index, (uuid, handle) in sorted(gpus.items()):
+        previous_mw = _optional(nvml, nvml.nvmlDeviceGetPowerManagementLimit, handle)
+        if previous_mw is not None:
+            record["gpus"][uuid] = {
+                "index": index,
+                "changes": [POWER_LIMIT],
+                "power_limit_mw": int(previous_mw),
+            }
+    return record
+
+
+def _set_one(nvml: Any, handle: Any, watts: float, node: str, uuid: str, index: int) -> str | None:
+    """Set one GPU's limit; None when it took, else the line that says why not."""
+    try:
+        low_mw, high_mw = nvml.nvmlDeviceGetPowerManagementLimitConstraints(handle)
+        if not low_mw <= watts * 1000 <= high_mw:
+            return (
+                f"power limit {watts:g} W is outside the range of GPU {index} ({uuid}) on"
+                f" {node}: {low_mw / 1000:g}..{high_mw / 1000:g} W; not set"
+            )
+        _set(nvml, handle, POWER_LIMIT, watts)
+    except nvml.NVMLError as e:
+        return _refusal(nvml, e, POWER_LIMIT, node, uuid, index, drop=POLICY_DROP)
+    return None
+
+
+def read_power(nvml: Any, *, node: str | None = None) -> dict[str, Any]:
+    """Every GPU's energy counter and power limits, in index order.
+
+    Per GPU: ``index``, ``uuid``, ``energy_mj`` (NVML's total energy counter, mJ since
+    the driver loaded), ``limit_w`` (the management limit), ``min_w``/``max_w`` (its
+    constraints) and ``default_w``; a value NVML does not give is None.
+
+    Raises:
+        ControlError: NVML does not start, or fails on a GPU.
+    """
+    node = node or socket.gethostname()
+    rows: list[dict[str, Any]] = []
+    with nvml_session(nvml, node):
+        try:
+            for index, uuid, handle in _gpus(nvml):
+                limits = _optional(nvml, nvml.nvmlDeviceGetPowerManagementLimitConstraints, handle)
+                energy = _optional(nvml, nvml.nvmlDeviceGetTotalEnergyConsumption, handle)
+                rows.append(
+                    {
+                        "index": index,
+                        "uuid": uuid,
+                        "energy_mj": None if energy is None else int(energy),
+                        "limit_w": _watts(
+                            _optional(nvml, nvml.nvmlDeviceGetPowerManagementLimit, handle)
+                        ),
+                        "min_w": None if limits is None else _watts(limits[0]),
+                        "max_w": None if limits is None else _watts(limits[1]),
+                        "default_w": _watts(
+                            _optional(nvml, nvml.nvmlDeviceGetPowerManagementDefaultLimit, handle)
+                        ),
+                    }
+                )
+        except nvml.NVMLError as e:
+            raise ControlError(f"NVML failed reading the GPUs of {node}: {e}") from e
+    return {"node": node, "gpus": rows}
 
 
 # -- restore --------------------------------------------------------------------------
@@ -439,7 +608,7 @@ def restore(nvml: Any, restore_file: str, *, node: str | None = None) -> dict[st
         return result
     if nvml is None:
         nvml = load_nvml()
-    with _session(nvml, node):
+    with nvml_session(nvml, node):
         for uuid, entry in record.get("gpus", {}).items():
             done: dict[str, str] = {}
             try:
@@ -513,6 +682,16 @@ def _read_record(path: str) -> dict[str, Any] | None:
     return record
 
 
+def record_owner(path: str) -> tuple[bool, str | None]:
+    """Whether a restore file is at ``path``, and its owner (None: ``apply``'s, no owner).
+
+    Raises:
+        ControlError: It cannot be trusted or read (``_read_record``).
+    """
+    record = _read_record(path)
+    return record is not None, None if record is None else record.get("owner")
+
+
 def _remove(path: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
@@ -534,14 +713,28 @@ def _pair(text: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(f"{text!r} is not MIN,MAX in MHz") from e
 
 
+def _limit_list(text: str) -> dict[int, float]:
+    """``INDEX=W,INDEX=W`` (``0=450,1=500``): a power limit per GPU index."""
+    limits: dict[int, float] = {}
+    for item in filter(None, text.split(",")):
+        index, _, watts = item.partition("=")
+        try:
+            limits[int(index)] = float(watts)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(f"{item!r} is not INDEX=WATTS") from e
+    return limits
+
+
 def _parser() -> _Parser:
     parser = _Parser(prog="python - (rtk gpu control)")
-    parser.add_argument("command", choices=("read", "apply", "restore"))
+    parser.add_argument("command", choices=("read", "apply", "restore", "set-limits"))
     parser.add_argument("--node", default=None)
     parser.add_argument("--restore-file", default=None)
     parser.add_argument("--power-limit-w", type=float, default=None)
     parser.add_argument("--gpu-clocks-mhz", type=_pair, default=None)
     parser.add_argument("--mem-clocks-mhz", type=_pair, default=None)
+    parser.add_argument("--owner", default=None)
+    parser.add_argument("--limits", type=_limit_list, default=None)
     return parser
 
 
@@ -561,6 +754,12 @@ def _answer(argv: list[str], nvml: Any) -> dict[str, Any]:
         raise UsageError(f"{args.command} needs --restore-file")
     if args.command == "restore":
         result = restore(nvml, args.restore_file, node=node)
+    elif args.command == "set-limits":
+        if not args.owner or args.limits is None:
+            raise UsageError("set-limits needs --owner and --limits INDEX=W,...")
+        result = set_power_limits(
+            nvml or load_nvml(), args.limits, args.restore_file, args.owner, node=node
+        )
     elif args.command == "apply":
         result = apply(
             nvml or load_nvml(),

@@ -131,6 +131,8 @@ class ProbeFacts:
         container: The container runtime's facts, when the node has a container.
         temp_dir: Ray's temp dir there (None: not reported).
         ray: The node's Python's Ray (None: not reported).
+        gpu_restore_file: The GPU settings an earlier run left there to put back
+            (``gpu_control.py``'s restore file; None: none).
     """
 
     node: str
@@ -148,6 +150,7 @@ class ProbeFacts:
     container: ContainerFacts | None = None
     temp_dir: TempDirFacts | None = None
     ray: RayFacts | None = None
+    gpu_restore_file: str | None = None
 
     def detected(self) -> dict[str, str | None]:
         """The facts the plan's ``Detect`` placeholders name (``node_ip``, ``interface``)."""
@@ -184,6 +187,7 @@ class ProbeFacts:
             container=None if container is None else ContainerFacts.read(container),
             temp_dir=None if temp_dir is None else TempDirFacts.read(temp_dir),
             ray=None if ray is None else RayFacts.read(ray),
+            gpu_restore_file=fields.text_or_none("gpu_restore_file"),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -207,4 +211,6 @@ class ProbeFacts:
             out["temp_dir"] = self.temp_dir.to_json()
         if self.ray is not None:
             out["ray"] = self.ray.to_json()
+        if self.gpu_restore_file is not None:
+            out["gpu_restore_file"] = self.gpu_restore_file
         return out
