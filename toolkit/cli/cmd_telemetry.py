@@ -18,6 +18,7 @@ from toolkit.cli.options.decorators import (
     telemetry_from,
     telemetry_options,
 )
+from toolkit.cli.options.power_options import power_options, power_settings
 from toolkit.cli.options.stall_options import stall_options, stall_settings
 from toolkit.cli.output.jobs import outcome_lines
 from toolkit.cli.output.run_report import render_collect, render_report
@@ -63,6 +64,7 @@ def telemetry_group() -> None:
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.option("--working-dir", default=".", show_default=True, type=click.Path(file_okay=False))
 @stall_options
+@power_options
 @output_options
 @telemetry_options
 @slurm_option
@@ -75,6 +77,9 @@ def record_cmd(
     on_stall: str,
     stall_timeout_s: float | None,
     stall_floor_s: float,
+    power_policy: str,
+    max_slowdown: float,
+    eta: float | None,
     output_dir: str,
     run_id: str | None,
     slurm: bool,
@@ -87,8 +92,9 @@ def record_cmd(
     telemetry = telemetry_from(**options)
     run_dir = f"{output_dir.rstrip('/')}/{run_id or default_run_id(inv)}"
     stall = stall_settings(on_stall, stall_timeout_s, stall_floor_s)
+    power = power_settings(power_policy, max_slowdown, eta)
     workload = CommandWorkload(
-        command, working_dir, run_dir=run_dir, telemetry=telemetry, stall=stall
+        command, working_dir, run_dir=run_dir, telemetry=telemetry, stall=stall, power=power
     )
     run_recorded(inv, workload, dry_run)
 

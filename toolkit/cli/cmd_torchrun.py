@@ -16,6 +16,7 @@ from toolkit.cli.options.decorators import (
     telemetry_from,
     telemetry_options,
 )
+from toolkit.cli.options.power_options import power_options, power_settings
 from toolkit.cli.options.stall_options import stall_options, stall_settings
 from toolkit.flows import Session
 from toolkit.flows.workload import TorchrunWorkload
@@ -92,6 +93,7 @@ Examples:
     help="torchrun's --max-restarts: restarts of every node's ranks after a failure.",
 )
 @stall_options
+@power_options
 @output_options
 @telemetry_options
 @slurm_option
@@ -109,6 +111,9 @@ def torchrun_cmd(
     on_stall: str,
     stall_timeout_s: float | None,
     stall_floor_s: float,
+    power_policy: str,
+    max_slowdown: float,
+    eta: float | None,
     output_dir: str,
     run_id: str | None,
     slurm: bool,
@@ -140,6 +145,7 @@ def torchrun_cmd(
         max_restarts=max_restarts,
         module=module,
         stall=stall_settings(on_stall, stall_timeout_s, stall_floor_s),
+        power=power_settings(power_policy, max_slowdown, eta),
     )
     run_dir = f"{output_dir.rstrip('/')}/{run_id}"
 

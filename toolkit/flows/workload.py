@@ -23,6 +23,7 @@ from toolkit.cluster.plan import ClusterPlan
 from toolkit.inventory.hostrange import fit_hostlist
 from toolkit.jobs.runtime_env import working_dir_env
 from toolkit.jobs.shipped_code import code_env
+from toolkit.power.settings import PowerSettings
 from toolkit.stall.settings import CHECK_MODULE, CheckOptions, WatchSettings
 from toolkit.state.store import state_root
 from toolkit.telemetry.options import TelemetryOptions
@@ -64,6 +65,7 @@ class CommandWorkload:
     telemetry: TelemetryOptions | None = None
     name: str = "launch"
     stall: WatchSettings | None = None  # with telemetry: watch its ranks for stalls
+    power: PowerSettings | None = None  # with telemetry: set its GPUs' power limits
 
 
 @dataclass(frozen=True)
@@ -222,6 +224,7 @@ def _recorded(
         workload.env,
         ship_code,
         workload.stall,
+        workload.power,
     )
     name = f"rtk-record-{Path(run_dir).name}-{stamp}"
     return JobRequest(kind, entrypoint, env, name, plan.dashboard_url, run_dir)

@@ -141,6 +141,11 @@ class RunDir:
         """The stalls the watchdog saw, with every rank's evidence (``stall.records``)."""
         return self.root / "stall.json"
 
+    @property
+    def power(self) -> Path:
+        """The power policy's windows and decisions, one per line (``power.records``)."""
+        return self.root / "power.jsonl"
+
     def stack_dump(self, rank: int) -> Path:
         """Where rank ``rank``'s faulthandler writes its stacks when rtk asks for them."""
         return self.root / STACKS_DIR / f"rank-{rank}.txt"

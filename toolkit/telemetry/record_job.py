@@ -23,6 +23,8 @@ from pathlib import Path
 
 import ray
 
+from toolkit.power.driver import power_driver
+from toolkit.power.settings import PowerSettings
 from toolkit.rundir import CommandRecord, RunDir
 from toolkit.stall.settings import STALL_EXIT, WatchSettings
 from toolkit.stall.watchdog import Collector, Watchdog, collect_all
@@ -41,6 +43,8 @@ def main(argv: list[str]) -> int:
     run_dir = Path(os.path.expanduser(data.pop("run_dir")))
     stall = data.pop("stall", None)
     settings = WatchSettings.from_json(stall) if stall is not None else None
+    power_json = data.pop("power", None)
+    power = PowerSettings.from_json(power_json) if power_json is not None else PowerSettings()
     options = TelemetryOptions.from_json(data).check()
     run_dir.mkdir(parents=True, exist_ok=True)
     ray.init(logging_level=logging.ERROR)
@@ -58,11 +62,15 @@ def main(argv: list[str]) -> int:
     try:
         idle.before()
         began = time.monotonic()
+        driver = power_driver(str(run_dir), power, _say)
         try:
             code = run_watched(command, run_dir, settings)
         except OSError as e:  # not found, not executable: the shell's codes
             print(f"rtk telemetry: cannot run {command[0]!r}: {e}", flush=True)
             code = 127 if isinstance(e, FileNotFoundError) else 126
+        finally:
+            if driver is not None:
+                driver.stop()  # the limits go back before the cooldown is measured
         duration_s = time.monotonic() - began
         idle.after()
     finally:
@@ -73,6 +81,10 @@ def main(argv: list[str]) -> int:
     CommandRecord(tuple(command), code, duration_s).write(RunDir(run_dir).command)
     print(f"rtk telemetry: command exited {code}; traces in {run_dir}/telemetry", flush=True)
     return code
+
+
+def _say(line: str) -> None:
+    print(f"rtk telemetry: {line}", flush=True)
 
 
 def run_watched(
@@ -96,9 +108,6 @@ def run_watched(
         return subprocess.run(command, check=False, env=env).returncode
     child = subprocess.Popen(command, env=env, start_new_session=True)
 
-    def say(line: str) -> None:
-        print(f"rtk telemetry: {line}", flush=True)
-
     def abort(_: object) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(child.pid, signal.SIGTERM)
@@ -109,7 +118,7 @@ def run_watched(
                 os.killpg(child.pid, signal.SIGKILL)
 
     watchdog = Watchdog(
-        str(run_dir), settings, say, abort=abort, collector=collector, from_first_step=True
+        str(run_dir), settings, _say, abort=abort, collector=collector, from_first_step=True
     )
     try:
         with watchdog:

@@ -11,6 +11,7 @@ from toolkit.jobs.client import JOB_STOP_WAIT_S
 from toolkit.jobs.runtime_env import working_dir_env
 from toolkit.jobs.shipped_code import code_env
 from toolkit.json_types import JsonObject
+from toolkit.power.settings import PowerSettings
 from toolkit.stall.settings import WatchSettings
 from toolkit.state.store import state_root
 from toolkit.telemetry.options import TelemetryOptions
@@ -25,6 +26,7 @@ def record_job(
     env: Mapping[str, str] | None = None,
     ship_code: bool = True,
     stall: WatchSettings | None = None,
+    power: PowerSettings | None = None,
 ) -> tuple[str, JsonObject]:
     """The entrypoint and runtime environment that run ``command`` on the head under telemetry.
 
@@ -33,12 +35,15 @@ def record_job(
     ``run_dir`` is the run directory; ``env`` is added to the command's environment
     (``rtk profile`` passes each run's axes that way). ``ship_code`` as in
     ``shipped_code``. With ``stall``, the job watches the command's ranks for stalls
-    from their first step (``toolkit.stall.watchdog``).
+    from their first step (``toolkit.stall.watchdog``); with ``power`` (a policy that
+    acts), its power policy sets the GPUs' limits (``toolkit.power.driver``).
     """
     python = plan.head.node.python
     arguments: dict[str, object] = {"run_dir": run_dir, **options.to_json()}
     if stall is not None:
         arguments["stall"] = stall.to_json()
+    if power is not None and power.acts:
+        arguments["power"] = power.to_json()
     entrypoint = shlex.join(
         [python, "-m", "toolkit.telemetry.record_job", json.dumps(arguments), *command]
     )

@@ -29,6 +29,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from toolkit.cluster.node_groups import group_nodes
+from toolkit.power.driver import power_driver
 from toolkit.stall.settings import STALL_EXIT
 from toolkit.stall.watchdog import Watchdog, run_dir_from_env
 from toolkit.torchrun.node_runner import NodeFacts, TorchrunActor
@@ -129,9 +130,12 @@ def _run(spec: TorchrunSpec, actors: list[Actor], facts: list[NodeFacts], gpus: 
     )
     stopping = _stop_on_signal(actors)
     watchdog = _watch(spec, actors)
+    power = power_driver(run_dir_from_env(), spec.power, say)
     try:
         codes, first_failure = _wait_all(actors, facts, waits, stopping)
     finally:
+        if power is not None:
+            power.stop()
         if watchdog is not None:
             watchdog.stop()
     # Ray forwards a worker's output from its log file a moment after it is written:

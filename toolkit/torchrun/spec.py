@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from toolkit.power.settings import PowerSettings
 from toolkit.rundir.record_base import record_fields
 from toolkit.stall.settings import WatchSettings
 
@@ -36,6 +37,7 @@ class TorchrunSpec:
         max_restarts: torchrun's ``--max-restarts``.
         module: Run ``script`` as a module (torchrun's ``-m``).
         stall: How the driver's watchdog watches the run (``--on-stall``...).
+        power: How the driver's power policy sets the GPUs' limits (``--power-policy``).
     """
 
     script: str
@@ -48,9 +50,11 @@ class TorchrunSpec:
     max_restarts: int = 0
     module: bool = False
     stall: WatchSettings = field(default_factory=WatchSettings)
+    power: PowerSettings = field(default_factory=PowerSettings)
 
     def to_json(self) -> dict[str, object]:
         """A JSON-ready object (the driver's argument)."""
+        power = {"power": self.power.to_json()} if self.power.acts else {}
         return {
             "script": self.script,
             "args": list(self.args),
@@ -62,6 +66,7 @@ class TorchrunSpec:
             "max_restarts": self.max_restarts,
             "module": self.module,
             "stall": self.stall.to_json(),
+            **power,
         }
 
     @classmethod
@@ -84,6 +89,7 @@ class TorchrunSpec:
             max_restarts=f.integer("max_restarts"),
             module=f.flag("module"),
             stall=WatchSettings.from_json(f.obj_or_none("stall") or {}),
+            power=PowerSettings.from_json(f.obj_or_none("power") or {}),
         )
 
 

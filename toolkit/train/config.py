@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit.errors import RtkError
+from toolkit.power.settings import MAX_SLOWDOWN, MEASURE, PowerSettings
 from toolkit.stall.detector import FLOOR_S
 from toolkit.stall.settings import REPORT, WatchSettings
 from toolkit.telemetry.options import TelemetryOptions
@@ -103,6 +104,10 @@ class TrainConfig:
     # inventory's min_nodes; 0: all of them): the worker group is elastic down to it.
     min_nodes: int = 0
     restart_wait_s: float = 600.0
+    # The power policy (toolkit.power): GPU limits chosen while the run goes.
+    power_policy: str = MEASURE
+    max_slowdown: float = MAX_SLOWDOWN
+    eta: float | None = None
     seed: int = 0
     data: str | None = None
     telemetry: bool = True
@@ -182,6 +187,12 @@ class TrainConfig:
             WatchSettings.from_json(self.stall().to_json())
         except ValueError as e:
             problems.append(str(e))
+        try:
+            self.power()
+        except ValueError as e:
+            problems.append(str(e))
+        if self.eta is not None and self.power_policy != "optimize":
+            problems.append("--eta weighs optimize's choice: add --power-policy optimize")
         problems += self.telemetry_options().problems()
         if (self.baseline_s or self.cooldown_max_s) and not self.telemetry:
             problems.append("--baseline-s and --cooldown-max-s need telemetry (not --no-telemetry)")
@@ -239,6 +250,10 @@ class TrainConfig:
         return WatchSettings(
             policy=self.on_stall, timeout_s=self.stall_timeout_s, floor_s=self.stall_floor_s
         )
+
+    def power(self) -> PowerSettings:
+        """How the driver's power policy sets this run's GPU limits."""
+        return PowerSettings(policy=self.power_policy, max_slowdown=self.max_slowdown, eta=self.eta)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""

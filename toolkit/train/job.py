@@ -23,6 +23,7 @@ from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
 from toolkit.driver_gate import gate_passed
+from toolkit.power.driver import power_driver
 from toolkit.ray_resources import NODE_RESOURCE
 from toolkit.rundir import RunDir, TrainConfigRecord
 from toolkit.rundir.layout import CHECKPOINTS_DIR
@@ -230,7 +231,12 @@ def main(argv: list[str]) -> int:
     try:
         if idle is not None:
             idle.before()
-        result = stop.fit(trainer) if stop is not None else trainer.fit()
+        power = power_driver(config.run_dir, config.power(), say)
+        try:
+            result = stop.fit(trainer) if stop is not None else trainer.fit()
+        finally:
+            if power is not None:
+                power.stop()  # the limits go back before the cooldown is measured
         if idle is not None and getattr(result, "error", None) is None and not stopped(stop):
             idle.after()  # no cooldown for a run stopped early: time is short then
     finally:

@@ -105,6 +105,7 @@ class TrainCommand(UnderscoreSpellings, SectionedCommand):
             "baseline_s",
             "cooldown_max_s",
         ),
+        "Power limits": ("power_policy", "max_slowdown", "eta"),
         "Preflight": ("preflight",),
         # dry_run: rtk train --dry-run, where it is given.
         "Cluster and inventory": (

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import click
 
 from toolkit.cli.options.decorators import output_options, telemetry_options
+from toolkit.cli.options.power_options import POWER_OPTIONS
 from toolkit.cli.options.stall_options import STALL_OPTIONS
 from toolkit.errors import RtkError
 from toolkit.flows import Driver
@@ -220,6 +221,7 @@ _OPTIONS: list[Callable[[Any], Any]] = [
         "ends the run.",
     ),
     *STALL_OPTIONS,
+    *POWER_OPTIONS,
     click.option(
         "--restart-wait-s",
         type=float,

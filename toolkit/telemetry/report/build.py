@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from toolkit.rundir import RunSummary
+from toolkit.power.records import read_power
+from toolkit.power.summary import PowerSummary, summarize
+from toolkit.rundir import RunDir, RunSummary
 from toolkit.telemetry.report.figures.crosscheck import CrossCheck, check_windows, cross_checks
 from toolkit.telemetry.report.figures.curves import gap_threshold_s
 from toolkit.telemetry.report.figures.energy import NodeReport, node_report
@@ -54,6 +56,7 @@ class Report:
         notes: What the reader should know (lost nodes, gaps, restarts, disagreement).
         marker_phases: Time and energy per phase name the ranks marked (forward,
             backward, ...); empty without phase markers.
+        power: What the run's power policy did (``power.jsonl``); None without one.
     """
 
     run_dir: Path
@@ -68,6 +71,7 @@ class Report:
     stragglers: Stragglers | None
     notes: list[str]
     marker_phases: list[MarkerPhase] = field(default_factory=list)
+    power: PowerSummary | None = None
 
     @property
     def window(self) -> Window:
@@ -148,7 +152,14 @@ def build_report(run_dir: Path) -> Report:
         stragglers=stragglers(timeline.waits, wait_energy, run.energy_j or 0.0),
         notes=notes,
         marker_phases=marker_phases(timeline.phases, marked_energy),
+        power=_power(Path(run_dir)),
     )
+
+
+def _power(run_dir: Path) -> PowerSummary | None:
+    """The power policy's outcome, when the run had one."""
+    log = read_power(RunDir(run_dir).power)
+    return summarize(log) if log is not None else None
 
 
 def _notes(

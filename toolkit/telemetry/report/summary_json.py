@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import fields
 
 from toolkit.json_types import JsonObject, JsonValue
+from toolkit.power.summary import PowerPoint, PowerSummary
 from toolkit.rundir.summary import SCHEMA_VERSION
 from toolkit.telemetry.report.build import Report
 from toolkit.telemetry.report.figures.crosscheck import TOLERANCE, CrossCheck
@@ -119,8 +120,24 @@ def _summary(report: Report) -> JsonObject:
         ],
         **({"marks": _numbers(report.timeline.marks)} if report.timeline.marks else {}),
         "stragglers": _stragglers(report),
+        **({"power_policy": _power(report.power)} if report.power is not None else {}),
         "outliers": _outliers(outliers_of(report)),
         "notes": list[JsonValue](report.notes),
+    }
+
+
+def _power(power: PowerSummary) -> JsonObject:
+    """The power policy's outcome: its windows, the kept limits, what it saved."""
+    return {
+        "policy": power.policy,
+        "gpus": power.gpus,
+        "energy_saved": power.energy_saved,
+        "slowdown": power.slowdown,
+        "baseline": _scalars(power.baseline) if power.baseline is not None else None,
+        "kept": _scalars(power.kept) if power.kept is not None else None,
+        "windows": [_scalars(p) for p in power.points],
+        "last_reason": power.last_reason,
+        "notes": list[JsonValue](power.notes),
     }
 
 
@@ -254,7 +271,7 @@ def _check(report: Report, check: CrossCheck) -> JsonObject:
     }
 
 
-def _scalars(record: StepStats | RankWaits | MarkerPhase) -> JsonObject:
+def _scalars(record: StepStats | RankWaits | MarkerPhase | PowerPoint) -> JsonObject:
     """A record of scalar fields, field by field in its order (what ``asdict`` gave)."""
     out: JsonObject = {}
     for name in (f.name for f in fields(record)):

@@ -145,6 +145,9 @@ def format_summary(report: Report, show_all: bool = False) -> str:
     waiting = straggler_line(report)
     if waiting:
         lines += textwrap.wrap(waiting, width=WIDTH, subsequent_indent="  ")
+    if report.power is not None:
+        for line in report.power.lines():
+            lines += textwrap.wrap(line, width=WIDTH, subsequent_indent="  ")
     lines.append("")
     if show_all or len(report.nodes) <= FEW_NODES:
         lines += _node_table(report)

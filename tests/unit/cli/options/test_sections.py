@@ -19,6 +19,7 @@ SECTIONS = [
     "Checkpoints and failures",
     "Run directory and output",
     "Telemetry",
+    "Power limits",
     "Preflight",
     "Cluster and inventory",
 ]
@@ -71,6 +72,7 @@ def test_train_help_shows_the_sections_in_order_and_each_option_once() -> None:
     assert "--save-steps" in sections["Checkpoints and failures"]
     assert "--sensors" in sections["Telemetry"]
     assert "--no-preflight" in sections["Preflight"]
+    assert "--power-policy" in sections["Power limits"]
     assert "--slurm" in sections["Cluster and inventory"]
 
 

@@ -88,6 +88,7 @@ def render_html(
             groups=_groups(report, outliers),
             outliers=_outlier_rows(outliers),
             waiting=straggler_line(report),
+            power=report.power,
             steps_from=steps_from_line(report),
             checks=check_summary(report.cross_checks) if report.cross_checks else None,
             open_nodes=len(report.nodes) <= OPEN_ROWS,

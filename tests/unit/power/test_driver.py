@@ -1,0 +1,236 @@
+"""The power driver against a model of a cluster's GPUs: real marker files, no Ray, no NVML.
+
+``ModelNodes`` stands for ``RayPowerNodes``: each GPU has a limit and an energy counter
+that counts what the model draws. The test plays a run step by step: each step takes
+the time the model says for the limits in force, the counters count up, rank 0 writes
+its ``step_end`` marker, and the driver polls (``tick``), as its thread would.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+from toolkit.power.ask import NodeReport, RankGpu
+from toolkit.power.driver import PowerDriver
+from toolkit.power.node_power import GpuReading, NodePower
+from toolkit.power.records import read_power
+from toolkit.power.settings import OPTIMIZE, STRAGGLERS, PowerSettings
+from toolkit.power.summary import summarize
+from toolkit.rundir import RunDir
+from toolkit.stall.slow import RankSteps
+
+MIN_W, MAX_W = 200.0, 700.0
+COMM_S = 0.05
+
+
+class ModelNodes:
+    """GPUs whose compute time grows below a saturation limit; power is the limit, capped.
+
+    ``work[(node, index)]`` scales a GPU's compute time (one slower GPU: a straggler).
+    A step lasts the slowest GPU's compute plus ``COMM_S``; the others wait the rest,
+    drawing ``IDLE_W``.
+    """
+
+    IDLE_W = 100.0
+    SATURATION_W = 450.0  # above it the limit does not bind: compute is as fast as it gets
+    DRAW_W = 600.0  # the most a computing GPU draws: above 450 W only for nothing
+
+    def __init__(self, gpus: Mapping[str, int], work: Mapping[tuple[str, int], float] = {}):
+        self.limits_w = {(n, i): MAX_W for n, count in gpus.items() for i in range(count)}
+        self.work = {key: work.get(key, 1.0) for key in self.limits_w}
+        self.energy_mj = dict.fromkeys(self.limits_w, 0.0)
+        self.wall_s = 1000.0
+        self.waits: dict[int, list[tuple[int, float]]] = {}  # rank -> (step, wait_s)
+        self.asked: list[dict[str, dict[int, float]]] = []
+        self.restored = 0
+        self.refuse: str | None = None  # an error every set answers, when given
+
+    def rank_of(self, key: tuple[str, int]) -> int:
+        return sorted(self.limits_w).index(key)
+
+    def compute_s(self, key: tuple[str, int]) -> float:
+        limit = self.limits_w[key]
+        return self.work[key] * 0.2 * max(1.0, self.SATURATION_W / limit) ** 1.5
+
+    def step(self, step: int) -> float:
+        """Play one step: its length; every counter counts what its GPU drew."""
+        computes = {key: self.compute_s(key) for key in self.limits_w}
+        step_s = max(computes.values()) + COMM_S
+        for key, compute_s in computes.items():
+            busy_w = min(self.limits_w[key], self.DRAW_W)
+            joules = busy_w * compute_s + self.IDLE_W * (step_s - compute_s)
+            self.energy_mj[key] += joules * 1000
+            waits = self.waits.setdefault(self.rank_of(key), [])
+            waits.append((step, step_s - COMM_S - compute_s))
+        self.wall_s += step_s
+        return step_s
+
+    def ask(
+        self, limits_w: Mapping[str, Mapping[int, float]], run_dir: str | None
+    ) -> dict[str, NodeReport | str]:
+        self.asked.append({n: dict(v) for n, v in limits_w.items()})
+        errors: dict[str, tuple[str, ...]] = {}
+        for node, limits in limits_w.items():
+            for index, limit in limits.items():
+                if self.refuse is not None:
+                    errors[node] = (f"GPU {index}: {self.refuse}",)
+                    continue
+                self.limits_w[(node, index)] = limit
+        answers: dict[str, NodeReport | str] = {}
+        for node in sorted({n for n, _ in self.limits_w}):
+            gpus = tuple(
+                GpuReading(
+                    index=i, uuid=f"GPU-{node}-{i}", energy_mj=int(self.energy_mj[(n, i)]),
+                    limit_w=self.limits_w[(n, i)], min_w=MIN_W, max_w=MAX_W, default_w=MAX_W,
+                )
+                for (n, i) in sorted(self.limits_w)
+                if n == node
+            )  # fmt: skip
+            power = NodePower(node, self.wall_s, gpus, errors.get(node, ()), True)
+            ranks = tuple(
+                RankSteps(
+                    rank=self.rank_of((n, i)), node=node,
+                    barrier_steps=tuple(s for s, _ in self.waits.get(self.rank_of((n, i)), [])),
+                    barrier_wait_s=tuple(w for _, w in self.waits.get(self.rank_of((n, i)), [])),
+                )
+                for (n, i) in sorted(self.limits_w)
+                if n == node
+            )  # fmt: skip
+            rank_gpus = tuple(
+                RankGpu(self.rank_of((n, i)), i, f"GPU-{node}-{i}")
+                for (n, i) in sorted(self.limits_w)
+                if n == node
+            )
+            answers[node] = NodeReport(power, ranks if run_dir else (), rank_gpus)
+        return answers
+
+    def restore(self) -> dict[str, tuple[str, ...] | str]:
+        self.restored += 1
+        for key in self.limits_w:
+            self.limits_w[key] = MAX_W
+        return {node: ("power_limit restored",) for node in sorted({n for n, _ in self.limits_w})}
+
+
+def play(driver: PowerDriver, model: ModelNodes, run_dir: Path, steps: range) -> None:
+    """Run ``steps``: each step's marker is written, then the driver polls."""
+    path = RunDir(run_dir).marker(0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for step in steps:
+        model.step(step)
+        line = {"event": "step_end", "step": step, "wall_s": model.wall_s, "rank": 0, "node": "n0"}
+        with path.open("a") as f:
+            f.write(json.dumps(line) + "\n")
+        driver.tick()
+
+
+def settled_at(run_dir: Path) -> int:
+    """The index of the first settled decision in the run's ``power.jsonl``."""
+    log = read_power(RunDir(run_dir).power)
+    assert log is not None
+    return next(i for i, d in enumerate(log.decisions) if d.settled)
+
+
+def test_optimize_profiles_the_grid_keeps_the_best_limit_and_puts_it_back(
+    tmp_path: Path,
+) -> None:
+    model = ModelNodes({"n0": 2, "n1": 2})
+    said: list[str] = []
+    settings = PowerSettings(policy=OPTIMIZE, grid_step_w=50.0)
+    driver = PowerDriver(str(tmp_path), settings, said.append, model)
+    play(driver, model, tmp_path, range(400))
+    assert driver.decision is not None and driver.decision.settled
+    kept = set(driver.decision.limits_w.values())
+    # Energy per step falls with the limit down to the saturation point (450 W), then the
+    # steps slow by more than 5%: the best limit within the bound is 450 W.
+    assert kept == {450.0}, said
+    assert set(model.limits_w.values()) == {450.0}
+    driver.stop()
+    assert model.restored == 1 and set(model.limits_w.values()) == {MAX_W}
+    assert said[0] == "optimize: 4 GPU(s) on 2 node(s)"
+    assert said[-1] == "power limits put back on 2 node(s)"
+    log = read_power(RunDir(tmp_path).power)
+    assert log is not None and log.policy == OPTIMIZE and len(log.gpus) == 4
+    summary = summarize(log)
+    assert summary.kept is not None and summary.kept.mean_limit_w == 450.0
+    assert summary.energy_saved is not None and summary.energy_saved > 0.2
+    assert summary.slowdown is not None and abs(summary.slowdown) < 0.05
+    # Settled windows keep their totals only: the file does not grow by GPUs forever.
+    settled = [w for w in log.windows if not w.window.energy_j]
+    assert settled and all(w.energy_per_step_j > 0 for w in settled)
+
+
+def test_a_restarted_driver_resumes_the_profile_from_power_jsonl(tmp_path: Path) -> None:
+    settings = PowerSettings(policy=OPTIMIZE, grid_step_w=50.0)
+    whole_model = ModelNodes({"n0": 2})
+    whole = PowerDriver(str(tmp_path / "whole"), settings, lambda _: None, whole_model)
+    play(whole, whole_model, tmp_path / "whole", range(400))
+    profile = settled_at(tmp_path / "whole")
+
+    run = tmp_path / "cut"
+    model = ModelNodes({"n0": 2})
+    first = PowerDriver(str(run), settings, lambda _: None, model)
+    play(first, model, run, range(40))  # the warm-up and a few limits
+    windows_before = first.windows
+    assert windows_before >= 3 and first.decision is not None and not first.decision.settled
+    first.stop()
+    said: list[str] = []
+    second = PowerDriver(str(run), settings, said.append, model)
+    play(second, model, run, range(40, 400))
+    assert f"resumed after {windows_before} window(s)" in said[0]
+    assert second.decision is not None and second.decision.settled
+    assert set(second.decision.limits_w.values()) == {450.0}
+    # Not repeated: the windows measured before the choice are as many as in one go.
+    assert settled_at(run) - 1 == profile  # one decision more: the restarted driver's first
+
+
+def test_a_limit_that_cannot_be_set_is_one_line_and_the_run_goes_on(tmp_path: Path) -> None:
+    model = ModelNodes({"n0": 1})
+    model.refuse = "setting the power limit needs root on n0"
+    said: list[str] = []
+    driver = PowerDriver(str(tmp_path), PowerSettings(policy=OPTIMIZE), said.append, model)
+    play(driver, model, tmp_path, range(60))
+    refusals = [line for line in said if "could not be set" in line]
+    assert len(refusals) == 1 and "needs root on n0" in refusals[0]
+    assert "the run goes on at the default limits" in refusals[0]
+    assert driver.done and set(model.limits_w.values()) == {MAX_W}
+    asked = len(model.asked)
+    play(driver, model, tmp_path, range(60, 80))
+    assert len(model.asked) == asked  # nothing more is asked
+
+
+def test_no_gpu_anywhere_is_one_line(tmp_path: Path) -> None:
+    model = ModelNodes({})
+    said: list[str] = []
+    driver = PowerDriver(str(tmp_path), PowerSettings(policy=STRAGGLERS), said.append, model)
+    path = RunDir(tmp_path).marker(0)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"event": "step_end", "step": 0, "wall_s": 1.0, "rank": 0,
+                                "node": "n0"}) + "\n")  # fmt: skip
+    driver.tick()
+    assert driver.done and len(said) == 1 and said[0].startswith("no GPU with an energy counter")
+    driver.stop()
+    assert model.restored == 0  # nothing was set: nothing to put back
+
+
+def test_stragglers_lowers_only_the_gpus_that_wait(tmp_path: Path) -> None:
+    slow = ("n1", 1)
+    model = ModelNodes({"n0": 2, "n1": 2}, work={slow: 2.0})
+    said: list[str] = []
+    settings = PowerSettings(policy=STRAGGLERS, grid_step_w=25.0)
+    driver = PowerDriver(str(tmp_path), settings, said.append, model)
+    first_step_s = model.compute_s(slow) + COMM_S
+    play(driver, model, tmp_path, range(600))
+    assert model.limits_w[slow] == MAX_W  # the slowest keeps its full limit
+    lowered = {key for key, limit in model.limits_w.items() if limit < MAX_W}
+    assert lowered == set(model.limits_w) - {slow}
+    # They were lowered until their wait shrank, never past the bound.
+    last_step_s = max(model.compute_s(k) for k in model.limits_w) + COMM_S
+    assert last_step_s <= first_step_s * (1 + settings.max_slowdown) + 1e-9
+    log = read_power(RunDir(tmp_path).power)
+    assert log is not None
+    summary = summarize(log)
+    assert summary.energy_saved is not None and summary.energy_saved > 0.05
+    driver.stop()
+    assert set(model.limits_w.values()) == {MAX_W}
