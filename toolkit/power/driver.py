@@ -43,6 +43,7 @@ from toolkit.stall.watchdog import MarkerFollower
 POLL_S = 0.5
 DISCOVER_RETRY_S = 10.0  # before the first step, the nodes' GPUs are asked this often
 _SHOWN = 3  # nodes named in a line; the rest are counted
+MISSES_MAX = 3  # asks in a row without a node's readings: the policy stops
 
 
 def make_controller(settings: PowerSettings, gpus: Mapping[GpuKey, GpuRange]) -> Controller:
@@ -129,6 +130,7 @@ class PowerDriver:
         self._start: _Reads | None = None
         self._start_step = -1  # the last step finished when the limits were set
         self._next_discover_s = 0.0
+        self._misses = 0  # asks in a row that a node of the run did not answer
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -261,11 +263,28 @@ class PowerDriver:
             return
         reads = self._reads(answers)
         if reads is None:
-            return  # a node did not answer: set and read again at the next poll
+            self._missed(answers)  # set and read again at the next poll
+            return
         for key in self.gpus:
             self._limits[key] = self.decision.limits_w.get(key, self._limits.get(key, 0.0))
+        self._misses = 0
         self._start, self._anchor = reads, None
         self._start_step = self._last_step if self._last_step is not None else -1
+
+    def _missed(self, answers: Mapping[str, NodeReport | str]) -> None:
+        """A node of the run gave no reading: after ``MISSES_MAX`` in a row, stop."""
+        self._misses += 1
+        if self._misses < MISSES_MAX:
+            return
+        silent = sorted(
+            {key.node for key in self.gpus if not isinstance(answers.get(key.node), NodeReport)}
+        )
+        why = answers.get(silent[0]) if silent else None
+        self._give_up(
+            f"{_names(silent) or 'a node'} gave no GPU reading {MISSES_MAX} times in a row"
+            + (f" ({why})" if isinstance(why, str) else "")
+            + ": the power policy stops, the run goes on at the default limits"
+        )
 
     def _reads(self, answers: Mapping[str, NodeReport | str]) -> _Reads | None:
         energy: dict[GpuKey, int] = {}
@@ -290,7 +309,9 @@ class PowerDriver:
         end = self._reads(answers)
         if end is None:  # a node missed: measure this decision again
             self._start = None
+            self._missed(answers)
             return
+        self._misses = 0
         last, ended_s = self._last_step, self._last_wall_s
         steps = last - first
         step_s = max(ended_s - began_s, 1e-9) / steps
@@ -308,8 +329,9 @@ class PowerDriver:
         per_gpu = changed or not previous.settled
         now = self._clock()
         self.recorder.window(now, first + 1, window, per_gpu=per_gpu)
-        self.recorder.decision(now, decision, per_gpu=changed or not decision.settled)
-        if changed or decision.settled != previous.settled:
+        news = changed or decision.settled != previous.settled  # the choice carries its limits
+        self.recorder.decision(now, decision, per_gpu=news or not decision.settled)
+        if news:
             self._say(decision.reason)
         self.windows += 1
         self.decision = decision

@@ -12,5 +12,6 @@ PACK_PATTERNS = (
     "markers/*.jsonl",
     "stacks/*.txt",
     "metrics*.jsonl",
+    "power.jsonl",
     "*.json",
 )

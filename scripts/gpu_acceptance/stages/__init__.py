@@ -108,6 +108,15 @@ STAGES: tuple[StageSpec, ...] = (
         ray=True,
     ),
     StageSpec(
+        "ray-power",
+        "rtk train --power-policy optimize against the default limit, 350M bf16",
+        "with_ray.power_policy",
+        560,
+        480,
+        min_s=120.0,
+        ray=True,
+    ),
+    StageSpec(
         "ray-down", "rtk down --local leaves no Ray process", "with_ray.down", 90, 90, ray=True
     ),
 )

@@ -18,6 +18,7 @@ from toolkit.power.node_power import GpuReading, NodePower
 from toolkit.power.records import read_power
 from toolkit.power.settings import OPTIMIZE, STRAGGLERS, PowerSettings
 from toolkit.power.summary import summarize
+from toolkit.power.windows import GpuKey
 from toolkit.rundir import RunDir
 from toolkit.stall.slow import RankSteps
 
@@ -234,3 +235,47 @@ def test_stragglers_lowers_only_the_gpus_that_wait(tmp_path: Path) -> None:
     assert summary.energy_saved is not None and summary.energy_saved > 0.05
     driver.stop()
     assert set(model.limits_w.values()) == {MAX_W}
+
+
+def test_a_node_that_stops_answering_ends_the_policy_in_one_line(tmp_path: Path) -> None:
+    class Silent(ModelNodes):
+        silent = False
+
+        def ask(
+            self, limits_w: Mapping[str, Mapping[int, float]], run_dir: str | None
+        ) -> dict[str, NodeReport | str]:
+            answers = super().ask(limits_w, run_dir)
+            if self.silent:
+                answers["n1"] = "did not answer within 20 s"
+            return answers
+
+    model = Silent({"n0": 1, "n1": 1})
+    said: list[str] = []
+    driver = PowerDriver(str(tmp_path), PowerSettings(policy=OPTIMIZE), said.append, model)
+    play(driver, model, tmp_path, range(30))
+    assert driver.gpus and not driver.done
+    model.silent = True
+    play(driver, model, tmp_path, range(30, 200))
+    assert driver.done
+    (line,) = [s for s in said if "gave no GPU reading" in s]
+    assert line == (
+        "n1 gave no GPU reading 3 times in a row (did not answer within 20 s): the power "
+        "policy stops, the run goes on at the default limits"
+    )
+    assert model.restored == 1
+
+
+def test_the_choice_carries_its_limits_in_the_file_even_when_they_do_not_change(
+    tmp_path: Path,
+) -> None:
+    """Optimize may choose the limit it profiled last: power.jsonl still names it."""
+    model = ModelNodes({"n0": 1})
+    # Faster at every lower limit (no saturation): the last limit profiled is the best.
+    model.SATURATION_W = 100.0
+    settings = PowerSettings(policy=OPTIMIZE, grid_step_w=100.0)
+    driver = PowerDriver(str(tmp_path), settings, lambda _: None, model)
+    play(driver, model, tmp_path, range(200))
+    log = read_power(RunDir(tmp_path).power)
+    assert log is not None
+    chosen = next(d for d in log.decisions if d.settled)
+    assert chosen.limits_w == {GpuKey("n0", 0): MIN_W}

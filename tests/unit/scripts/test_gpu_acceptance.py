@@ -58,6 +58,7 @@ RAY_STAGES = [
     "ray-mfu",
     "ray-record",
     "ray-profile",
+    "ray-power",
     "ray-down",
 ]
 EXPECTED_STAGES = [
@@ -1121,3 +1122,29 @@ def test_the_plain_pytorch_script_trains_on_the_cpu() -> None:
     assert re.fullmatch(
         r"done: \d+ steps in [\d.]+ s on cpu, loss [\d.]+", done.stdout.strip().splitlines()[-1]
     )
+
+
+def test_power_policy_compares_the_settled_steps_of_both_runs() -> None:
+    def steps(joules: float, seconds: float) -> list[dict[str, object]]:
+        return [
+            {"step": s, "energy_j": joules, "duration_s": seconds, "complete": True}
+            for s in range(100)
+        ]
+
+    power = [
+        {"kind": "decision", "settled": False, "reason": "warm-up"},
+        {"kind": "window", "first_step": 2},
+        {"kind": "decision", "settled": True, "reason": "chose 450 W: ..."},
+        {"kind": "window", "first_step": 60},
+    ]
+    found = ray_figures.power_policy_figures(steps(100.0, 1.0), steps(85.0, 1.03), power)
+    assert found["settled_from_step"] == 60 and found["steps_compared"] == 40
+    assert found["energy_saved"] == pytest.approx(0.15)
+    assert found["slowdown"] == pytest.approx(0.03)
+    assert found["meets_target"] and found["problems"] == []
+    assert found["chosen"] == "chose 450 W: ..."
+    line = ray_figures.power_policy_summary(found, {"restored": True})
+    assert line.startswith("15.0% less energy per step, +3.0% time per step over 40")
+    never = ray_figures.power_policy_figures(steps(100.0, 1.0), steps(85.0, 1.0), power[:2])
+    assert never["problems"] == ["optimize never settled on a limit (power.jsonl): too few steps?"]
+    assert "no comparison" in ray_figures.power_policy_summary(never, {"restored": False})

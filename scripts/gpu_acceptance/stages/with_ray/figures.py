@@ -251,3 +251,82 @@ def _number(text: str | None) -> Any:
 def ray_processes(pgrep_output: str) -> list[str]:
     """``pgrep -a`` lines (``PID COMMAND...``) of the Ray daemons still running."""
     return [line.strip() for line in pgrep_output.splitlines() if line.strip()]
+
+
+POWER_SAVING_TARGET = 0.10  # --power-policy optimize: energy per step saved, at least
+POWER_SLOWDOWN_TARGET = 0.05  # ... at no more than this longer a step
+
+
+def power_policy_figures(
+    measured: list[Mapping[str, Any]],
+    optimized: list[Mapping[str, Any]],
+    power_lines: list[Mapping[str, Any]],
+) -> dict[str, Any]:
+    """Energy and time per step, default limit against optimize, once optimize settled.
+
+    ``measured`` and ``optimized`` are the two runs' ``summary.json`` ``steps.per_step``;
+    ``power_lines`` the optimize run's ``power.jsonl``. The steps compared are those
+    from the first settled window's first step on, complete in both runs; medians.
+    """
+    problems: list[str] = []
+    decisions = [p for p in power_lines if p.get("kind") == "decision"]
+    windows = [p for p in power_lines if p.get("kind") == "window"]
+    chosen = next((d for d in decisions if d.get("settled")), None)
+    settled_from = None
+    if chosen is not None:
+        index = decisions.index(chosen)  # the window after decision i is window i
+        if index < len(windows):
+            settled_from = int(windows[index]["first_step"])
+    if chosen is None or settled_from is None:
+        problems.append("optimize never settled on a limit (power.jsonl): too few steps?")
+
+    def stretch(rows: list[Mapping[str, Any]]) -> dict[int, tuple[float, float]]:
+        return {
+            int(r["step"]): (float(r["energy_j"]), float(r["duration_s"]))
+            for r in rows
+            if r.get("complete")
+            and r.get("energy_j") is not None
+            and settled_from is not None
+            and int(r["step"]) >= settled_from
+        }
+
+    base, opt = stretch(measured), stretch(optimized)
+    common_steps = sorted(set(base) & set(opt))
+    figures: dict[str, Any] = {
+        "settled_from_step": settled_from,
+        "chosen": chosen.get("reason") if chosen else None,
+        "steps_compared": len(common_steps),
+        "problems": problems,
+    }
+    if len(common_steps) < 10:
+        if chosen is not None:
+            problems.append(f"only {len(common_steps)} settled steps to compare (want 10+)")
+        return figures
+    base_j = statistics.median(base[s][0] for s in common_steps)
+    opt_j = statistics.median(opt[s][0] for s in common_steps)
+    base_s = statistics.median(base[s][1] for s in common_steps)
+    opt_s = statistics.median(opt[s][1] for s in common_steps)
+    saved, slower = 1 - opt_j / base_j, opt_s / base_s - 1
+    figures |= {
+        "default_j_per_step": base_j,
+        "optimize_j_per_step": opt_j,
+        "default_s_per_step": base_s,
+        "optimize_s_per_step": opt_s,
+        "energy_saved": saved,
+        "slowdown": slower,
+        "meets_target": saved >= POWER_SAVING_TARGET and slower <= POWER_SLOWDOWN_TARGET,
+    }
+    return figures
+
+
+def power_policy_summary(compared: Mapping[str, Any], check: Mapping[str, Any]) -> str:
+    """The stage's line."""
+    back = "limits restored" if check.get("restored") else "limits NOT restored"
+    if "energy_saved" not in compared:
+        return f"no comparison ({'; '.join(compared['problems']) or 'no steps'}); {back}"
+    return (
+        f"{compared['energy_saved']:.1%} less energy per step, {compared['slowdown']:+.1%} "
+        f"time per step over {compared['steps_compared']} settled steps "
+        f"(target >= {POWER_SAVING_TARGET:.0%} at <= {POWER_SLOWDOWN_TARGET:.0%}); "
+        f"{compared['chosen']}; {back}"
+    )
