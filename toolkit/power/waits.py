@@ -10,19 +10,27 @@ a window's wait is the mean of that over its steps. Ranks are then mapped to the
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
 
 from toolkit.stall.slow import RankSteps
 
 
-def _values(ranks: Sequence[RankSteps], barrier: bool) -> dict[int, dict[int, float]]:
-    """Step -> rank -> value, of the chosen source."""
+def _values(
+    ranks: Sequence[RankSteps], barrier: bool, first: int, last: int
+) -> dict[int, dict[int, float]]:
+    """Step -> rank -> value, of the chosen source, for steps ``first..last`` only.
+
+    Each rank's steps are ascending: the window's are cut out by bisection, so the cost
+    is the window's values, not every value a node sent.
+    """
     by_step: dict[int, dict[int, float]] = {}
     for r in ranks:
         steps, values = (
             (r.barrier_steps, r.barrier_wait_s) if barrier else (r.backward_steps, r.backward_s)
         )
-        for step, value in zip(steps, values, strict=True):
+        lo, hi = bisect.bisect_left(steps, first), bisect.bisect_right(steps, last)
+        for step, value in zip(steps[lo:hi], values[lo:hi], strict=True):
             by_step.setdefault(step, {})[r.rank] = value
     return by_step
 
@@ -37,7 +45,8 @@ def window_waits(ranks: Sequence[RankSteps], first_step: int, last_step: int) ->
     if len(ranks) < 2:
         return {}
     everyone = {r.rank for r in ranks}
-    barrier, backward = _values(ranks, True), _values(ranks, False)
+    barrier = _values(ranks, True, first_step, last_step)
+    backward = _values(ranks, False, first_step, last_step)
     totals = dict.fromkeys(everyone, 0.0)
     counted = 0
     for step in range(first_step, last_step + 1):

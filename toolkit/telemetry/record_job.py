@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import ray
@@ -33,7 +34,10 @@ from toolkit.telemetry.rank_files import gather_rank_files
 from toolkit.telemetry.session import TelemetrySession, exit_on_sigterm
 from toolkit.telemetry.settle import IdlePhases
 
-ABORT_GRACE_S = 10.0  # the command's time to end on SIGTERM before SIGKILL
+# The command's time to end on SIGTERM before SIGKILL: a torchrun driver puts its GPU
+# limits back and stops every node's ranks in it. Ray's job stop SIGKILLs this driver
+# after RAY_JOB_STOP_WAIT_TIME_S (30 s, jobs.client.JOB_STOP_WAIT_S): it ends before.
+ABORT_GRACE_S = 20.0
 
 
 def main(argv: list[str]) -> int:
@@ -64,7 +68,9 @@ def main(argv: list[str]) -> int:
         began = time.monotonic()
         driver = power_driver(str(run_dir), power, _say)
         try:
-            code = run_watched(command, run_dir, settings)
+            code = run_watched(
+                command, run_dir, settings, before_abort=driver.stop if driver else None
+            )
         except OSError as e:  # not found, not executable: the shell's codes
             print(f"rtk telemetry: cannot run {command[0]!r}: {e}", flush=True)
             code = 127 if isinstance(e, FileNotFoundError) else 126
@@ -92,6 +98,7 @@ def run_watched(
     run_dir: Path,
     settings: WatchSettings | None,
     collector: Collector = collect_all,
+    before_abort: Callable[[], None] | None = None,
 ) -> int:
     """Run ``command``; with ``settings``, watch its ranks for stalls from their first step.
 
@@ -99,13 +106,16 @@ def run_watched(
     ``rtk train`` can do) the command's process group is stopped and the exit status
     is ``STALL_EXIT``.
 
+    On Ctrl-C or SIGTERM, ``before_abort`` (the power policy's put-back: the job's
+    stop leaves seconds) runs before the command is stopped.
+
     Raises:
         OSError: The command could not be started.
     """
     # RTK_RUN_DIR: where the command may write its markers and results.
     env = {**os.environ, "RTK_RUN_DIR": str(run_dir)}
-    if settings is None:
-        return subprocess.run(command, check=False, env=env).returncode
+    # Its own session: a signal to this driver reaches the command through ``abort``
+    # only, after ``before_abort`` (subprocess.run would SIGKILL it at once instead).
     child = subprocess.Popen(command, env=env, start_new_session=True)
 
     def abort(_: object) -> None:
@@ -117,13 +127,21 @@ def run_watched(
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(child.pid, signal.SIGKILL)
 
-    watchdog = Watchdog(
-        str(run_dir), settings, _say, abort=abort, collector=collector, from_first_step=True
+    watchdog = (
+        Watchdog(
+            str(run_dir), settings, _say, abort=abort, collector=collector, from_first_step=True
+        )
+        if settings is not None
+        else None
     )
     try:
+        if watchdog is None:
+            return child.wait()
         with watchdog:
             code = child.wait()
     except BaseException:
+        if before_abort is not None:
+            before_abort()
         abort(None)  # Ctrl-C, SIGTERM: the command does not outlive the job
         raise
     return STALL_EXIT if watchdog.aborted.is_set() else code

@@ -21,7 +21,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import FrameType
 from typing import Any
 
@@ -128,9 +128,10 @@ def _run(spec: TorchrunSpec, actors: list[Actor], facts: list[NodeFacts], gpus: 
         f"torchrun started on {len(actors)} node(s), {ranks} rank(s); rendezvous "
         f"{head_ip}:{spec.rdzv_port}"
     )
-    stopping = _stop_on_signal(actors)
     watchdog = _watch(spec, actors)
     power = power_driver(run_dir_from_env(), spec.power, say)
+    # On a signal the limits go back first: the job's stop gives the driver seconds only.
+    stopping = _stop_on_signal(actors, before=power.stop if power is not None else None)
     try:
         codes, first_failure = _wait_all(actors, facts, waits, stopping)
     finally:
@@ -197,12 +198,16 @@ def _stop(actors: Iterable[Actor]) -> None:
         ray.wait(refs, num_returns=len(refs), timeout=STOP_WAIT_S)
 
 
-def _stop_on_signal(actors: list[Actor]) -> threading.Event:
-    """SIGTERM or SIGINT: stop every node's torchrun, then exit 128 + the signal."""
+def _stop_on_signal(
+    actors: list[Actor], before: Callable[[], None] | None = None
+) -> threading.Event:
+    """SIGTERM or SIGINT: ``before``, stop every node's torchrun, then exit 128 + the signal."""
     flag = threading.Event()
 
     def handler(signum: int, frame: FrameType | None) -> None:
         flag.set()
+        if before is not None:
+            before()
         say(f"stopping torchrun on {len(actors)} node(s) ({signal.Signals(signum).name})")
         _stop(actors)
         sys.exit(128 + signum)

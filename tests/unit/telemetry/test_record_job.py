@@ -58,3 +58,42 @@ def test_a_command_without_markers_is_never_called_stalled(tmp_path: Path, capfd
     assert "stall" not in capfd.readouterr().out
     # Without settings the command just runs.
     assert run_watched([sys.executable, "-c", "raise SystemExit(4)"], tmp_path, None) == 4
+
+
+# A command that says when it got SIGTERM (a torchrun driver putting its limits back).
+ENDS_ON_SIGTERM = """
+import signal, sys, time
+from pathlib import Path
+def ended(signum, frame):
+    Path(sys.argv[1]).write_text("SIGTERM")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, ended)
+Path(sys.argv[1] + ".ready").write_text("")
+time.sleep(60)
+"""
+
+
+def test_a_signal_runs_before_abort_first_then_gives_the_command_its_sigterm(
+    tmp_path: Path,
+) -> None:
+    """Not SIGKILL at once (as subprocess.run does): the command ends on its own terms."""
+    import signal
+    import threading
+    import time
+
+    said = tmp_path / "said"
+    order: list[str] = []
+
+    def interrupt() -> None:
+        while not Path(f"{said}.ready").exists():
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    command = [sys.executable, "-c", ENDS_ON_SIGTERM, str(said)]
+    try:
+        run_watched(command, tmp_path, None, before_abort=lambda: order.append("before"))
+    except KeyboardInterrupt:
+        order.append("interrupted")
+    assert order == ["before", "interrupted"]
+    assert said.read_text() == "SIGTERM"

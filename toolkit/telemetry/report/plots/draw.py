@@ -9,7 +9,9 @@ No display and no pyplot state; one module a plot:
 - ``distribution.png`` (``distribution.py``): each GPU's energy, power, throttling and
   temperature against the cluster median, outliers named;
 - ``step_energy.png`` (``step_energy.py``): the per-step energy histogram;
-- ``utilization.png`` (``utilization.py``): GPU utilisation and SM clock.
+- ``utilization.png`` (``utilization.py``): GPU utilisation and SM clock;
+- ``power_policy.png`` (``power_policy.py``), only for a run with a power policy: the
+  limits it tried, their energy per step, and what it kept.
 
 Every plot is drawn from the bucketed views: the same size and time at any run length.
 """
@@ -27,11 +29,12 @@ from toolkit.telemetry.report.grid import device_grid
 from toolkit.telemetry.report.plots.distribution import draw_distribution
 from toolkit.telemetry.report.plots.heatmap import draw_heatmap, heatmap_size
 from toolkit.telemetry.report.plots.power import draw_power
+from toolkit.telemetry.report.plots.power_policy import draw_power_policy
 from toolkit.telemetry.report.plots.step_energy import draw_step_energy
 from toolkit.telemetry.report.plots.utilization import draw_utilization
 from toolkit.telemetry.report.terminal import outliers_of
 
-PLOTS = ("power", "heatmap", "distribution", "step_energy", "utilization")
+PLOTS = ("power", "heatmap", "distribution", "step_energy", "utilization")  # every run's
 _DPI = 100
 
 
@@ -47,6 +50,9 @@ def write_plots(report: Report, plots_dir: Path) -> dict[str, Path]:
         "step_energy": ((11, 5), lambda f: draw_step_energy(report, f)),
         "utilization": ((11, 5), lambda f: draw_utilization(report, f)),
     }
+    power = report.power
+    if power is not None:
+        draws["power_policy"] = ((12, 5), lambda f: draw_power_policy(power, f))
     paths = {}
     for name, (size, draw) in draws.items():
         figure = Figure(figsize=size, dpi=_DPI, layout="constrained")
