@@ -13,9 +13,11 @@ import gzip
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from importlib.util import find_spec
@@ -25,8 +27,14 @@ from typing import Any
 import pytest
 import yaml
 from conftest import REPO, pids_mentioning, require, require_sandbox_host, rtk
+from fake_nvml import FakeGpu, FakeNvml
 
-from toolkit.rundir import read_markers
+from toolkit.cluster.plan import build_plan
+from toolkit.gpu.settings import restore_file
+from toolkit.inventory import load_inventory
+from toolkit.power.records import read_power
+from toolkit.power.windows import GpuKey
+from toolkit.rundir import RunDir, read_markers
 from toolkit.sandbox import Sandbox
 from toolkit.sandbox.procs import nsenter_argv
 
@@ -34,6 +42,7 @@ pytestmark = pytest.mark.ray
 
 SCRIPTS = REPO / "tests" / "data" / "user_scripts"
 TORCHRUN_PROCESS = "torch.distributed.run"
+NODES = ("node1", "node2", "node3")
 
 
 @pytest.fixture(scope="module")
@@ -51,16 +60,52 @@ def sandbox_torchrun() -> Iterator[Sandbox]:
 
 
 @pytest.fixture(scope="module")
+def fake_gpus() -> Iterator[Path]:
+    """Each node's one GPU, the NVML fake's (a state file per node, shared /var/tmp).
+
+    The limits range over 600..700 W, so optimize profiles 5 of them; the fake draws
+    900 W when allowed, so its energy follows the limit and 600 W is the best.
+    """
+    folder = Path(tempfile.mkdtemp(prefix="rtk-test-fake-nvml-", dir="/var/tmp"))
+    for node in NODES:
+        gpu = FakeGpu(uuid=f"GPU-{node}-0", draw_w=900.0, power_limit_min_mw=600_000)
+        FakeNvml([gpu]).fake_save(folder / f"fake-nvml-{node}.json")
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
 def cluster(
-    sandbox_torchrun: Sandbox, tmp_path_factory: pytest.TempPathFactory, ray_available: None
+    sandbox_torchrun: Sandbox,
+    tmp_path_factory: pytest.TempPathFactory,
+    ray_available: None,
+    fake_gpus: Path,
 ) -> Iterator[dict[str, Any]]:
     require(find_spec("torch") is not None, "torch is not installed (pip install '.[train]')")
     env = {"RTK_STATE_DIR": str(tmp_path_factory.mktemp("torchrun-state"))}
-    inventory = str(sandbox_torchrun.inventory_path)
+    # Every Python rtk runs on the nodes sees the NVML fake: Ray's processes (the power
+    # policy's tasks) and rtk's node scripts (rtk up's put-back) alike. The inventory's
+    # python is a wrapper that sets the fake's variables (honoured under pytest only).
+    text = sandbox_torchrun.inventory_path.read_text()
+    python = yaml.safe_load(text)["defaults"]["python"]
+    wrapper = fake_gpus / "python"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f"export RTK_FAKE_NVML={REPO / 'tests' / 'fake_nvml.py'}:from_state_file\n"
+        f"export FAKE_NVML_STATE={fake_gpus}/fake-nvml-{{host}}.json\n"
+        "export PYTEST_CURRENT_TEST=sandbox\n"
+        f'exec {python} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    inventory_path = tmp_path_factory.mktemp("torchrun-inventory") / "inventory.yaml"
+    inventory_path.write_text(text.replace(json.dumps(python), json.dumps(str(wrapper)), 1))
+    inventory = str(inventory_path)
     up = rtk("up", inventory, env=env)
     assert up.returncode == 0, up.stderr
     try:
-        yield {"env": env, "inventory": inventory, "sandbox": sandbox_torchrun}
+        yield {"env": env, "inventory": inventory, "sandbox": sandbox_torchrun, "gpus": fake_gpus}
     finally:
         rtk("down", inventory, env=env)
 
@@ -342,3 +387,126 @@ def test_env_and_ranks_reach_every_rank_and_ctrl_c_stops_them_all(
     rest, _ = run.communicate(timeout=120)
     assert run.returncode == 130, "".join(output[-20:]) + rest
     nothing_left(cluster)
+
+
+# -- --power-policy, on the NVML fake's GPUs ------------------------------------------
+
+
+def gpu_limits_w(ctx: dict[str, Any]) -> dict[str, float]:
+    """Each node's fake GPU's power limit now."""
+    limits = {}
+    for node in NODES:
+        state = json.loads((ctx["gpus"] / f"fake-nvml-{node}.json").read_text())
+        limits[node] = state["gpus"][0]["power_limit_mw"] / 1000
+    return limits
+
+
+def restore_files(ctx: dict[str, Any]) -> list[str]:
+    """The nodes that keep a GPU restore file (in their own Ray temp dir)."""
+    path = restore_file(build_plan(load_inventory(ctx["inventory"])))
+    sandbox: Sandbox = ctx["sandbox"]
+    return [n for n in NODES if sandbox.run_in(n, ["test", "-e", path]).returncode == 0]
+
+
+def test_optimize_keeps_the_best_limit_and_puts_every_limit_back(
+    cluster: dict[str, Any], tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "optimize"
+    done = torchrun(
+        cluster, run_dir, "--auto-steps", "--power-policy", "optimize", "--max-slowdown", "0.5", "--",
+        "train_ddp.py", *("--epochs", "2", "--steps", "100", "--slow-rank", "1", "--slow-s", "0.05"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    text = " ".join(done.stdout.split())
+    assert "power: optimize: 3 GPU(s) on 3 node(s)" in text
+    log = read_power(RunDir(run_dir).power)
+    assert log is not None and log.policy == "optimize" and len(log.gpus) == 3
+    kept = [d for d in log.decisions if d.settled]
+    # The fake's energy follows the limit and the steps do not: the lowest limit wins,
+    # within one grid step (25 W is 4% of the energy, about the noise of the sandbox's
+    # step times, on two shared cores; the slowdown bound is loosened for that too).
+    assert kept and len(set(kept[0].limits_w.values())) == 1, text
+    chosen_w = kept[0].limits_w[GpuKey("node1", 0)]
+    assert chosen_w in (600.0, 625.0), text
+    assert f"chose {chosen_w:.0f} W" in text
+    assert f"power policy optimize on 3 GPU(s): kept {chosen_w:.0f} W" in text  # the report
+    assert "power: power limits put back on 3 node(s)" in text
+    assert gpu_limits_w(cluster) == dict.fromkeys(NODES, 700.0)
+    assert restore_files(cluster) == []
+
+
+def test_stragglers_lowers_the_gpus_that_wait_for_the_slow_rank(
+    cluster: dict[str, Any], tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "stragglers"
+    done = torchrun(
+        cluster, run_dir, "--auto-steps", "--power-policy", "stragglers", "--max-slowdown", "0.5", "--",
+        "train_ddp.py", *("--epochs", "2", "--steps", "100", "--slow-rank", "1", "--slow-s", "0.1"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    log = read_power(RunDir(run_dir).power)
+    assert log is not None and log.policy == "stragglers"
+    last = {str(k): v for k, v in log.decisions[-1].limits_w.items()}
+    assert last["node2/gpu0"] == 700.0  # rank 1's: the slowest keeps its full limit
+    assert last["node1/gpu0"] < 700.0 and last["node3/gpu0"] < 700.0, log.decisions[-1]
+    waited = [w.window.wait_s for w in log.windows if w.window.wait_s]
+    least = [str(min(waits, key=lambda k: waits[k])) for waits in waited]
+    assert least.count("node2/gpu0") >= 0.8 * len(least), least  # rank 1 waits least
+    assert gpu_limits_w(cluster) == dict.fromkeys(NODES, 700.0)
+    assert restore_files(cluster) == []
+
+
+def _start_lowering(cluster: dict[str, Any], run_dir: Path) -> subprocess.Popen[str]:
+    """A long stragglers run, returned once a GPU's limit is lowered."""
+    run = subprocess.Popen(
+        [
+            sys.executable, "-m", "toolkit", "torchrun", cluster["inventory"],
+            *("--output-dir", str(run_dir.parent), "--run-id", run_dir.name),
+            "--auto-steps", "--power-policy", "stragglers",
+            "--", "train_ddp.py", *("--epochs", "1000", "--steps", "100", "--slow-rank", "1", "--slow-s", "0.1"),
+        ],
+        cwd=SCRIPTS,
+        env={**os.environ, **cluster["env"]},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while min(gpu_limits_w(cluster).values()) == 700.0:
+        if run.poll() is not None or time.monotonic() > deadline:
+            run.kill()
+            pytest.fail(f"no limit was lowered: {run.communicate()[0][-3000:]}")
+        time.sleep(0.5)
+    return run
+
+
+def test_ctrl_c_puts_the_limits_back(cluster: dict[str, Any], tmp_path: Path) -> None:
+    run = _start_lowering(cluster, tmp_path / "interrupted")
+    assert restore_files(cluster) != []
+    run.send_signal(signal.SIGINT)
+    output, _ = run.communicate(timeout=120)
+    assert run.returncode == 130, output[-3000:]
+    # Put back before the job's stop ended it (its last log lines may not reach here).
+    assert gpu_limits_w(cluster) == dict.fromkeys(NODES, 700.0), output[-3000:]
+    assert restore_files(cluster) == []
+    nothing_left(cluster)
+
+
+def test_limits_a_killed_driver_left_are_put_back_by_the_next_rtk_up(
+    cluster: dict[str, Any], tmp_path: Path
+) -> None:
+    """The driver killed outright cannot put back: each node's restore file does, at rtk up."""
+    run = _start_lowering(cluster, tmp_path / "killed")
+    sandbox: Sandbox = cluster["sandbox"]
+    sandbox.run_in("node1", ["pkill", "-9", "-f", "toolkit.torchrun.fanout"])
+    run.communicate(timeout=120)
+    lowered = [n for n, w in gpu_limits_w(cluster).items() if w < 700.0]
+    assert lowered and set(lowered) <= set(restore_files(cluster))
+    down = rtk("down", cluster["inventory"], env=cluster["env"])
+    assert down.returncode == 0, down.stdout + down.stderr
+    up = rtk("up", cluster["inventory"], env=cluster["env"])
+    assert up.returncode == 0, up.stdout + up.stderr
+    for node in lowered:
+        assert f"{node}: put back GPU power limits an earlier run left" in up.stdout + up.stderr
+    assert gpu_limits_w(cluster) == dict.fromkeys(NODES, 700.0)
+    assert restore_files(cluster) == []

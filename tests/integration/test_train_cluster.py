@@ -263,7 +263,14 @@ def test_fsdp2_and_deepspeed_train_on_gloo_ranks(
             "deepspeed is not installed (pip install '.[deepspeed]')",
         )
     extra = ["--strategy", strategy] + (["--zero-stage", "2"] if strategy == "deepspeed" else [])
-    check_run(train(trained, strategy, *extra), sandbox_train, 30)
+    # A power policy on nodes without GPUs: one line, and the run goes on as it would.
+    extra += ["--power-policy", "optimize"] if strategy == "fsdp2" else []
+    run_dir = train(trained, strategy, *extra)
+    check_run(run_dir, sandbox_train, 30)
+    if strategy == "fsdp2":
+        (note,) = [json.loads(line) for line in (run_dir / "power.jsonl").read_text().splitlines()]
+        assert note["kind"] == "note"
+        assert note["text"].startswith("no GPU with an energy counter on any of 3 node(s)")
 
 
 def test_launch_runs_any_command_with_the_working_dir_and_cluster_env(
