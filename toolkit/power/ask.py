@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import ray
 
@@ -24,6 +24,7 @@ from toolkit.rundir.layout import RunDir
 from toolkit.stall.collect import error_line, ray_node_ids
 from toolkit.stall.slow import RankSteps, node_steps
 
+T = TypeVar("T")
 PER_NODE_TIMEOUT_S = 20.0  # NVML's setters take tens of ms per GPU; a loaded node more
 IN_FLIGHT = 64
 _FIRST_LINE_BYTES = 4096
@@ -140,15 +141,7 @@ class RayPowerNodes:
             task = _ask_node.options(scheduling_strategy=pinned(nodes[name]))
             return task.remote(name, self.owner, dict(limits) if limits else None, run_dir)
 
-        found: dict[str, NodeReport | str] = {}
-        for answer in ask_nodes(nodes, submit, self.per_node_timeout_s, IN_FLIGHT):
-            if isinstance(answer.value, NodeReport):
-                found[answer.key] = answer.value
-            elif isinstance(answer.error, TimeoutError) or answer.error is None:
-                found[answer.key] = f"did not answer within {self.per_node_timeout_s:g} s"
-            else:
-                found[answer.key] = error_line(answer.error)
-        return found
+        return self._each(nodes, submit)
 
     def restore(self) -> dict[str, tuple[str, ...] | str]:
         """See ``PowerNodes.restore``: the nodes that were asked to set a limit."""
@@ -164,11 +157,18 @@ class RayPowerNodes:
             "or the next `rtk up`"
             for name in missing
         }
+        return done | self._each(nodes, submit)
+
+    def _each(
+        self, nodes: Mapping[str, str], submit: Callable[[str], ray.ObjectRef[T]]
+    ) -> dict[str, T | str]:
+        """Every node's answer, or why it gave none in one line (``ray_fanout``)."""
+        found: dict[str, T | str] = {}
         for answer in ask_nodes(nodes, submit, self.per_node_timeout_s, IN_FLIGHT):
-            if isinstance(answer.value, tuple):
-                done[answer.key] = answer.value
+            if answer.error is None and answer.value is not None:
+                found[answer.key] = answer.value
             elif isinstance(answer.error, TimeoutError) or answer.error is None:
-                done[answer.key] = f"did not answer within {self.per_node_timeout_s:g} s"
+                found[answer.key] = f"did not answer within {self.per_node_timeout_s:g} s"
             else:
-                done[answer.key] = error_line(answer.error)
-        return done
+                found[answer.key] = error_line(answer.error)
+        return found
