@@ -69,10 +69,14 @@ def ask_nodes(
     asked: dict[ray.ObjectRef[T], tuple[K, float]] = {}
 
     def ask_more() -> None:
-        for key in waiting:
-            asked[submit(key)] = (key, time.monotonic())
-            if len(asked) >= in_flight:
+        # Checked before each submission: a round that answered nothing (every task
+        # slower than a poll) must not add one more to a full window.
+        while len(asked) < in_flight:
+            try:
+                key = next(waiting)
+            except StopIteration:
                 return
+            asked[submit(key)] = (key, time.monotonic())
 
     ask_more()
     while asked:

@@ -63,5 +63,27 @@ def test_answers_failures_and_a_hung_task_through_a_small_window(node_id: str) -
     assert hung.elapsed_s >= 5.0
 
 
+def test_tasks_slower_than_a_poll_never_overfill_the_window(node_id: str) -> None:
+    """A round of the loop that answers nothing (every task still running) asks no more."""
+    import ray
+
+    @ray.remote(num_cpus=0)
+    def slow(key: int) -> int:
+        time.sleep(1.5)  # longer than the loop's poll (POLL_S, 1 s)
+        return key
+
+    submitted: list[int] = []
+    answered: list[int] = []
+
+    def submit(key: int) -> ray.ObjectRef[int]:
+        assert len(submitted) - len(answered) < 2, "more than in_flight waiting"
+        submitted.append(key)
+        return slow.options(scheduling_strategy=pinned(node_id)).remote(key)
+
+    for found in ask_nodes(range(4), submit, timeout_s=10.0, in_flight=2):
+        answered.append(found.key)
+    assert sorted(answered) == [0, 1, 2, 3]
+
+
 def test_nothing_to_ask_answers_nothing(node_id: str) -> None:
     assert list(ask_nodes([], lambda key: pytest.fail("asked"), 1.0, 4)) == []
