@@ -56,6 +56,8 @@ class PowerSettings:
             )
         if self.eta is not None and not 0 <= self.eta <= 1:
             raise ValueError(f"--eta {self.eta!r}: give a weight in [0, 1]")
+        if self.eta is not None and self.policy != OPTIMIZE:
+            raise ValueError("--eta weighs optimize's choice: add --power-policy optimize")
         for name in ("warmup_steps", "steps_per_limit", "steps_per_window"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)!r}")

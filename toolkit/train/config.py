@@ -191,8 +191,6 @@ class TrainConfig:
             self.power()
         except ValueError as e:
             problems.append(str(e))
-        if self.eta is not None and self.power_policy != "optimize":
-            problems.append("--eta weighs optimize's choice: add --power-policy optimize")
         problems += self.telemetry_options().problems()
         if (self.baseline_s or self.cooldown_max_s) and not self.telemetry:
             problems.append("--baseline-s and --cooldown-max-s need telemetry (not --no-telemetry)")

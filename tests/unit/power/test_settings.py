@@ -24,6 +24,7 @@ def test_settings_go_through_json_unchanged() -> None:
         ({"policy": "optimize", "warmup_steps": 0}, "warmup_steps must be at least 1"),
         ({"policy": "optimize", "grid_step_w": 0}, "grid_step_w must be positive"),
         ({"policy": "optimize", "eta": "much"}, "power settings:"),
+        ({"policy": "stragglers", "eta": 0.5}, "--eta weighs optimize's choice"),
         ([], "expected an object"),
     ],
 )

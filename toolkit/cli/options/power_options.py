@@ -69,8 +69,9 @@ def power_settings(power_policy: str, max_slowdown: float, eta: float | None) ->
     """The options as the job's ``PowerSettings``.
 
     Raises:
-        click.UsageError: ``--eta`` without ``--power-policy optimize``.
+        click.UsageError: A setting PowerSettings refuses (``--eta`` without optimize).
     """
-    if eta is not None and power_policy != "optimize":
-        raise click.UsageError("--eta weighs optimize's choice: add --power-policy optimize")
-    return PowerSettings(policy=power_policy, max_slowdown=max_slowdown, eta=eta)
+    try:
+        return PowerSettings(policy=power_policy, max_slowdown=max_slowdown, eta=eta)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from e
