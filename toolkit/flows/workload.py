@@ -257,9 +257,9 @@ def torchrun_lines(plan: ClusterPlan, spec: TorchrunSpec) -> list[str]:
     """
     nodes = [n.node for n in plan.nodes]
     by_command: dict[str, list[str]] = {}
-    for node in nodes:
+    for index, node in enumerate(nodes):
         nproc = nproc_for(spec, node.gpus)
-        argv = node_argv(spec, len(nodes), plan.head.node.address, nproc)
+        argv = node_argv(spec, len(nodes), plan.head.node.address, nproc, is_host=index == 0)
         by_command.setdefault(shlex.join([node.python, *argv]), []).append(node.name)
     lines = ["torchrun on every node, started together by the job:"]
     for command, names in by_command.items():

@@ -117,9 +117,11 @@ def _run(spec: TorchrunSpec, actors: list[Actor], facts: list[NodeFacts], gpus: 
     ray.get(
         [
             actor.start.remote(
-                node_argv(spec, len(actors), head_ip, nproc), rtk_env, dict(spec.env)
+                node_argv(spec, len(actors), head_ip, nproc, is_host=index == 0),
+                rtk_env,
+                dict(spec.env),
             )
-            for actor, nproc in zip(actors, nprocs, strict=True)
+            for index, (actor, nproc) in enumerate(zip(actors, nprocs, strict=True))
         ]
     )
     waits: dict[Any, int] = {actor.wait.remote(): index for index, actor in enumerate(actors)}

@@ -117,8 +117,18 @@ def nproc_problem(spec: TorchrunSpec, node: str, gpus: int) -> str | None:
     return None
 
 
-def node_argv(spec: TorchrunSpec, nnodes: int, head_host: str, nproc: int) -> list[str]:
-    """What a node's Python runs (its path goes first): torchrun, then the script."""
+def node_argv(
+    spec: TorchrunSpec, nnodes: int, head_host: str, nproc: int, *, is_host: bool
+) -> list[str]:
+    """What a node's Python runs (its path goes first): torchrun, then the script.
+
+    ``is_host``: this node serves the rendezvous (the head). Said outright with
+    ``--rdzv-conf is_host=``: left to itself, torchrun's c10d backend serves it only
+    where the endpoint matches the machine's hostname or the addresses it resolves to,
+    and where /etc/hosts maps the hostname to a loopback address (Debian's and Ubuntu's
+    127.0.1.1, a VM's 127.0.0.1) every node, the head too, waits as a client for a
+    store nobody serves, until its 60 s connect timeout.
+    """
     host = f"[{head_host}]" if ":" in head_host else head_host
     argv = [
         *TORCHRUN,
@@ -127,6 +137,7 @@ def node_argv(spec: TorchrunSpec, nnodes: int, head_host: str, nproc: int) -> li
         "--rdzv-backend=c10d",
         f"--rdzv-endpoint={host}:{spec.rdzv_port}",
         f"--rdzv-id={spec.run_id}",
+        f"--rdzv-conf=is_host={1 if is_host else 0}",
         f"--max-restarts={spec.max_restarts}",
     ]
     if spec.auto_steps:

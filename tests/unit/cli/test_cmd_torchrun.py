@@ -66,10 +66,14 @@ def test_the_dry_run_shows_each_nodes_torchrun_grouped(inventory: Path) -> None:
     out = done.output
     assert "torchrun job rtk-torchrun-r1-" in out
     lines = [line.strip() for line in out.splitlines()]
-    gpu = next(line for line in lines if line.startswith("g[1-2] (2):"))
+    head = next(line for line in lines if line.startswith("g1 (1):"))
+    gpu = next(line for line in lines if line.startswith("g2 (1):"))
     cpu = next(line for line in lines if line.startswith("c1 (1):"))
     assert "--nproc-per-node=8" in gpu and "--nproc-per-node=1" in cpu
-    for line in (gpu, cpu):
+    # The head serves the rendezvous; the others connect to it.
+    assert "--rdzv-conf=is_host=1" in head
+    assert "--rdzv-conf=is_host=0" in gpu and "--rdzv-conf=is_host=0" in cpu
+    for line in (head, gpu, cpu):
         assert "--nnodes=3" in line and "--rdzv-endpoint=10.9.0.1:29500" in line
         assert line.endswith("-m toolkit.markers.auto_steps train_ddp.py --epochs 1")
     assert "with NCCL_DEBUG=INFO" in lines

@@ -21,23 +21,31 @@ def test_a_bad_spec_names_the_field() -> None:
 
 def test_every_node_meets_at_the_heads_rendezvous_with_the_same_id() -> None:
     spec = TorchrunSpec("train.py", ("--epochs", "1"), rdzv_port=29401, run_id="r1")
-    argv = node_argv(spec, 3, "10.0.0.1", 8)
+    argv = node_argv(spec, 3, "10.0.0.1", 8, is_host=True)
     assert argv[:2] == ["-m", "torch.distributed.run"]
     assert "--nnodes=3" in argv and "--nproc-per-node=8" in argv
     assert "--rdzv-backend=c10d" in argv and "--rdzv-endpoint=10.0.0.1:29401" in argv
     assert "--rdzv-id=r1" in argv
+    # The head serves the rendezvous whatever its hostname resolves to (127.0.1.1 on
+    # Debian); the others only ever connect to it.
+    assert "--rdzv-conf=is_host=1" in argv
+    assert "--rdzv-conf=is_host=0" in node_argv(spec, 3, "10.0.0.1", 8, is_host=False)
     assert argv[-3:] == ["train.py", "--epochs", "1"]
 
 
 def test_auto_steps_runs_the_script_through_the_hooks_module() -> None:
-    argv = node_argv(TorchrunSpec("train.py", ("-x",), auto_steps=True), 1, "h", 1)
+    argv = node_argv(TorchrunSpec("train.py", ("-x",), auto_steps=True), 1, "h", 1, is_host=True)
     assert argv[-4:] == ["-m", "toolkit.markers.auto_steps", "train.py", "-x"]
-    module = node_argv(TorchrunSpec("pkg.train", module=True, auto_steps=True), 1, "h", 1)
+    module = node_argv(
+        TorchrunSpec("pkg.train", module=True, auto_steps=True), 1, "h", 1, is_host=True
+    )
     assert module[-4:] == ["-m", "toolkit.markers.auto_steps", "-m", "pkg.train"]
 
 
 def test_an_ipv6_head_is_bracketed() -> None:
-    assert "--rdzv-endpoint=[fd00::1]:29400" in node_argv(TorchrunSpec("t.py"), 2, "fd00::1", 1)
+    assert "--rdzv-endpoint=[fd00::1]:29400" in node_argv(
+        TorchrunSpec("t.py"), 2, "fd00::1", 1, is_host=False
+    )
 
 
 def test_ranks_per_node_default_to_its_gpus_or_one() -> None:
