@@ -12,10 +12,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpu_acceptance.context import STRATEGIES
-from gpu_acceptance.stages import STAGE_NAMES, with_cluster
+from gpu_acceptance.stages import (
+    ESSENTIAL_STRATEGIES,
+    ESSENTIALS,
+    ESSENTIALS_TOTAL_S,
+    SETUP,
+    STAGE_NAMES,
+    with_cluster,
+)
 
 DEFAULT_OUT = "gpu-acceptance-out"
 DEFAULT_BUDGET_S = 540.0
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_WHEELHOUSE = REPO / ".whl"  # where --essentials looks when --wheelhouse is not given
 
 
 @dataclass(frozen=True)
@@ -24,8 +33,8 @@ class Options:
 
     Attributes:
         out: Where the JSON, the markdown and the log go.
-        stages: The stages to run, in the fixed order (a Ray stage brings ray-up and
-            ray-down with it).
+        stages: The stages to run, in the order they run: the fixed order, or the
+            essentials' order (a Ray stage brings ray-up and ray-down with it).
         quick: Shorter windows and fewer steps.
         dry_run: List the stages and what each would do; run and install nothing.
         wheelhouse: A directory of wheels and sdists to install from (offline).
@@ -39,6 +48,11 @@ class Options:
         work: Scratch directory (default: a new temporary one, removed at the end).
         keep_work: Keep the scratch directory.
         argv: The command line as given.
+        essentials: The one-command run of ``ESSENTIALS``: their order and budgets.
+        budgets: Stage name (and ``setup``) -> its own seconds, in run order; empty
+            outside ``--essentials`` (then each stage has its ``timeout_s``).
+        sdists: Build source distributions from the wheelhouse (DeepSpeed); not
+            with ``--essentials``, which trains no DeepSpeed.
     """
 
     out: Path
@@ -56,6 +70,22 @@ class Options:
     work: Path | None
     keep_work: bool
     argv: tuple[str, ...]
+    essentials: bool = False
+    budgets: tuple[tuple[str, float], ...] = ()
+    sdists: bool = True
+
+    def budget_of(self, name: str) -> float | None:
+        """The stage's own budget under ``--essentials`` (None outside it)."""
+        return dict(self.budgets).get(name)
+
+    def planned_end_s(self, name: str) -> float | None:
+        """Seconds from the run's start by which ``name`` is planned to have ended."""
+        total = 0.0
+        for stage, budget_s in self.budgets:
+            total += budget_s
+            if stage == name:
+                return total
+        return None
 
 
 def _names(text: str, valid: tuple[str, ...], what: str) -> tuple[str, ...]:
@@ -92,17 +122,28 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--stages",
         type=lambda t: _names(t, STAGE_NAMES, "stage"),
-        default=STAGE_NAMES,
+        default=None,
         help="comma-separated stages to run (default: all; a ray-* stage brings ray-up "
         "and ray-down with it)",
     )
     p.add_argument("--quick", action="store_true", help="short windows, few steps")
+    p.add_argument(
+        "--essentials",
+        action="store_true",
+        help="the one-command run for a GPU lent for one 10-minute call: install from "
+        "the wheelhouse (default .whl, offline), then "
+        + ", ".join(n for n, _ in ESSENTIALS if n != SETUP)
+        + f", each with its own budget, {ESSENTIALS_TOTAL_S:.0f} s in all (implies --quick)",
+    )
     p.add_argument("--dry-run", action="store_true", help="list the stages; run nothing")
     p.add_argument("--wheelhouse", type=Path, help="install missing packages from this directory")
     p.add_argument("--offline", action="store_true", help="never ask the package registry")
     p.add_argument("--no-install", action="store_true", help="install nothing")
     p.add_argument(
-        "--budget-s", type=_positive, default=DEFAULT_BUDGET_S, help="whole-run time limit"
+        "--budget-s",
+        type=_positive,
+        default=None,
+        help=f"whole-run time limit (default {DEFAULT_BUDGET_S:.0f} s)",
     )
     p.add_argument("--sensor-seconds", type=_positive, help="each sensor window (20, quick 5)")
     p.add_argument("--energy-seconds", type=_positive, help="the energy window (20, quick 8)")
@@ -110,7 +151,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--strategies",
         type=lambda t: _names(t, tuple(STRATEGIES), "strategy"),
-        default=tuple(STRATEGIES),
+        default=None,
         help="strategies for the train stage (default: " + ",".join(STRATEGIES) + ")",
     )
     p.add_argument("--work", type=Path, help="scratch directory (default: a temporary one)")
@@ -124,26 +165,44 @@ def parse(argv: list[str]) -> Options:
     args = p.parse_args(argv)
     if args.train_steps is not None and args.train_steps < 1:
         p.error("--train-steps must be at least 1")
-    if args.wheelhouse is not None and not args.wheelhouse.is_dir():
-        p.error(f"--wheelhouse {args.wheelhouse}: not a directory")
+    essentials = bool(args.essentials)
+    wheelhouse, offline = args.wheelhouse, bool(args.offline)
+    stages = with_cluster(args.stages or STAGE_NAMES)
+    strategies = args.strategies or tuple(STRATEGIES)
+    budgets: tuple[tuple[str, float], ...] = ()
+    if essentials:
+        if args.stages is not None:
+            p.error("--essentials runs its own stages; leave out --stages")
+        if wheelhouse is None and DEFAULT_WHEELHOUSE.is_dir():
+            wheelhouse = DEFAULT_WHEELHOUSE
+        offline = offline or wheelhouse is not None
+        budgets = ESSENTIALS
+        stages = tuple(n for n, _ in ESSENTIALS if n != SETUP)
+        strategies = args.strategies or ESSENTIAL_STRATEGIES
+    if wheelhouse is not None and not wheelhouse.is_dir():
+        p.error(f"--wheelhouse {wheelhouse}: not a directory")
     out = args.out or Path(os.environ.get("OUT") or DEFAULT_OUT)
-    quick = bool(args.quick)
+    quick = bool(args.quick) or essentials
+    budget_s = args.budget_s or (ESSENTIALS_TOTAL_S if essentials else DEFAULT_BUDGET_S)
     return Options(
         out=out,
-        stages=with_cluster(args.stages),
+        stages=stages,
         quick=quick,
         dry_run=bool(args.dry_run),
-        wheelhouse=args.wheelhouse,
-        offline=bool(args.offline),
+        wheelhouse=wheelhouse,
+        offline=offline,
         install=not args.no_install,
-        budget_s=args.budget_s,
+        budget_s=budget_s,
         sensor_s=args.sensor_seconds or (5.0 if quick else 20.0),
         energy_s=args.energy_seconds or (8.0 if quick else 20.0),
         train_steps=args.train_steps or (12 if quick else 40),
-        strategies=args.strategies,
+        strategies=strategies,
         work=args.work,
         keep_work=bool(args.keep_work),
         argv=tuple(argv),
+        essentials=essentials,
+        budgets=budgets,
+        sdists=not essentials,
     )
 
 

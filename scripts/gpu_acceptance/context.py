@@ -47,6 +47,8 @@ class StageContext:
         stage_timeout_s: The time limit the runner gives the stage being run (0: none
             given); a stage that must clean up after a command (put GPU settings
             back) gives that command less, so the cleanup fits.
+        essentials: The one-command run (``--essentials``): stages shorten what they
+            run to fit their budgets (the power policy's runs, say).
     """
 
     repo: str
@@ -61,6 +63,7 @@ class StageContext:
     gpus: tuple[GpuInfo, ...] = ()
     dry_run: bool = False
     stage_timeout_s: float = 0.0
+    essentials: bool = False
 
     @property
     def ray(self) -> bool:

@@ -220,21 +220,25 @@ class Installer:
         )
         return done.ok
 
-    def from_wheelhouse(self, wheelhouse: Path) -> None:
+    def from_wheelhouse(self, wheelhouse: Path, sdists: bool = True) -> None:
         """Install the wheelhouse's files that the machine lacks (``--no-deps``, offline).
 
         Then Ray from its archive there, when it does not import (``ray_from_archive``).
+        Without ``sdists``, source distributions (DeepSpeed, built there) are left out.
         """
         files = [p for p in wheelhouse.iterdir() if p.is_file()]
         plan = plan_wheelhouse(files, self.refresh_constraints())
         for name, why in plan.skipped.items():
             self.log.notes.append(f"wheelhouse {name}: {why}")
+        if not sdists:
+            for sdist in plan.sdists:
+                self.log.notes.append(f"wheelhouse {sdist.name}: not built (--essentials)")
         base = ["--no-index", "--find-links", str(wheelhouse), "--no-deps"]
         if plan.build_tools:
             self._install_all(base, plan.build_tools, "build tools from the wheelhouse")
         if plan.wheels:
             self._install_all(base, plan.wheels, "wheels from the wheelhouse")
-        for sdist in plan.sdists:
+        for sdist in plan.sdists if sdists else ():
             # Built against the torch already here, so without build isolation.
             name = distribution_of(sdist.name) or sdist.name
             if self.pip([*base, "--no-build-isolation", str(sdist)], f"{name} (sdist)", 420):

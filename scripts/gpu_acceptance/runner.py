@@ -29,6 +29,7 @@ from typing import Any
 from gpu_acceptance import gpuctl, install, machine, procs
 from gpu_acceptance.cli import Options
 from gpu_acceptance.context import StageContext
+from gpu_acceptance.essentials import broken_lines, plan_lines
 from gpu_acceptance.markdown import render
 from gpu_acceptance.record import (
     JSON_FILE,
@@ -105,8 +106,15 @@ def run(options: Options) -> int:
         current.close()
 
 
+def run_order(options: Options) -> tuple[StageSpec, ...]:
+    """The stages in the order they run: those selected (in their order), then the rest."""
+    chosen = tuple(by_name(n) for n in options.stages)
+    return chosen + tuple(s for s in STAGES if s.name not in options.stages)
+
+
 def _run(r: Run) -> int:
     o = r.options
+    order = run_order(o)
     probe = machine.probe_gpus()
     mode = "dry-run" if o.dry_run else ("gpu" if probe.found else "cpu")
     versions = machine.versions()
@@ -118,7 +126,10 @@ def _run(r: Run) -> int:
         "selected_stages": list(o.stages),
         "budget_s": o.budget_s,
         "quick": o.quick,
+        "essentials": o.essentials,
     }
+    if o.budgets:
+        environment["stage_budgets_s"] = dict(o.budgets)
     r.record = RunRecord(
         date=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         mode=mode,
@@ -131,7 +142,7 @@ def _run(r: Run) -> int:
         python_version=platform.python_version(),
         command=["bash scripts/gpu-acceptance.sh", *o.argv],
         environment=environment,
-        stages=[StageResult(s.name, s.title) for s in STAGES],
+        stages=[StageResult(s.name, s.title) for s in order],
     )
     ctx = StageContext(
         repo=str(REPO),
@@ -145,12 +156,16 @@ def _run(r: Run) -> int:
         gpus=probe.gpus,
         dry_run=o.dry_run,
         importable=machine.findable() if mode != "gpu" else {},
+        essentials=o.essentials,
     )
     r.say(f"rtk GPU acceptance: {mode} mode, {len(probe.gpus)} GPU(s), output in {r.out}")
+    if o.essentials:
+        for line in plan_lines(o, ctx, commands=mode != "gpu"):
+            r.say(line)
     if mode != "gpu":
         environment["importable"] = ctx.importable
         why = "dry run" if o.dry_run else f"no GPU ({probe.reason})"
-        for i, (spec, result) in enumerate(zip(STAGES, r.record.stages, strict=True), 1):
+        for i, (spec, result) in enumerate(zip(order, r.record.stages, strict=True), 1):
             result.status = "skipped"
             if spec.name not in o.stages:
                 result.reason = "not selected (--stages)"
@@ -158,17 +173,20 @@ def _run(r: Run) -> int:
                 result.reason = f"dry run: would {spec.load().describe(ctx)}"
             else:
                 result.reason = why
-            if spec.ray:
+            if hasattr(spec.load(), "commands"):
                 commands = [shown(ctx, argv) for argv in spec.load().commands(ctx)]
                 result.measurements["commands"] = commands
-            r.say(f"{i} {spec.name:<13} skipped: {result.reason}")
+            if not o.essentials:
+                r.say(f"{i} {spec.name:<13} skipped: {result.reason}")
         r.write()
         return 0
 
     try:
         ctx = _prepare(r, ctx)
         r.write()
-        _stages(r, ctx)
+        for line in broken_lines(r.record.environment, ctx):
+            r.say(line)
+        _stages(r, ctx, order)
     except RunInterruptedError as e:
         r.say(f"interrupted ({e}): putting GPU settings back and writing what was measured")
         for result in r.record.stages:
@@ -192,7 +210,7 @@ def _prepare(r: Run, ctx: StageContext) -> StageContext:
         installer = install.Installer(r.python, env, log, say=lambda line: r.say(f"setup: {line}"))
         try:
             if o.wheelhouse is not None:
-                installer.from_wheelhouse(o.wheelhouse)
+                installer.from_wheelhouse(o.wheelhouse, sdists=o.sdists)
             importlib.invalidate_caches()
             missing = [m for m in install.REGISTRY_WANTED if importlib.util.find_spec(m) is None]
             if missing and not o.offline:
@@ -264,16 +282,18 @@ def ray_skip_reason(spec: StageSpec, ray_importable: bool, up: StageResult | Non
     return f"ray-up brought no cluster up ({up.reason or up.status})"
 
 
-def _stages(r: Run, ctx: StageContext) -> None:
-    """Every stage in order; ray-down last, in a ``finally``, once ray-up ran."""
+def _stages(r: Run, ctx: StageContext, order: tuple[StageSpec, ...]) -> None:
+    """Every stage in ``order``; ray-down last, in a ``finally``, once ray-up ran."""
     assert r.record is not None
     record, o = r.record, r.options
     up: StageResult | None = None
-    down = STAGES.index(by_name(RAY_DOWN))
-    reserve_s = by_name(RAY_DOWN).quick_timeout_s if o.quick else by_name(RAY_DOWN).timeout_s
+    down = order.index(by_name(RAY_DOWN))
+    reserve_s = o.budget_of(RAY_DOWN) or (
+        by_name(RAY_DOWN).quick_timeout_s if o.quick else by_name(RAY_DOWN).timeout_s
+    )
 
     def one(i: int, always: bool = False) -> StageResult:
-        spec, result = STAGES[i], record.stages[i]
+        spec, result = order[i], record.stages[i]
         why = ray_skip_reason(spec, ctx.ray, up)
         if spec.name not in o.stages:
             result.status, result.reason = "skipped", "not selected (--stages)"
@@ -283,19 +303,23 @@ def _stages(r: Run, ctx: StageContext) -> None:
             keep_s = reserve_s if spec.ray and RAY_DOWN in o.stages and not always else 0.0
             result = _stage(r, ctx, spec, result, keep_s, always)
         record.stages[i] = result
-        r.say(
-            f"{i + 1} {spec.name:<13} {result.status}: {result.reason} ({result.duration_s:.0f} s)"
-        )
+        if spec.name in o.stages or not o.essentials:
+            r.say(
+                f"{i + 1} {spec.name:<13} {result.status}: {result.reason} "
+                f"({result.duration_s:.0f} s)"
+            )
         r.write()
         return result
 
     try:
-        for i, spec in enumerate(STAGES):
+        for i, spec in enumerate(order):
             if i == down:
                 continue
             done = one(i)
             if spec.name == RAY_UP and done.status != "skipped":
                 up = done
+                for line in broken_lines(record.environment, ctx, up):
+                    r.say(line)
     finally:
         one(down, always=up is not None)
 
@@ -322,6 +346,14 @@ def _stage(
         )
         return result
     timeout_s = spec.quick_timeout_s if o.quick else spec.timeout_s
+    budget_s = o.budget_of(spec.name)
+    if budget_s is not None and always:
+        timeout_s = budget_s
+    elif budget_s is not None:
+        # Its own budget, or more when the run is ahead of its plan (never past the run's).
+        planned_end_s = o.planned_end_s(spec.name) or 0.0
+        ahead_s = planned_end_s - (time.monotonic() - r.began)
+        timeout_s = max(budget_s, ahead_s)
     if not always:
         timeout_s = min(timeout_s, left)
     r.say(f"-- {spec.name}: {spec.title} (at most {timeout_s:.0f} s)")

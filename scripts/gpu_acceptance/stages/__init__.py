@@ -1,4 +1,4 @@
-"""The stages, in the order they run: seven without Ray, then seven through Ray.
+"""The stages, in the order they run: seven without Ray, then nine through Ray.
 
 Each stage is a module here with ``describe(ctx) -> str`` (what it would do, for
 ``--dry-run``) and ``run(ctx, io) -> None`` (runs in its own process, records through
@@ -91,6 +91,14 @@ STAGES: tuple[StageSpec, ...] = (
         ray=True,
     ),
     StageSpec(
+        "ray-torchrun",
+        "rtk torchrun --local --auto-steps of a plain DDP script on NCCL, rtk report",
+        "with_ray.torchrun",
+        150,
+        120,
+        ray=True,
+    ),
+    StageSpec(
         "ray-record",
         "rtk telemetry record around a plain PyTorch script, rtk report",
         "with_ray.record",
@@ -117,6 +125,14 @@ STAGES: tuple[StageSpec, ...] = (
         ray=True,
     ),
     StageSpec(
+        "zeus-power",
+        "Zeus's GlobalPowerLimitOptimizer on the same 350M model, without Ray",
+        "zeus_power",
+        240,
+        150,
+        min_s=40.0,
+    ),
+    StageSpec(
         "ray-down", "rtk down --local leaves no Ray process", "with_ray.down", 90, 90, ray=True
     ),
 )
@@ -124,6 +140,25 @@ STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)
 RAY_STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES if s.ray)
 RAY_UP = "ray-up"
 RAY_DOWN = "ray-down"
+SETUP = "setup"  # the install before the stages: a line of the essentials' plan, no stage
+
+# ``--essentials``: what a GPU machine lent for one 10-minute command must run, in
+# order of value, each with its own budget in seconds (the install first). Together at
+# most ESSENTIALS_TOTAL_S; rtk's path through Ray first, what ran on 2026-11-26 (sensor,
+# energy, the strategies without Ray) not again. A stage that finishes early leaves its
+# time to the next; one that no longer fits is skipped with the command that runs it.
+ESSENTIALS: tuple[tuple[str, float], ...] = (
+    (SETUP, 45.0),
+    ("ray-up", 55.0),
+    ("ray-train", 110.0),
+    ("ray-torchrun", 55.0),
+    ("ray-power", 125.0),
+    ("zeus-power", 50.0),
+    ("ray-mfu", 80.0),
+    ("ray-down", 20.0),
+)
+ESSENTIALS_TOTAL_S = 540.0
+ESSENTIAL_STRATEGIES = ("ddp", "fsdp2")  # DeepSpeed stays out of the one-command run
 
 
 def with_cluster(names: tuple[str, ...]) -> tuple[str, ...]:

@@ -56,6 +56,7 @@ RAY_STAGES = [
     "ray-preflight",
     "ray-train",
     "ray-mfu",
+    "ray-torchrun",
     "ray-record",
     "ray-profile",
     "ray-power",
@@ -69,8 +70,12 @@ EXPECTED_STAGES = [
     "power-clocks",
     "preflight",
     "vllm",
-    *RAY_STAGES,
+    *RAY_STAGES[:-1],
+    "zeus-power",  # Zeus's optimizer beside ray-power's, without Ray
+    "ray-down",
 ]
+# The stages that list the command lines they would run: every Ray stage, and Zeus's.
+COMMAND_STAGES = [*RAY_STAGES, "zeus-power"]
 # What each Ray stage runs, as the CPU mode and --dry-run list it (full run).
 TRAIN_FLAGS = (
     "--precision bf16 --strategy {s} --learning-rate 0.0006 --warmup-steps 4 --max-steps 12 "
@@ -189,7 +194,7 @@ def test_cpu_mode_lists_every_stage_skipped_and_writes_the_same_shape(tmp_path: 
 
     # The Ray stages list the command lines they would run, in the JSON and the markdown.
     stages = {s["name"]: s for s in record["stages"]}
-    for name in RAY_STAGES:
+    for name in COMMAND_STAGES:
         commands = stages[name]["measurements"]["commands"]
         assert commands and all(isinstance(c, str) for c in commands), name
         section = markdown.split(f"### {name}\n", 1)[1].split("\n### ", 1)[0]
@@ -219,7 +224,7 @@ def test_cpu_mode_lists_every_stage_skipped_and_writes_the_same_shape(tmp_path: 
     )
     assert '"model_size": "350M"' in mfu[1] and '"compile": "on"' in mfu[1]
     assert mfu[1].endswith("--kernels 10")
-    for name in set(EXPECTED_STAGES) - set(RAY_STAGES):
+    for name in set(EXPECTED_STAGES) - set(COMMAND_STAGES):
         assert "commands" not in stages[name]["measurements"]
 
 

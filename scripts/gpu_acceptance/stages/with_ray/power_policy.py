@@ -27,7 +27,13 @@ RUNS = (("power-measure", "measure"), ("power-optimize", "optimize"))
 
 
 def steps(ctx: StageContext) -> int:
-    """Optimizer steps of each run: the profile (up to 21 limits) and a settled stretch."""
+    """Optimizer steps of each run: the profile (up to 21 limits) and a settled stretch.
+
+    With ``--essentials``, just enough to settle: 10 warm-up steps, 21 limits of 5
+    steps, and 60 settled steps to compare.
+    """
+    if ctx.essentials:
+        return 180
     return 260 if ctx.quick else 360
 
 
