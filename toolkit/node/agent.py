@@ -148,6 +148,10 @@ def route_to(head: str, interface: str | None) -> dict[str, Any]:
             result["error"] = f"no route to head {head_ip}: {e}"
         finally:
             probe.close()
+    if not result["interface"] and result["source_ip"]:
+        # No `ip` command (a container or VM image without iproute2): the interface is
+        # the one that owns the address the kernel picked toward the head.
+        result["interface"] = _interface_owning(result["source_ip"])
     return result
 
 
@@ -157,11 +161,35 @@ def _interface_owning(ip: str) -> str | None:
             ["ip", "-o", "addr", "show"], capture_output=True, text=True, timeout=5, check=False
         ).stdout
     except (OSError, subprocess.SubprocessError):
-        return None
+        out = ""
     for line in out.splitlines():
         fields = line.split()
         if len(fields) > 3 and fields[3].split("/")[0] == ip:
             return fields[1]
+    for name, address in ipv4_addresses().items():
+        if address == ip:
+            return name
+    return None
+
+
+SIOCGIFADDR = 0x8915  # Linux: an interface's (first) IPv4 address
+
+
+def ipv4_addresses() -> dict[str, str]:
+    """Each interface's IPv4 address, asked of the kernel without the ``ip`` command."""
+    import fcntl
+    import struct
+
+    found: dict[str, str] = {}
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        for _, name in socket.if_nameindex():
+            request = struct.pack("256s", name[:15].encode())
+            try:
+                answer = fcntl.ioctl(sock.fileno(), SIOCGIFADDR, request)
+            except OSError:
+                continue  # no IPv4 address on it
+            found[name] = socket.inet_ntoa(answer[20:24])
+    return found
     return None
 
 
