@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from toolkit.errors import InventoryError, Problem
+from toolkit.inventory.local_gpus import local_gpu_count
 from toolkit.inventory.models import InventorySpec
 from toolkit.inventory.problems import format_path, parse_yaml, problems_from_validation
 from toolkit.inventory.resolve import resolve
@@ -57,9 +58,18 @@ def load_inventory(path: str | Path) -> Inventory:
     return parse_inventory(text, str(path), file.resolve().parent)
 
 
-def default_inventory() -> Inventory:
-    """The embedded one-node inventory for this machine."""
-    return parse_inventory(EMBEDDED_DEFAULT, EMBEDDED_SOURCE, Path.cwd())
+def default_inventory(gpus: int | None = None) -> Inventory:
+    """The embedded one-node inventory for this machine, with its GPUs.
+
+    ``gpus``: as many as given; else as many as NVML counts here (``local_gpu_count``).
+    """
+    count = local_gpu_count() if gpus is None else gpus
+    text = EMBEDDED_DEFAULT
+    if count:
+        text = text.replace(
+            "    address: 127.0.0.1\n", f"    address: 127.0.0.1\n    gpus: {count}\n"
+        )
+    return parse_inventory(text, EMBEDDED_SOURCE, Path.cwd())
 
 
 def parse_inventory(text: str, source: str, base_dir: Path) -> Inventory:
