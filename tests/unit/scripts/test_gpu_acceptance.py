@@ -1153,3 +1153,97 @@ def test_power_policy_compares_the_settled_steps_of_both_runs() -> None:
     never = ray_figures.power_policy_figures(steps(100.0, 1.0), steps(85.0, 1.0), power[:2])
     assert never["problems"] == ["optimize never settled on a limit (power.jsonl): too few steps?"]
     assert "no comparison" in ray_figures.power_policy_summary(never, {"restored": False})
+
+
+# -- --essentials: the one-command run for a GPU lent for one call ---------------------
+
+ESSENTIAL_ORDER = [
+    "setup",
+    "ray-up",
+    "ray-train",
+    "ray-torchrun",
+    "ray-power",
+    "zeus-power",
+    "ray-mfu",
+    "ray-down",
+]
+
+
+def test_essentials_dry_run_lists_the_steps_in_order_within_540_s(tmp_path: Path) -> None:
+    done = acceptance("--essentials", "--dry-run", out=tmp_path)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout.splitlines()
+    steps = [line.split() for line in out if re.match(r"  \d+ \S+ +\d+ s  ", line)]
+    assert [s[1] for s in steps] == ESSENTIAL_ORDER
+    budgets = [float(s[2]) for s in steps]
+    assert all(b > 0 for b in budgets) and sum(budgets) <= 540
+    assert "540 s budget" in out[1]
+
+    def commands_of(name: str) -> list[str]:
+        at = next(i for i, line in enumerate(out) if line.split()[1:2] == [name])
+        block = []
+        for line in out[at + 1 :]:
+            if not line.startswith("      $ "):
+                break
+            block.append(line[len("      $ ") :])
+        return block
+
+    assert "offline" in next(line for line in out if line.split()[1:2] == ["setup"])
+    assert commands_of("ray-up")[0] == "python -m toolkit up --local --json"
+    train = commands_of("ray-train")
+    assert [c.split("--strategy ")[1].split()[0] for c in train if " train " in c] == [
+        "ddp",
+        "fsdp2",
+    ]  # no DeepSpeed in the one-command run
+    (torchrun, report) = commands_of("ray-torchrun")
+    assert torchrun.startswith("python -m toolkit torchrun --local --auto-steps ")
+    assert torchrun.endswith("-- plain_torch.py --steps 1000")
+    assert report == "python -m toolkit report $WORK/ray-runs/plain-ddp --json"
+    power = commands_of("ray-power")
+    assert [c.split("--power-policy ")[1] for c in power] == [
+        "measure --compile off",
+        "optimize --compile off",
+    ]
+    assert commands_of("zeus-power")[0].startswith("python -m gpu_acceptance.zeus_loop ")
+    assert commands_of("ray-mfu")[0].endswith("--compile on")
+    assert commands_of("ray-down")[0] == "python -m toolkit down --local --json"
+
+    record = json.loads((tmp_path / "gpu-acceptance.json").read_text())
+    assert record["environment"]["essentials"] is True
+    assert list(record["environment"]["stage_budgets_s"]) == ESSENTIAL_ORDER
+    assert record["environment"]["selected_stages"] == ESSENTIAL_ORDER[1:]
+    names = [s["name"] for s in record["stages"]]
+    assert names[: len(ESSENTIAL_ORDER) - 1] == ESSENTIAL_ORDER[1:]  # run order first
+    for stage in record["stages"]:
+        chosen = stage["name"] in ESSENTIAL_ORDER
+        assert stage["reason"].startswith("dry run: would" if chosen else "not selected")
+
+
+def test_essentials_choose_their_own_stages(tmp_path: Path) -> None:
+    done = acceptance("--essentials", "--stages", "sensor", "--dry-run", out=tmp_path / "o")
+    assert done.returncode == 2
+    assert "--essentials runs its own stages" in done.stderr
+
+
+def test_the_checkout_leaves_room_for_the_wheelhouse_in_one_device_call() -> None:
+    from gpu_acceptance.ray_archive import wheelhouse
+
+    checkout_mib = wheelhouse.checkout_bytes(REPO) / wheelhouse.MIB
+    total = checkout_mib + wheelhouse.MEASURED_WHEELHOUSE_MIB
+    assert total <= wheelhouse.BUDGET_MIB, (
+        f"checkout {checkout_mib:.1f} MiB + wheelhouse {wheelhouse.MEASURED_WHEELHOUSE_MIB} "
+        f"MiB = {total:.1f} MiB, over the {wheelhouse.BUDGET_MIB:g} MiB a device call carries"
+    )
+
+
+def test_a_run_goes_by_its_plan_each_stage_its_budget_or_what_it_is_ahead() -> None:
+    from gpu_acceptance.cli import parse
+    from gpu_acceptance.runner import run_order
+
+    options = parse(["--essentials", "--dry-run"])
+    assert [s.name for s in run_order(options)][:7] == ESSENTIAL_ORDER[1:]
+    assert options.budget_of("ray-power") == dict(options.budgets)["ray-power"]
+    ends = [options.planned_end_s(n) for n in ESSENTIAL_ORDER]
+    assert ends == sorted(ends) and ends[-1] == sum(b for _, b in options.budgets)
+    assert options.planned_end_s("sensor") is None and options.budget_of("sensor") is None
+    assert options.quick and options.strategies == ("ddp", "fsdp2") and not options.sdists

@@ -11,10 +11,14 @@ even when a preflight check failed.
 from __future__ import annotations
 
 import shlex
+import time
 from typing import Any
 
 from gpu_acceptance.context import StageContext
 from gpu_acceptance.stages.with_ray import common, figures
+
+STATUS_TRIES = 10  # ray status, until it lists the cluster's resources
+STATUS_WAIT_S = 2.0
 
 
 def commands(ctx: StageContext) -> list[list[str]]:
@@ -68,9 +72,17 @@ def run(ctx: StageContext, io: Any) -> None:
         return
     if seen["gpus"] != float(len(ctx.gpus)):
         io.error(f"Ray registered {seen['gpus']:g} GPU(s); NVML found {len(ctx.gpus)}")
+    # Right after the head starts, ray status may answer "No cluster status" until
+    # Ray's monitor has reported once (seen on the first GPU machine): ask again.
     shell = common.run(ctx, ray_status_argv, deadline.cap(30.0))
     counted = figures.ray_status_gpus(shell.stdout)
-    io.measure("ray_status", {**common.outcome(shell, 2500), "gpus": counted})
+    asked = 1
+    while shell.ok and counted is None and asked < STATUS_TRIES and deadline.left_s() > 5:
+        time.sleep(STATUS_WAIT_S)
+        shell = common.run(ctx, ray_status_argv, deadline.cap(30.0))
+        counted = figures.ray_status_gpus(shell.stdout)
+        asked += 1
+    io.measure("ray_status", {**common.outcome(shell, 2500), "gpus": counted, "asked": asked})
     if not shell.ok:
         io.error(f"ray status in the exported environment failed: {shell.why()}")
     elif counted != seen["gpus"]:
