@@ -5,7 +5,36 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Where the time goes: each phase's wall time, printed at the end (also when a phase
+# fails), with the tests' worker time per folder from pytest's JUnit file.
+phase_began=$(date +%s)
+run_began=$phase_began
+phases=()
+phase() {
+  local now
+  now=$(date +%s)
+  phases+=("$1:$((now - phase_began))")
+  phase_began=$now
+}
+junit=$(mktemp --suffix .xml)
+times() {
+  local status=$?
+  trap - EXIT
+  echo "== time per phase (wall)"
+  local entry
+  for entry in "${phases[@]+"${phases[@]}"}" "all:$(($(date +%s) - run_began))"; do
+    awk -v name="${entry%:*}" -v s="${entry##*:}" 'BEGIN { printf "  %-28s %5.1f min\n", name, s / 60 }'
+  done
+  if [ -s "$junit" ] && [ -x .venv/bin/python ]; then
+    .venv/bin/python scripts/test_times.py "$junit" || true
+  fi
+  rm -f "$junit"
+  exit "$status"
+}
+trap times EXIT
+
 bash scripts/system-packages.sh
+phase "system packages"
 # The container tests' image (a debootstrap of Debian, about a minute, cached) builds
 # while pip installs; the tests build it themselves if this did not.
 image_log=$(mktemp)
@@ -25,17 +54,21 @@ fi
 .venv/bin/python -m pip install -q setuptools wheel
 .venv/bin/python -m pip install -q --no-build-isolation deepspeed==0.19.8
 .venv/bin/python -m pip install -q -e '.[dev,deepspeed,frameworks]'
+phase "pip"
 
 if [ -n "$image_build" ] && ! wait "$image_build"; then
   echo "rtk: building the container test image failed; its tests will try again:" >&2
   tail -5 "$image_log" >&2
 fi
 rm -f "$image_log"
+phase "container image"
 echo "== ruff"
 .venv/bin/ruff check toolkit tests benchmarks scripts
 .venv/bin/ruff format --check toolkit tests benchmarks scripts
+phase "ruff"
 echo "== mypy --strict toolkit/"
 .venv/bin/mypy toolkit
+phase "mypy"
 echo "== pytest"
 # The suite runs as on a fresh machine: no Python with Ray on PATH but .venv's, which
 # is not on it either. A directory whose python or python3 imports Ray (one a user or
@@ -65,9 +98,12 @@ done
 # slowest 30 tests are listed at the end: CI's time is kept under 25 minutes.
 run_pytest() { PATH="$test_path" RTK_TEST_CLEAN_PATH=1 .venv/bin/python -m pytest "$@"; }
 rest=0
-run_pytest -m "not gpu and not timing" -n "${RTK_TEST_WORKERS:-2}" --durations=30 "$@" || rest=$?
+run_pytest -m "not gpu and not timing" -n "${RTK_TEST_WORKERS:-2}" --durations=30 \
+  --junitxml="$junit" "$@" || rest=$?
+phase "pytest (unit + integration)"
 timing=0
 run_pytest -m "not gpu and timing" "$@" || timing=$?
+phase "pytest (timing, alone)"
 # 5 is pytest's "no test selected": the arguments may select tests of one kind only.
 if ((rest == 5 && timing == 5)); then exit 5; fi
 if ((rest == 5)); then rest=0; fi

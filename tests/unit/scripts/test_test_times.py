@@ -1,0 +1,48 @@
+"""scripts/test_times.py: the tests' worker time per folder, from a real JUnit file."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "scripts"))
+
+from test_times import folder_of, worker_seconds  # noqa: E402
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?>
+<testsuites><testsuite name="pytest" tests="4">
+<testcase classname="tests.unit.telemetry.test_sampler" name="test_a" time="1.5"/>
+<testcase classname="tests.unit.telemetry.report.test_page" name="test_b" time="0.5"/>
+<testcase classname="tests.unit.cli.test_cmd_up.TestUp" name="test_c" time="2.0"/>
+<testcase classname="tests.integration.test_train_cluster" name="test_d" time="90"/>
+</testsuite></testsuites>
+"""
+
+
+def test_folders_are_two_levels_under_unit_and_integration_as_one() -> None:
+    assert folder_of("tests.unit.telemetry.report.test_page") == "unit/telemetry"
+    assert folder_of("tests.unit.cli.test_cmd_up.TestUp") == "unit/cli"
+    assert folder_of("tests.integration.test_train_cluster") == "integration"
+
+
+def test_worker_time_sums_per_folder_and_prints_largest_first(tmp_path: Path) -> None:
+    path = tmp_path / "junit.xml"
+    path.write_text(JUNIT, encoding="utf-8")
+    assert worker_seconds(str(path)) == {
+        "unit/telemetry": (2.0, 2),
+        "unit/cli": (2.0, 1),
+        "integration": (90.0, 1),
+    }
+    done = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "test_times.py"), str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    lines = done.stdout.splitlines()
+    assert lines[0] == "== test time per folder (worker time, 1.6 min in all)"
+    assert lines[1].split() == ["integration", "1.5", "min", "1", "tests"]
+    assert len(lines) == 4
