@@ -141,10 +141,16 @@ def known_hosts(layout: Layout, host_keys: Mapping[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def inventory(layout: Layout, python: str, slurm_conf: Path | None = None) -> str:
+def inventory(
+    layout: Layout,
+    python: str,
+    slurm_conf: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> str:
     """The rtk inventory of the sandbox (strings JSON-quoted, which YAML reads as-is).
 
     ``slurm_conf``: the sandbox's slurm.conf, named in a comment, when it runs SLURM.
+    ``env``: every node's ``env:`` (``defaults.env``), for Ray and all it runs.
     """
     slurm = [f"#   its SLURM, from the host: SLURM_CONF={slurm_conf} sinfo"] if slurm_conf else []
     lines = [
@@ -162,8 +168,11 @@ def inventory(layout: Layout, python: str, slurm_conf: Path | None = None) -> st
         f"    key: {json.dumps(str(layout.key_path))}",
         f"    known_hosts: {json.dumps(str(layout.known_hosts))}",
         f"  python: {json.dumps(python)}",
-        "nodes:",
     ]
+    if env:
+        lines.append("  env:")
+        lines += [f"    {key}: {json.dumps(value)}" for key, value in sorted(env.items())]
+    lines.append("nodes:")
     for node in layout.nodes:
         lines.append(f"  - host: {node.name}")
         lines.append(f"    address: {node.address}")

@@ -8,7 +8,7 @@ import shutil
 import socket
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -239,6 +239,7 @@ def create(
     slurm: bool = False,
     ready_timeout_s: float = 30.0,
     progress: Progress | None = None,
+    ray_env: Mapping[str, str] | None = None,
 ) -> Sandbox:
     """Create a sandbox of ``nodes`` nodes on this machine and wait until SSH works.
 
@@ -258,6 +259,8 @@ def create(
         ready_timeout_s: How long each node may take to accept an SSH login (and, with
             SLURM, to be idle in ``sinfo``).
         progress: Called with one line per step done.
+        ray_env: Environment for Ray on every node, written into the inventory
+            (``defaults.env``): the tests turn Ray's health-check clocks down with it.
 
     Returns:
         The running sandbox.
@@ -305,7 +308,8 @@ def create(
             )
             slurm_conf = SlurmLayout.of(layout).conf
             say(f"SLURM: all {nodes} nodes idle in sinfo (after {waited_s:.1f} s more)")
-        _write(layout.inventory_path, config_files.inventory(layout, python, slurm_conf))
+        text = config_files.inventory(layout, python, slurm_conf, ray_env)
+        _write(layout.inventory_path, text)
         sandbox = Sandbox(layout, record)
     except BaseException as e:
         logger.info("creating sandbox %s failed (%s); removing what was created", name, e)

@@ -1170,7 +1170,9 @@ ESSENTIAL_ORDER = [
 
 
 def test_essentials_dry_run_lists_the_steps_in_order_within_540_s(tmp_path: Path) -> None:
-    done = acceptance("--essentials", "--dry-run", out=tmp_path)
+    wheelhouse = tmp_path / "wheelhouse"  # a fresh clone has no .whl: name one
+    wheelhouse.mkdir()
+    done = acceptance("--essentials", "--dry-run", "--wheelhouse", str(wheelhouse), out=tmp_path)
     assert done.returncode == 0, done.stderr
     out = done.stdout.splitlines()
     steps = [line.split() for line in out if re.match(r"  \d+ \S+ +\d+ s  ", line)]
