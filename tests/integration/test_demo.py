@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from importlib.util import find_spec
 from pathlib import Path
 
@@ -21,11 +20,8 @@ def test_demo_trains_with_telemetry_reports_and_leaves_nothing_behind(
     ray_available: None, state_dir: Path, tmp_path: Path
 ) -> None:
     require(find_spec("torch") is not None, "torch is not installed (pip install '.[train]')")
-    began = time.monotonic()
     done = rtk("demo", "--output-dir", str(tmp_path), timeout=600)
-    took_s = time.monotonic() - began
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    assert took_s < 180, f"rtk demo took {took_s:.0f} s; the target is under 3 minutes"
     assert "1/1 node(s) ready" in done.stdout
     assert "task for localhost ran on host" in done.stdout
     assert "preflight of local: " in done.stdout

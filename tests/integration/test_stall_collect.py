@@ -12,9 +12,11 @@ marks the nodes it brings up), names the stopped rank.
 from __future__ import annotations
 
 import json
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from rank_processes import WAIT_FUNCTION, WAIT_LINE, Ranks
@@ -28,6 +30,8 @@ pytestmark = pytest.mark.ray
 
 GHOST_ID = "0123456789abcdef" * 3 + "01234567"  # 56 hex digits: a node id no Ray has
 TIMEOUT_S = 4.0
+COLLECT_DEADLINE_S = 120.0
+T = TypeVar("T")
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +51,22 @@ def node_id(ray_available: None) -> Iterator[str]:
         ray.shutdown()
 
 
+def within_deadline(collect: Callable[[], T]) -> T:
+    """``collect()``'s answer, which must come while a node still holds its own back.
+
+    The node that never answers (a ghost, a hung task) answers at most when the test
+    lets it, after: the collection gives up on it at ``TIMEOUT_S``. The deadline is for
+    a collection that waits for it anyway, far past the timeout on any machine.
+    """
+    answer: list[T] = []
+    worker = threading.Thread(target=lambda: answer.append(collect()), daemon=True)
+    worker.start()
+    worker.join(COLLECT_DEADLINE_S)
+    assert not worker.is_alive(), "the collection waited for the node that does not answer"
+    (found,) = answer
+    return found
+
+
 @pytest.fixture
 def ranks(tmp_path: Path) -> Iterator[Ranks]:
     started = Ranks(tmp_path / "run", tmp_path)
@@ -56,7 +76,6 @@ def ranks(tmp_path: Path) -> Iterator[Ranks]:
         started.kill_all()
 
 
-@pytest.mark.timing
 def test_the_nodes_ranks_answer_and_a_node_ray_never_had_is_named(
     node_id: str, ranks: Ranks
 ) -> None:
@@ -64,11 +83,13 @@ def test_the_nodes_ranks_answer_and_a_node_ray_never_had_is_named(
 
     pids = [ranks.start(rank, node="here") for rank in range(3)]
     ranks.stop(pids[2])
-    started = time.monotonic()
-    here, ghost = collect_evidence(
-        {"here": node_id, "ghost": GHOST_ID}, str(ranks.run_dir), per_node_timeout_s=TIMEOUT_S
+    here, ghost = within_deadline(
+        lambda: collect_evidence(
+            {"here": node_id, "ghost": GHOST_ID},
+            str(ranks.run_dir),
+            per_node_timeout_s=TIMEOUT_S,
+        )
     )
-    took_s = time.monotonic() - started
     assert here.node == "here" and here.error is None, here
     assert [(r.rank, r.pid) for r in here.ranks] == list(enumerate(pids))
     where = Frame(WAIT_FUNCTION, str(ranks.script), WAIT_LINE)
@@ -79,38 +100,42 @@ def test_the_nodes_ranks_answer_and_a_node_ray_never_had_is_named(
     ]
     assert ghost.node == "ghost" and ghost.ranks == () and ghost.error is not None
     assert "\n" not in ghost.error
-    assert took_s < TIMEOUT_S + 3.0, took_s  # the bound, not a wait for the ghost
 
 
-@pytest.mark.timing
 def test_a_node_whose_task_hangs_is_named_at_its_time(
-    node_id: str, ranks: Ranks, monkeypatch: pytest.MonkeyPatch
+    node_id: str, ranks: Ranks, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     import ray
 
     from toolkit.stall import collect
     from toolkit.stall.node_evidence import node_evidence
 
+    release = tmp_path / "release"  # the slow node's task answers only once this exists
+
     @ray.remote(num_cpus=0)
     def hang_on_slow(run_dir: str, node: str, stack_timeout_s: float) -> object:
-        if node == "slow":
-            time.sleep(600)
+        while node == "slow" and not release.exists():
+            time.sleep(0.1)
         return node_evidence(run_dir, node, stack_timeout_s)
 
     monkeypatch.setattr(collect, "_node_evidence", hang_on_slow)
     ranks.start(0, node="here")
-    started = time.monotonic()
-    found = collect.collect_evidence(
-        {"slow": node_id, "here": node_id}, str(ranks.run_dir), per_node_timeout_s=TIMEOUT_S
-    )
-    took_s = time.monotonic() - started
+    try:
+        found = within_deadline(
+            lambda: collect.collect_evidence(
+                {"slow": node_id, "here": node_id},
+                str(ranks.run_dir),
+                per_node_timeout_s=TIMEOUT_S,
+            )
+        )
+    finally:
+        release.touch()
     assert [(n.node, n.error) for n in found] == [
         ("slow", f"did not answer within {TIMEOUT_S:g} s"),
         ("here", None),
     ]
     assert [r.rank for r in found[1].ranks] == [0]
-    assert found[0].elapsed_s >= TIMEOUT_S
-    assert took_s < TIMEOUT_S + 3.0, took_s
+    assert found[0].elapsed_s >= TIMEOUT_S  # given its whole time, then named
 
 
 def test_the_check_job_names_the_stopped_rank(

@@ -16,7 +16,6 @@ from toolkit.rundir import Manifest, RunDir
 from toolkit.rundir.traces import read_table
 
 
-@pytest.mark.timing
 @pytest.mark.usefixtures("ray_available")
 def test_two_nodes_sharing_tmp_keep_separate_traces(tmp_path: Path) -> None:
     import ray
@@ -44,9 +43,12 @@ def test_two_nodes_sharing_tmp_keep_separate_traces(tmp_path: Path) -> None:
         traces = RunDir(run_dir).node_traces(name)
         assert [p.name for p in traces] == ["trace-001.arrows"]
         table = read_table(traces)
-        # About 3 s at 10 Hz each: one sampler's file never holds the other's samples.
-        assert 20 <= table.num_rows <= 45, (name, table.num_rows)
-        assert node.samples_expected == table.num_rows
+        # Each file holds exactly what its own sampler says it wrote: one sampler's
+        # file never holds the other's samples (whatever the machine's load made of
+        # the 3 s at 10 Hz), and they come in order, none twice.
+        assert table.num_rows > 0, name
+        assert node.samples_expected == table.num_rows, (name, node.samples_expected)
         wall = table.column("wall_s").to_pylist()
-        assert wall == sorted(wall)
-        assert all(b - a < 0.5 for a, b in zip(wall, wall[1:], strict=False))
+        assert all(a < b for a, b in zip(wall, wall[1:], strict=False)), name
+    paths = {p for name in manifest.nodes for p in RunDir(run_dir).node_traces(name)}
+    assert len(paths) == 2  # two files, one per node

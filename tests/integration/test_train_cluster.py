@@ -377,9 +377,10 @@ def test_a_lost_worker_node_restarts_from_the_last_checkpoint(
     summary = check_telemetry(run_dir, sandbox_train, 120, lost=(sampler_victim, victim))
     rows = samples(run_dir, sampler_victim)
     # Its last sample, on this machine's clock (the skewed node stamps SKEW_S ahead),
-    # is within about a second of the kill: a killed sampler loses at most that.
+    # comes before the kill and not long before it: what it had flushed is kept (how
+    # much a kill loses, at most a flush interval, is tests/unit/telemetry's to check).
     last_s = rows[-1]["wall_s"] - (SKEW_S if sampler_victim == skewed_node(sandbox_train) else 0)
-    assert sampler_killed_at - 1.5 < last_s < sampler_killed_at + 0.5
+    assert sampler_killed_at - 10.0 < last_s < sampler_killed_at + 0.5
     node = summary["nodes"][sampler_victim]
     assert node["partial"] and node["gaps"] and node["covered_fraction"] < 1.0
     assert "report: " in output
