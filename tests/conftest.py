@@ -141,6 +141,19 @@ def ray_available() -> None:
         require(False, "ray is not installed")
 
 
+# Ray's clocks for the test clusters: its GCS declares a node dead after
+# health_check_failure_threshold checks in a row fail, one every health_check_period_ms,
+# each given health_check_timeout_ms (Ray's defaults 5, 3,000 ms and 10,000 ms: 15 to
+# 50 s). Tests that cut a node off wait on that; here it takes 3 to 9 s. The timeout
+# stays well above what a loaded 2-core machine makes a healthy raylet take to answer.
+RAY_TEST_CLOCKS: dict[str, str] = {
+    "RAY_health_check_initial_delay_ms": "2000",
+    "RAY_health_check_period_ms": "1000",
+    "RAY_health_check_timeout_ms": "3000",
+    "RAY_health_check_failure_threshold": "3",
+}
+
+
 # The sandbox: a real 3-node cluster on this machine (see toolkit/sandbox), shared by
 # every test that only needs one running; tests that create their own use other names.
 def require_sandbox_host() -> None:
@@ -160,7 +173,7 @@ def sandbox3() -> Iterator[Sandbox]:
 
     require_sandbox_host()
     destroy("sb3")  # whatever an interrupted earlier session left behind
-    sandbox = create(3, name="sb3", subnet="10.77.3")
+    sandbox = create(3, name="sb3", subnet="10.77.3", ray_env=RAY_TEST_CLOCKS)
     try:
         yield sandbox
     finally:
@@ -175,7 +188,7 @@ def sandbox_train() -> Iterator[Sandbox]:
 
     require_sandbox_host()
     destroy("sbt")
-    sandbox = create(3, name="sbt", subnet="10.77.7")
+    sandbox = create(3, name="sbt", subnet="10.77.7", ray_env=RAY_TEST_CLOCKS)
     try:
         yield sandbox
     finally:

@@ -26,7 +26,14 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import REPO, pids_mentioning, require, require_sandbox_host, rtk
+from conftest import (
+    RAY_TEST_CLOCKS,
+    REPO,
+    pids_mentioning,
+    require,
+    require_sandbox_host,
+    rtk,
+)
 from fake_nvml import FakeGpu, FakeNvml
 
 from toolkit.cluster.plan import build_plan
@@ -52,7 +59,7 @@ def sandbox_torchrun() -> Iterator[Sandbox]:
 
     require_sandbox_host()
     destroy("sbtr")
-    sandbox = create(3, name="sbtr", subnet="10.77.26")
+    sandbox = create(3, name="sbtr", subnet="10.77.26", ray_env=RAY_TEST_CLOCKS)
     try:
         yield sandbox
     finally:
