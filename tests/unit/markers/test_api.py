@@ -109,36 +109,58 @@ def test_off_every_call_is_a_no_op() -> None:
     assert recorder.active is None
 
 
+# argv: how long rank 1 arrives at each barrier after rank 0 is inside it.
 API_SCRIPT = """
 import sys, time
+from pathlib import Path
 import torch
 import torch.distributed as dist
 from toolkit import markers
 
+late_s = float(sys.argv[1])
 dist.init_process_group("gloo")
+rank = dist.get_rank()
 model = torch.nn.Linear(4, 1)  # no DDP: it imports torch._dynamo, seconds a rank here
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 dist.barrier()  # the ranks start together (their imports take different times)
-for _ in range(2):
+if rank == 0:
+    # markers.barrier calls torch.distributed.barrier once it has taken rank 0's
+    # arrival: say then, in a file, that rank 0 is inside barrier N.
+    real_barrier, entered = dist.barrier, []
+    def barrier(group=None):
+        entered.append(1)
+        Path(f"rank0-in-barrier-{len(entered)}").touch()
+        real_barrier(group)
+    dist.barrier = barrier
+for step in range(2):
     with markers.step(tokens=16):
         with markers.phase("forward"):
             loss = model(torch.ones(2, 4)).sum()
         with markers.phase("backward"):
             loss.backward()
         optimizer.step()
-    if dist.get_rank() == 1:
-        time.sleep(float(sys.argv[1]))
+    if rank == 1:  # arrive once rank 0 is waiting, and late_s after
+        give_up = time.monotonic() + 60
+        while not Path(f"rank0-in-barrier-{step + 1}").exists():
+            assert time.monotonic() < give_up, "rank 0 never reached the barrier"
+            time.sleep(0.01)
+        time.sleep(late_s)
     markers.barrier()
 dist.destroy_process_group()
 print("enabled", markers.enabled())
 """
 
 
-@pytest.mark.timing  # compares two ranks' waits, set apart by a sleep
 def test_two_ranks_with_steps_phases_and_barriers(tmp_path: Path) -> None:
+    """Both ranks' records; rank 1 arrives last at every barrier, by construction.
+
+    Rank 1 arrives only after rank 0 is inside the barrier (a file says so) and
+    ``late_s`` more, so rank 0 waits longer than ``late_s`` whatever the load; rank 1,
+    arriving last, waits the least (how close its wait is to zero is the machine's).
+    """
     (tmp_path / "train.py").write_text(API_SCRIPT)
-    sleep_s = 0.3
-    ranks = run_ranks(["train.py", str(sleep_s)], 2, tmp_path / "run", tmp_path)
+    late_s = 0.5
+    ranks = run_ranks(["train.py", str(late_s)], 2, tmp_path / "run", tmp_path)
     assert [r.returncode for r in ranks] == [0, 0], [r.stderr for r in ranks]
     assert all(r.stdout == "enabled True\n" for r in ranks)
     found = by_rank(tmp_path / "run")
@@ -153,12 +175,16 @@ def test_two_ranks_with_steps_phases_and_barriers(tmp_path: Path) -> None:
         ], rank
         assert {m.world_size for m in written} == {2}
         assert [m.fields["tokens"] for m in written if m.event == "step_end"] == [16, 16]
-    waits = {
-        rank: [float(str(m.fields["wait_s"])) for m in written if m.event == "barrier"]
-        for rank, written in found.items()
+        assert all(m.fields["group"] is None for m in written if m.event == "barrier")
+    barriers = {
+        rank: [m for m in written if m.event == "barrier"] for rank, written in found.items()
     }
-    # Rank 1 arrives late at every barrier: rank 0 waits there for it, rank 1 does not.
-    assert all(w0 > w1 + sleep_s / 2 for w0, w1 in zip(waits[0], waits[1], strict=True)), waits
+    for at_0, at_1 in zip(barriers[0], barriers[1], strict=True):
+        wait_0, wait_1 = float(str(at_0.fields["wait_s"])), float(str(at_1.fields["wait_s"]))
+        assert wait_0 > late_s, (wait_0, late_s)  # rank 0 waited for rank 1 ...
+        assert wait_1 < wait_0  # ... which, arriving last, waited the least
+        # On the node's one monotonic clock, rank 1 arrived (written less waited) last.
+        assert at_1.mono_s - wait_1 > at_0.mono_s - wait_0
 
 
 def test_off_writes_nothing_and_creates_no_folder(tmp_path: Path) -> None:

@@ -20,25 +20,35 @@ from toolkit.rundir import Marker, read_markers
 
 RUNNER = ["-m", "toolkit.markers.auto_steps"]
 
-# As a user writes it: no rtk import. argv: steps, the rank that sleeps before its
-# backward, how long.
+# As a user writes it: no rtk import. argv: steps, the rank late to its backward (1,
+# or -1: none), how late. Rank 1 then starts its backward only once rank 0 is inside
+# its own (a hook on the loss's gradient says so in a file), and late_s after.
 DDP_SCRIPT = """
 import sys, time
+from pathlib import Path
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 def main():
-    steps, slow_rank, sleep_s = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+    steps, late_rank, late_s = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
     dist.init_process_group("gloo")
+    rank = dist.get_rank()
     torch.manual_seed(0)
     model = DDP(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     dist.barrier()
-    for _ in range(steps):
+    for step in range(steps):
         loss = model(torch.randn(4, 8)).pow(2).mean()
-        if dist.get_rank() == slow_rank:
-            time.sleep(sleep_s)
+        inside = Path(f"rank0-in-backward-{step}")
+        if late_rank == 1 and rank == 0:
+            loss.register_hook(lambda grad: inside.touch())
+        elif late_rank == 1 and rank == 1:
+            give_up = time.monotonic() + 60
+            while not inside.exists():
+                assert time.monotonic() < give_up, "rank 0 never began its backward"
+                time.sleep(0.01)
+            time.sleep(late_s)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
@@ -87,18 +97,22 @@ def test_torchrun_ranks_write_every_step_with_its_backward(tmp_path: Path) -> No
         assert {(m.local_rank, m.world_size) for m in written} == {(rank, 2)}
 
 
-@pytest.mark.timing  # compares two ranks' waits, set apart by a sleep
 def test_a_rank_late_to_backward_shows_as_the_others_longer_backward(tmp_path: Path) -> None:
+    """Rank 1 starts its backward once rank 0 is inside its own, and ``late_s`` after.
+
+    The all-reduce inside rank 0's backward waits for rank 1's, so rank 0's backward
+    lasts longer than ``late_s`` whatever the load, and longer than rank 1's (which
+    finds rank 0's gradients there), at every step.
+    """
     (tmp_path / "train.py").write_text(DDP_SCRIPT)
-    sleep_s = 0.3
-    ranks = run_ranks([*RUNNER, "train.py", "2", "1", str(sleep_s)], 2, tmp_path / "run", tmp_path)
+    late_s = 0.5
+    ranks = run_ranks([*RUNNER, "train.py", "2", "1", str(late_s)], 2, tmp_path / "run", tmp_path)
     assert [r.returncode for r in ranks] == [0, 0], [r.stderr for r in ranks]
     found = by_rank(tmp_path / "run")
     waiting, late = backward_s(found[0]), backward_s(found[1])
     assert sorted(waiting) == sorted(late) == [0, 1]
-    # Rank 1 sleeps before its backward; the all-reduce inside rank 0's backward waits
-    # for it, so rank 0's backward is longer by about the sleep, at every step.
-    assert all(waiting[s] > late[s] + sleep_s / 2 for s in waiting), (waiting, late)
+    assert all(waiting[s] > late_s for s in waiting), (waiting, late_s)
+    assert all(waiting[s] > late[s] for s in waiting), (waiting, late)
 
 
 @pytest.fixture

@@ -5,18 +5,19 @@ On this machine's real host sensor, and on NVML's fake for the GPU energy counte
 
 from __future__ import annotations
 
+import inspect
 import json
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 from fake_nvml import FakeGpu, FakeNvml
 
-from toolkit.rundir.traces import read_table, row_dicts
-from toolkit.telemetry.sampler import EnergySchedule, Sampler
+from toolkit.rundir.traces import iter_batches, read_table, row_dicts
+from toolkit.telemetry.sampler import DEFAULT_RATE_HZ, EnergySchedule, Sampler
 from toolkit.telemetry.sensors.host import HostSensor
 from toolkit.telemetry.sensors.nvml import NvmlSensor
 
@@ -26,44 +27,79 @@ def lines(path: Path) -> list[dict[str, object]]:
     return [row for batch in read_table([path]).to_batches() for row in row_dicts(batch)]
 
 
-@pytest.mark.timing
-def test_samples_at_the_rate_with_both_clocks(tmp_path: Path) -> None:
+def wait_for(condition: Callable[[], bool], what: str, deadline_s: float = 60.0) -> None:
+    """Poll ``condition`` until it holds; fail after ``deadline_s`` (a stuck sampler)."""
+    give_up = time.monotonic() + deadline_s
+    while not condition():
+        assert time.monotonic() < give_up, f"no {what} after {deadline_s:g} s"
+        time.sleep(0.01)
+
+
+def test_samples_on_its_schedule_with_both_clocks(tmp_path: Path) -> None:
+    """Every tick is one sample with both clocks, and the schedule never bursts.
+
+    How many ticks a second the machine allows is a benchmark
+    (``benchmarks/timing_targets.py sampler``); here the sampler runs until it has
+    taken a few, however long that takes.
+    """
     path = tmp_path / "samples.arrows"
-    sampler = Sampler([HostSensor()], path, rate_hz=20.0)
-    began = time.time()
+    rate_hz = 20.0
+    sampler = Sampler([HostSensor()], path, rate_hz=rate_hz)
+    began_wall, began_mono = time.time(), time.monotonic()
     sampler.start()
-    time.sleep(1.0)
+    wait_for(lambda: sampler.stats.samples >= 5, "5 samples")
     stats = sampler.stop()
+    ended_wall = time.time()
+    assert not sampler.running
     rows = lines(path)
-    assert 15 <= len(rows) <= 25, len(rows)
-    assert stats.samples == len(rows) and stats.errors == 0
+    assert stats.samples == len(rows) == stats.ticks >= 6  # one reading a tick, and the stop's
+    assert stats.errors == 0
     for row in rows:
         assert row["device"] == "host" and row["kind"] == "host"
-        assert began <= float(row["wall_s"]) <= time.time()  # type: ignore[arg-type]
-        assert "mono_s" in row and "memory_used_bytes" in row
+        assert began_wall <= float(row["wall_s"]) <= ended_wall  # type: ignore[arg-type]
+        assert row["mono_s"] is not None and row["memory_used_bytes"] is not None
+    wall = [float(r["wall_s"]) for r in rows]  # type: ignore[arg-type]
     mono = [float(r["mono_s"]) for r in rows]  # type: ignore[arg-type]
-    gaps = [b - a for a, b in zip(mono, mono[1:], strict=False)]
-    assert max(gaps) < 0.2  # 50 ms period, no tick lost on an idle machine
+    assert mono == sorted(set(mono)) and wall == sorted(wall)
+    assert (stats.first_wall_s, stats.last_wall_s) == (wall[0], wall[-1])
+    # Tick n (the stop's reading aside) is taken no earlier than n periods after the
+    # start: a sampler that fell behind skips ticks, it never catches up in a burst.
+    for n, at_s in enumerate(mono[:-1]):
+        assert at_s - began_mono >= n / rate_hz - 1e-3, (n, at_s - began_mono)
 
 
-@pytest.mark.timing
-def test_a_killed_sampler_loses_at_most_about_a_second(tmp_path: Path) -> None:
+def test_a_killed_sampler_keeps_every_flush_and_loses_one_batch_at_most(tmp_path: Path) -> None:
+    """``python -m toolkit.telemetry.sampler`` flushes as it runs; SIGKILL it mid-run.
+
+    Batches reach the file while it runs, every one flushed before the kill reads
+    back, and none holds more than ``flush_s`` of ticks at the rate (the sampler's
+    defaults), so the buffer a kill loses is at most that. How late the last flushed
+    sample is at the kill, in seconds, is a benchmark
+    (``benchmarks/timing_targets.py sampler-kill``).
+    """
     path = tmp_path / "samples.arrows"
+    flush_s = inspect.signature(Sampler).parameters["flush_s"].default
+    most_per_batch = flush_s * DEFAULT_RATE_HZ + 2  # ticks a flush_s spans, and its ends
     proc = subprocess.Popen(
         [sys.executable, "-m", "toolkit.telemetry.sampler", str(path), "--sensors", "host"],
         stdout=subprocess.PIPE,
         text=True,
     )
-    assert proc.stdout is not None
-    assert json.loads(proc.stdout.readline())["started"]
-    time.sleep(2.6)
-    killed_at = time.time()
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(10)
+    try:
+        assert proc.stdout is not None
+        assert json.loads(proc.stdout.readline())["started"]
+        wait_for(lambda: len(list(iter_batches([path]))) >= 3, "3 flushed batches")
+        before = lines(path)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(60)
     rows = lines(path)
-    assert rows, "nothing reached the file"
-    last = float(rows[-1]["wall_s"])  # type: ignore[arg-type]
-    assert killed_at - last < 1.3, killed_at - last
+    assert rows[: len(before)] == before  # nothing flushed was lost
+    mono = [float(r["mono_s"]) for r in rows]  # type: ignore[arg-type]
+    assert mono == sorted(set(mono))
+    sizes = [batch.num_rows for batch in iter_batches([path])]
+    assert len(sizes) >= 3 and sum(sizes) == len(rows)
+    assert max(sizes) <= most_per_batch, (sizes, most_per_batch)
 
 
 def test_sigterm_stops_cleanly_with_everything_flushed(tmp_path: Path) -> None:
@@ -108,7 +144,6 @@ def gpu_rows(path: Path) -> dict[str, list[dict[str, object]]]:
     return rows
 
 
-@pytest.mark.timing
 def test_energy_counter_read_at_its_own_rate_and_with_the_first_and_last(
     tmp_path: Path,
 ) -> None:
@@ -117,12 +152,30 @@ def test_energy_counter_read_at_its_own_rate_and_with_the_first_and_last(
     sampler = Sampler(
         [NvmlSensor(fake)], path, rate_hz=20.0, power_rate_hz=40.0, energy_rate_hz=4.0
     )
+
+    def calls(function: str) -> int:
+        # A copy first (made in one step): the sampler's thread adds to the counts.
+        return dict(fake.fake_calls).get((function, "GPU-1"), 0)
+
+    def full_readings_without_the_counter() -> int:
+        # Full readings ask the temperature, after the counter when they read it; the
+        # stop's reading adds one to each, so the difference is never taken back.
+        return calls("nvmlDeviceGetTemperature") - calls("nvmlDeviceGetTotalEnergyConsumption")
+
+    def power_only_ticks() -> int:
+        # Every tick that was no full reading; one of these may be a full one under way.
+        return sampler.stats.ticks - calls("nvmlDeviceGetTemperature")
+
     sampler.start()
-    time.sleep(1.2)
+    # Run until a full reading went without the counter and a power-only tick ran,
+    # however long this machine takes to tick.
+    wait_for(lambda: full_readings_without_the_counter() >= 1, "full reading without energy")
+    wait_for(lambda: power_only_ticks() >= 2, "power-only tick")
     stats = sampler.stop()
     by_gpu = gpu_rows(path)
     assert sorted(by_gpu) == ["GPU-0", "GPU-1"]
     for uuid, rows in by_gpu.items():
+        assert any(r["kind"] == "gpu_power" for r in rows)
         full = [r for r in rows if r["kind"] == "gpu"]
         with_energy = [r for r in full if r.get("energy_j") is not None]
         # Every counter call made it into the trace, and only full readings carry it.
@@ -131,7 +184,7 @@ def test_energy_counter_read_at_its_own_rate_and_with_the_first_and_last(
         # The first reading and the last (taken by stop) carry the counter ...
         assert rows[0] is full[0] and full[0].get("energy_j") is not None
         assert rows[-1] is full[-1] and full[-1].get("energy_j") is not None
-        # ... the full readings in between mostly do not (not a stale copy) ...
+        # ... the full readings in between do not all carry it (not a stale copy) ...
         assert len(with_energy) < len(full)
         assert len(with_energy) == stats.energy_reads
         # ... and the schedule's reads are due a period apart (0.25 s; the stop's own

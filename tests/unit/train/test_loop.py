@@ -108,22 +108,31 @@ def test_steps_of_a_failed_attempt_move_aside_on_restart(tmp_path: Path) -> None
     assert [json.loads(x)["step"] for x in superseded] == [21, 22]
 
 
-@pytest.mark.timing  # rank 0's wait is the sleeper's 0.3 s only when both ranks get a core
 def test_straggle_makes_one_rank_arrive_last_at_every_barrier(tmp_path: Path) -> None:
+    """``--straggle 1:S``: rank 1 sleeps S before every barrier, and the report names it.
+
+    Both ranks leave the step's loss all-reduce together; rank 0 then goes straight
+    to the barrier, rank 1 after its sleep. S is a second, far beyond scheduling noise
+    on a loaded machine, and only the order is asserted: rank 1 arrives last and
+    waits less. How close rank 0's wait comes to S is a benchmark
+    (``benchmarks/timing_targets.py straggle``).
+    """
     from toolkit.telemetry.report.figures.stragglers import WaitEnergy, stragglers
     from toolkit.telemetry.report.inputs.marker_summary import reduce_markers
 
     run_dir = tmp_path / "run"
     run_local(
-        config(run_dir, max_steps=6, barrier_every=2, save_steps=0, straggle="1:0.3"),
+        config(run_dir, max_steps=6, barrier_every=2, save_steps=0, straggle="1:1.0"),
         2,
         tmp_path / "rendezvous",
     )
-    barriers = [r for r in read_markers(run_dir) if r.event == "barrier"]
-    waits = {(r.rank, r.step): r.fields["wait_s"] for r in barriers}
+    barriers = {(r.rank, r.step): r for r in read_markers(run_dir) if r.event == "barrier"}
+    assert sorted(barriers) == [(rank, step) for rank in (0, 1) for step in (2, 4, 6)]
     for step in (2, 4, 6):
-        assert waits[(0, step)] >= 0.25  # rank 0 waited for the sleeper
-        assert waits[(1, step)] < 0.2
+        wait_s = {rank: float(str(barriers[(rank, step)].fields["wait_s"])) for rank in (0, 1)}
+        entered_s = {rank: barriers[(rank, step)].mono_s - wait_s[rank] for rank in (0, 1)}
+        assert wait_s[0] > wait_s[1], wait_s  # rank 0 waited for the sleeper ...
+        assert entered_s[1] > entered_s[0], entered_s  # ... who arrived last (one clock)
     summary = reduce_markers(sorted((run_dir / "markers").glob("*.jsonl")), {}, {})
     assert summary.waits is not None
     found = stragglers(summary.waits, WaitEnergy(summary.waits), 0.0)

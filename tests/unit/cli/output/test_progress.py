@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import re
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -168,23 +169,30 @@ def test_live_block_draws_counts_in_place_and_closes_on_ctrl_c() -> None:
     ]
 
 
-@pytest.mark.timing
 def test_live_block_redraws_by_itself_and_uses_block_characters_on_utf8() -> None:
+    """The ticker redraws the block with no event coming: the elapsed time moves on.
+
+    The clock is the test's, moved on once the block is on screen; the ticker's
+    redraw shows the new time (waited for: it comes every ``REFRESH_S`` on an idle
+    machine, later on a busy one).
+    """
+
     class Utf8(io.StringIO):
         encoding = "utf-8"
 
-    out = Utf8()
-    with ProgressReporter(4 * SMALL_CLUSTER, stream=out, live=True) as reporter:
+    out, clock = Utf8(), Clock()
+    with ProgressReporter(4 * SMALL_CLUSTER, stream=out, live=True, clock=clock) as reporter:
         reporter.phase("n0001", "probed")
-        drawn = threading.Event()
-        # The ticker redraws (the elapsed time moves) with no event coming.
-        for _ in range(40):
-            if out.getvalue().count("\x1b[2K  probed") >= 2:
-                drawn.set()
-                break
-            threading.Event().wait(0.05)
-    assert drawn.is_set()
-    assert screen(out.getvalue()) == ["  probed    1/32 █" + "░" * 23, "  0.3 s"]
+        bar = "  probed    1/32 █" + "░" * 23
+        assert screen(out.getvalue()) == [bar, "  0.0 s"]  # drawn by the event itself
+        clock.now_s += 0.3
+        give_up = time.monotonic() + 60
+        while screen(out.getvalue())[-1] != "  0.3 s":
+            assert time.monotonic() < give_up, "the ticker never redrew the block"
+            time.sleep(0.01)
+        assert reporter._ticker is not None and reporter._ticker.is_alive()
+    assert out.getvalue().count("\x1b[2K  probed") >= 3  # the event's, the ticker's, the end's
+    assert screen(out.getvalue()) == [bar, "  0.3 s"]
 
 
 def test_events_from_many_threads_are_each_counted_once() -> None:
