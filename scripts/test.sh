@@ -93,20 +93,12 @@ done
 # GPU tests run on a GPU machine (pytest -m gpu); this machine class has none.
 # Two workers (pytest-xdist; RTK_TEST_WORKERS sets how many, 0 for one process): most
 # integration tests wait on Ray, sshd and SLURM, not on a core. Tests that share a sandbox or the host's Ray stay on one worker
-# (XDIST_GROUPS in tests/conftest.py). The tests marked `timing` assert a rate or a
-# duration of real processes, so they run after the rest, alone on the machine. The
-# slowest 30 tests are listed at the end: CI's time is kept under 25 minutes.
+# (XDIST_GROUPS in tests/conftest.py). No test asserts a rate or a duration, so none
+# needs the machine to itself: one pass, whatever else the machine runs (rates and
+# durations are benchmarks/). The slowest 30 tests are listed at the end.
 run_pytest() { PATH="$test_path" RTK_TEST_CLEAN_PATH=1 .venv/bin/python -m pytest "$@"; }
-rest=0
-run_pytest -m "not gpu and not timing" -n "${RTK_TEST_WORKERS:-2}" --durations=30 \
-  --junitxml="$junit" "$@" || rest=$?
+status=0
+run_pytest -m "not gpu" -n "${RTK_TEST_WORKERS:-2}" --durations=30 \
+  --junitxml="$junit" "$@" || status=$?
 phase "pytest (unit + integration)"
-timing=0
-run_pytest -m "not gpu and timing" "$@" || timing=$?
-phase "pytest (timing, alone)"
-# 5 is pytest's "no test selected": the arguments may select tests of one kind only.
-if ((rest == 5 && timing == 5)); then exit 5; fi
-if ((rest == 5)); then rest=0; fi
-if ((timing == 5)); then timing=0; fi
-if ((rest != 0)); then exit "$rest"; fi
-exit "$timing"
+exit "$status"
