@@ -59,6 +59,11 @@ if __name__ == "__main__":
 """
 
 ONE_STEP = ["step_begin", "phase_begin:backward", "phase_end:backward", "step_end"]
+# torch 2.13's gloo ranks under torchrun sometimes abort as the interpreter exits, after
+# the script has ended, with this line and SIGABRT (torchrun then exits 1): seen in 8
+# of 16 runs of the plain script, without rtk, beside two busy processes. Every marker
+# is written by then; the test checks them all (run_end included), not the exit.
+TORCH_EXIT_ABORT = "terminate called without an active exception"
 
 
 def backward_s(written: list[Marker]) -> dict[int, float]:
@@ -84,7 +89,7 @@ def test_torchrun_ranks_write_every_step_with_its_backward(tmp_path: Path) -> No
         text=True,
         timeout=120,
     )
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0 or TORCH_EXIT_ABORT in done.stderr, done.stderr
     found = by_rank(tmp_path / "run")
     assert sorted(found) == [0, 1]
     for rank, written in found.items():
