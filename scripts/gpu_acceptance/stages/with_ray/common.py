@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +21,8 @@ from gpu_acceptance import procs
 from gpu_acceptance.context import StageContext
 
 NO_RAY = "Ray not importable"
+# The user's script of ray-record and ray-torchrun: imports nothing of rtk.
+PLAIN_TORCH = Path(__file__).resolve().parents[2] / "plain_torch.py"
 ROOT_ONLY = "needs root: rtk profile sets GPU power limits (as nvidia-smi -pl does)"
 
 
@@ -48,6 +51,14 @@ def shown(ctx: StageContext, argv: Sequence[str]) -> str:
     words = [a.replace(ctx.python, "python") for a in argv]
     line = shlex.join(words)
     return line.replace(ctx.work.rstrip("/"), "$WORK") if ctx.work else line
+
+
+def fresh_job(job_dir: Path, script: Path, run_dir: Path) -> None:
+    """A job directory holding ``script`` alone, and no run directory left from before."""
+    shutil.rmtree(job_dir, ignore_errors=True)
+    job_dir.mkdir(parents=True)
+    shutil.copy(script, job_dir / script.name)
+    shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def outcome(done: procs.Done, tail_chars: int = 1500) -> dict[str, Any]:

@@ -10,7 +10,6 @@ energy, and each GPU's power.
 
 from __future__ import annotations
 
-import shutil
 import statistics
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from gpu_acceptance import training
 from gpu_acceptance.context import StageContext
 from gpu_acceptance.stages.with_ray import common, figures
 
-SCRIPT = Path(__file__).resolve().parents[2] / "plain_torch.py"
+SCRIPT = common.PLAIN_TORCH
 RUN_ID = "plain-ddp"
 
 
@@ -71,10 +70,7 @@ def run(ctx: StageContext, io: Any) -> None:
     if not ctx.ray:
         raise io.skip(common.NO_RAY)
     run_argv, report_argv = commands(ctx)
-    shutil.rmtree(job_dir(ctx), ignore_errors=True)
-    job_dir(ctx).mkdir(parents=True)
-    shutil.copy(SCRIPT, job_dir(ctx) / SCRIPT.name)
-    shutil.rmtree(training.ray_runs_dir(ctx) / RUN_ID, ignore_errors=True)
+    common.fresh_job(job_dir(ctx), SCRIPT, training.ray_runs_dir(ctx) / RUN_ID)
     deadline = common.Deadline(ctx.stage_timeout_s, reserve_s=5.0)
     ran = common.run(ctx, run_argv, deadline.cap(deadline.left_s() - 20.0))
     io.measure("rtk_torchrun", common.outcome(ran, 2500))
