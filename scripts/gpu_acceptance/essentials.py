@@ -68,11 +68,12 @@ def plan_lines(options: Options, ctx: StageContext, commands: bool = True) -> li
 
 
 def _import_error(environment: Mapping[str, Any], module: str) -> str:
-    imports = environment.get("imports") or {}
-    found = imports.get(module) if isinstance(imports, Mapping) else None
+    """Why ``module`` did not import, as the import probe said (or why it said nothing)."""
+    imports: Mapping[str, Any] = environment.get("imports") or {}
+    found = imports.get(module)
     if isinstance(found, Mapping):
         return str(found.get("error") or "unknown error")
-    return str(imports.get("error") or "not probed") if isinstance(imports, Mapping) else "?"
+    return str(imports.get("error") or "not probed")
 
 
 def broken_lines(
