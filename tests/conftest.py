@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -121,6 +122,30 @@ def rtk(
         env={**os.environ, **(env or {})},
         input=input,
         check=False,
+    )
+
+
+# Lines of a failed run's output that say why a process died (Ray's actor deaths,
+# signals, the kernel's OOM killer, a crash), which the tail of a long log can hide
+# behind the survivors' tracebacks.
+_DEATH = re.compile(
+    r"died|SIG[A-Z]+|signal|killed|out of memory|OutOfMemory|exit code|exited with|"
+    r"terminate called|Segmentation|core dumped|Error:",
+    re.IGNORECASE,
+)
+
+
+def failure_text(done: subprocess.CompletedProcess[str], tail_chars: int = 3000) -> str:
+    """What an assertion on a failed rtk run prints: why processes died, then the tails."""
+    seen: list[str] = []
+    for line in (done.stdout + done.stderr).splitlines():
+        short = line.strip()[:300]
+        if _DEATH.search(short) and short not in seen:
+            seen.append(short)
+    return (
+        "== why (first 40 distinct lines naming a death or an error)\n"
+        + "\n".join(seen[:40])
+        + f"\n== stdout tail\n{done.stdout[-tail_chars:]}\n== stderr tail\n{done.stderr[-tail_chars:]}"
     )
 
 

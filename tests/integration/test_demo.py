@@ -8,7 +8,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
-from conftest import require, rtk
+from conftest import failure_text, require, rtk
 
 from toolkit.inventory import default_inventory
 from toolkit.node.agent import marked_pids
@@ -21,7 +21,7 @@ def test_demo_trains_with_telemetry_reports_and_leaves_nothing_behind(
 ) -> None:
     require(find_spec("torch") is not None, "torch is not installed (pip install '.[train]')")
     done = rtk("demo", "--output-dir", str(tmp_path), timeout=600)
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    assert done.returncode == 0, failure_text(done)
     assert "1/1 node(s) ready" in done.stdout
     assert "task for localhost ran on host" in done.stdout
     assert "preflight of local: " in done.stdout

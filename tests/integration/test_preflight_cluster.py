@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import require, require_sandbox_host, rtk
+from conftest import failure_text, require, require_sandbox_host, rtk
 
 from toolkit.sandbox import Sandbox, cpu_share, procs
 
@@ -308,7 +308,7 @@ def test_a_slowed_link_is_localised_and_the_cluster_goes_on_without_its_node(
     env = cluster.env  # type: ignore[attr-defined]
     assert rtk("down", str(inventory), env=env).returncode == 0
     up = rtk("up", str(inventory), "--exclude-file", str(found), "--json", env=env)
-    assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+    assert up.returncode == 0, failure_text(up)
     status = rtk("status", str(inventory), "--json", env=env)
     alive = set(json.loads(status.stdout)["alive"])
     assert alive == {n.name for n in cluster.nodes} - {node.name}, status.stdout

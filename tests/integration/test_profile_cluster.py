@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import require_sandbox_host
+from conftest import failure_text, require_sandbox_host
 
 from toolkit.sandbox import Sandbox, create, destroy
 
@@ -107,7 +107,7 @@ def _sweep(sandbox: Sandbox, workdir: Path) -> None:
     assert ray_left(sandbox) == {}  # the interrupted sweep took its cluster down
 
     again = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
-    assert again.returncode == 0, again.stdout[-4000:] + again.stderr[-3000:]
+    assert again.returncode == 0, failure_text(again)
     assert f"{len(done_before)} finished earlier and skipped" in again.stdout
     final = records(sweep)
     assert {r["status"] for r in final.values()} == {"succeeded"}

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import REPO, require, require_sandbox_host
+from conftest import REPO, failure_text, require, require_sandbox_host
 
 from toolkit.sandbox import Sandbox, create, destroy
 from toolkit.sandbox.hostcheck import find_tools
@@ -146,7 +146,7 @@ def test_a_training_job_trains_with_telemetry_reports_and_completes(
         *("--", "--model-size", "tiny", "--max-steps", "20", "--barrier-every", "5"),
         *("--save-steps", "10", "--num-workers", "3"),
     )
-    assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-3000:]
+    assert done.returncode == 0, failure_text(done)
     job_id = done.stdout.split()[0]
     assert scontrol_job(cluster, job_id)["JobState"] == "COMPLETED"
     log = done.stdout
@@ -184,7 +184,7 @@ def test_a_torchrun_job_runs_a_users_script_on_every_node_with_its_steps(
         *("--job-name", "ddp", "--output-dir", str(workdir / "runs")),
         *("--", "--auto-steps", "--", "train_ddp.py", "--steps", "8"),
     )
-    assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-3000:]
+    assert done.returncode == 0, failure_text(done)
     job_id = done.stdout.split()[0]
     assert scontrol_job(cluster, job_id)["JobState"] == "COMPLETED"
     assert "rtk torchrun: 3 node(s) exited 0" in done.stdout

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import require, rtk
+from conftest import failure_text, require, rtk
 from gloo_allreduce import GLOO_ALLREDUCE
 
 from toolkit.cluster.plan import ClusterPlan, build_plan
@@ -175,7 +175,7 @@ def trained_over_tls(
         env=state,
         timeout=600,
     )
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    assert done.returncode == 0, failure_text(done)
     run_dir = output / "tls"
     steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").open()]
     assert steps == list(range(1, 11))

@@ -29,6 +29,7 @@ import yaml
 from conftest import (
     RAY_TEST_CLOCKS,
     REPO,
+    failure_text,
     pids_mentioning,
     require,
     require_sandbox_host,
@@ -171,7 +172,7 @@ def test_a_plain_ddp_script_with_auto_steps_names_the_slowed_rank(
         *("--steps", "12", "--slow-rank", "1", "--slow-s", "0.3"),
         *("--pause-every", "4", "--pause-s", "1.5"),
     )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == 0, failure_text(done)
     assert "rtk torchrun: torchrun started on 3 node(s), 3 rank(s)" in done.stdout
     assert "rtk torchrun: 3 node(s) exited 0 (node[1-3])" in done.stdout
     records = read_markers(run_dir)  # every rank's file came back from its node
@@ -252,7 +253,7 @@ def test_the_script_with_markers_shows_its_phases_and_barriers(
         cluster, run_dir, "--", "train_ddp_markers.py",
         *("--steps", "12", "--slow-rank", "2", "--slow-s", "0.2"),
     )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == 0, failure_text(done)
     summary = summary_of(run_dir)
     assert summary["run"]["steps"] == 12 and summary["run"]["steps_from"] == "api"
     phases = {p["name"]: p for p in summary["marker_phases"]}
@@ -296,7 +297,7 @@ def test_framework_callbacks_give_steps_and_tokens(
 ) -> None:  # fmt: skip
     run_dir = tmp_path / script.removesuffix(".py")
     done = record(cluster, run_dir, script)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == 0, failure_text(done)
     run = summary_of(run_dir)["run"]
     assert (run["steps"], run["steps_from"], run["ranks"]) == (8, steps_from, ranks)
     assert run["tokens"] == tokens and run["energy_per_token_j"] > 0
@@ -423,7 +424,7 @@ def test_optimize_keeps_the_best_limit_and_puts_every_limit_back(
         cluster, run_dir, "--auto-steps", "--power-policy", "optimize", "--max-slowdown", "0.5", "--",
         "train_ddp.py", *("--epochs", "3", "--steps", "100", "--slow-rank", "1", "--slow-s", "0.05"),
     )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == 0, failure_text(done)
     text = " ".join(done.stdout.split())
     assert "power: optimize: 3 GPU(s) on 3 node(s)" in text
     log = read_power(RunDir(run_dir).power)
@@ -456,7 +457,7 @@ def test_stragglers_lowers_the_gpus_that_wait_for_the_slow_rank(
         cluster, run_dir, "--auto-steps", "--power-policy", "stragglers", "--max-slowdown", "0.9", "--",
         "train_ddp.py", *("--epochs", "2", "--steps", "100", "--slow-rank", "1", "--slow-s", "0.1"),
     )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == 0, failure_text(done)
     log = read_power(RunDir(run_dir).power)
     assert log is not None and log.policy == "stragglers"
     last = {str(k): v for k, v in log.decisions[-1].limits_w.items()}

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import require, rtk
+from conftest import failure_text, require, rtk
 
 from toolkit.inventory import load_inventory
 from toolkit.rundir import RunDir, read_markers
@@ -102,7 +102,7 @@ def train(ctx: dict[str, Any], run_id: str, *extra: str) -> Path:
         env=ctx["env"],
         timeout=600,
     )
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    assert done.returncode == 0, failure_text(done)
     assert "SUCCEEDED after" in done.stderr
     progress = re.findall(r"step (\d+)/\d+ loss", done.stdout)
     assert progress and len(progress) == len(set(progress)), "progress lines repeated"
@@ -293,7 +293,7 @@ def test_launch_runs_any_command_with_the_working_dir_and_cluster_env(
         env=trained["env"],
         timeout=300,
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == 0, failure_text(done)
     assert "launched on node1 ifname" in done.stdout
     assert "ifname lo" not in done.stdout
     failing = rtk(
@@ -349,7 +349,7 @@ def test_a_lost_worker_node_restarts_from_the_last_checkpoint(
         assert killed.returncode == 0, killed.stderr
         killed_at = len(metric_lines(run_dir))
         up = rtk("up", trained["inventory"], env=trained["env"], timeout=300)
-        assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+        assert up.returncode == 0, failure_text(up)
         output, _ = job.communicate(timeout=600)
     finally:
         if job.poll() is None:
@@ -500,7 +500,7 @@ def test_results_come_back_from_the_head_without_a_shared_filesystem(
         env=trained["env"],
         timeout=300,
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == 0, failure_text(done)
     assert "from the head into" in done.stderr
     run_dir = output / "away"
     manifest = json.loads((run_dir / "telemetry" / "manifest.json").read_text())
@@ -527,7 +527,7 @@ def train_apart(
         env=trained["env"],
         timeout=600,
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == 0, failure_text(done)
     return done, run_dir
 
 
