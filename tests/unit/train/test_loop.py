@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import threading
 import time
 from importlib.util import find_spec
@@ -48,12 +49,18 @@ def test_learns_marks_barriers_and_resumes_exactly(strategy: str, tmp_path: Path
         )
     straight = tmp_path / "straight"
     run_local(config(straight, strategy=strategy, max_steps=30), 2, tmp_path / "rv1")
+    # The same run as if it had died after step 30 but before its last checkpoint: a
+    # copy without step 30's checkpoint resumes at 21, and its steps 21-30 must be the
+    # straight run's (two launches, not three: a run to 20 then a resume).
     split = tmp_path / "split"
-    run_local(config(split, strategy=strategy, max_steps=20), 2, tmp_path / "rv2")
-    run_local(config(split, strategy=strategy, max_steps=30, resume=True), 2, tmp_path / "rv3")
+    shutil.copytree(straight, split)
+    shutil.rmtree(split / "checkpoints" / "step-00030")
+    run_local(config(split, strategy=strategy, max_steps=30, resume=True), 2, tmp_path / "rv2")
 
     steps = [m["step"] for m in metrics(split)]
     assert steps == list(range(1, 31))  # nothing repeated, nothing skipped
+    superseded = (split / "metrics.superseded.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in superseded] == list(range(21, 31))
     first, last = metrics(straight)[0]["loss"], metrics(straight)[-1]["loss"]
     assert last < 0.6 * first, (first, last)
     # The resumed run is the same run: same data position, optimizer and weights.
