@@ -135,42 +135,6 @@ def train_then_near_the_limit(
     return job_id, run_dir
 
 
-def test_a_training_job_trains_with_telemetry_reports_and_completes(
-    cluster: Sandbox, workdir: Path
-) -> None:
-    done = rtk_in(
-        cluster,
-        workdir,
-        *("sbatch", "submit", str(cluster.inventory_path), "--template", "train", "--wait"),
-        *("--job-name", "power", "--output-dir", str(workdir / "runs")),
-        *("--", "--model-size", "tiny", "--max-steps", "20", "--barrier-every", "5"),
-        *("--save-steps", "10", "--num-workers", "3"),
-    )
-    assert done.returncode == 0, failure_text(done)
-    job_id = done.stdout.split()[0]
-    assert scontrol_job(cluster, job_id)["JobState"] == "COMPLETED"
-    log = done.stdout
-    assert "3/3 node(s) alive" in log
-    # Inside the allocation, on the head, the driver runs as the template's does.
-    assert "here, on the head, as a local process" in log
-    assert re.search(r"step 1/20 loss", log) and re.search(r"step 20/20 loss", log)
-    run_dir = workdir / "runs" / f"power-{job_id}"
-    metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [m["step"] for m in metrics] == list(range(1, 21))
-    manifest = json.loads((run_dir / "telemetry" / "manifest.json").read_text())
-    assert sorted(manifest["nodes"]) == [n.name for n in cluster.nodes]
-    summary = json.loads((run_dir / "report" / "summary.json").read_text())
-    assert summary["run"]["steps"] == 20
-    assert [b["ranks"] for b in summary["barriers"]] == [3, 3, 3, 3]
-    assert (run_dir / "report" / "report.html").is_file()
-    checked = json.loads((run_dir / "preflight.json").read_text())
-    assert checked["cluster"] == f"{cluster.name}-{job_id}" and checked["status"] != "fail"
-    # Teardown ran: no Ray left anywhere, and the job's temp dir is gone from every node.
-    assert ray_processes(cluster) == {}
-    for node in cluster.nodes:
-        assert cluster.run_in(node.name, ["test", "-e", f"/tmp/rtk-{job_id}"]).returncode == 1
-
-
 def test_a_torchrun_job_runs_a_users_script_on_every_node_with_its_steps(
     cluster: Sandbox, workdir: Path
 ) -> None:
@@ -357,6 +321,11 @@ def test_a_requeued_training_job_trains_every_step_once_over_two_allocations(
 ) -> None:
     """The time limit's SIGUSR1 stops training with a checkpoint; the job requeues itself.
 
+    The train template's whole path is checked here too (it was a run of its own): the
+    driver on the head as a local process, every step's metrics, every node's telemetry,
+    the preflight under the job's cluster name, the report, and a teardown that leaves
+    no Ray and no job temp dir on any node.
+
     SIGUSR1 goes to the batch shell as --signal=B:USR1@GRACE sends it, here at a step
     the test picks (slurmctld checks time limits only every 30 s or so, which would
     make the step, and the test's length, a matter of chance). SLURM holds the
@@ -416,4 +385,16 @@ def test_a_requeued_training_job_trains_every_step_once_over_two_allocations(
         gaps = summary["nodes"][node.name]["gaps"]
         assert any(g["where"] == "inner" and g["duration_s"] > 10 for g in gaps), gaps
     assert (run_dir / "report" / "report.html").is_file()
+    # The template's driver ran on the head, as a local process, on every node's Ray.
+    assert "3/3 node(s) alive" in log
+    assert "here, on the head, as a local process" in log
+    assert re.search(r"step 40/40 loss", log)
+    manifest = json.loads((run_dir / "telemetry" / "manifest.json").read_text())
+    assert sorted(manifest["nodes"]) == [n.name for n in cluster.nodes]
+    assert {b["ranks"] for b in summary["barriers"]} == {3}
+    checked = json.loads((run_dir / "preflight.json").read_text())
+    assert checked["cluster"] == f"{cluster.name}-{job_id}" and checked["status"] != "fail"
+    # Teardown ran: no Ray left anywhere, and the job's temp dir is gone from every node.
     assert ray_processes(cluster) == {}
+    for node in cluster.nodes:
+        assert cluster.run_in(node.name, ["test", "-e", f"/tmp/rtk-{job_id}"]).returncode == 1
