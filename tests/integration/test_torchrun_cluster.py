@@ -30,6 +30,7 @@ from conftest import (
     RAY_TEST_CLOCKS,
     REPO,
     failure_text,
+    interrupt_when,
     pids_mentioning,
     require,
     require_sandbox_host,
@@ -449,34 +450,13 @@ def test_optimize_keeps_the_best_limit_and_puts_every_limit_back(
     assert restore_files(cluster) == []
 
 
-def test_stragglers_lowers_the_gpus_that_wait_for_the_slow_rank(
-    cluster: dict[str, Any], tmp_path: Path
-) -> None:
-    run_dir = tmp_path / "stragglers"
-    done = torchrun(
-        cluster, run_dir, "--auto-steps", "--power-policy", "stragglers", "--max-slowdown", "0.9", "--",
-        "train_ddp.py", *("--epochs", "2", "--steps", "100", "--slow-rank", "1", "--slow-s", "0.1"),
-    )  # fmt: skip
-    assert done.returncode == 0, failure_text(done)
-    log = read_power(RunDir(run_dir).power)
-    assert log is not None and log.policy == "stragglers"
-    last = {str(k): v for k, v in log.decisions[-1].limits_w.items()}
-    assert last["node2/gpu0"] == 700.0  # rank 1's: the slowest keeps its full limit
-    assert last["node1/gpu0"] < 700.0 and last["node3/gpu0"] < 700.0, log.decisions[-1]
-    waited = [w.window.wait_s for w in log.windows if w.window.wait_s]
-    least = [str(min(waits, key=lambda k: waits[k])) for waits in waited]
-    assert least.count("node2/gpu0") >= 0.8 * len(least), least  # rank 1 waits least
-    assert gpu_limits_w(cluster) == dict.fromkeys(NODES, 700.0)
-    assert restore_files(cluster) == []
-
-
-def _start_lowering(cluster: dict[str, Any], run_dir: Path) -> subprocess.Popen[str]:
-    """A long stragglers run, returned once a GPU's limit is lowered."""
+def _start_lowering(cluster: dict[str, Any], run_dir: Path, *options: str) -> subprocess.Popen[str]:
+    """A long stragglers run (rank 1 slowed), returned once a GPU's limit is lowered."""
     run = subprocess.Popen(
         [
             sys.executable, "-m", "toolkit", "torchrun", cluster["inventory"],
             *("--output-dir", str(run_dir.parent), "--run-id", run_dir.name),
-            "--auto-steps", "--power-policy", "stragglers",
+            "--auto-steps", "--power-policy", "stragglers", *options,
             "--", "train_ddp.py", *("--epochs", "1000", "--steps", "100", "--slow-rank", "1", "--slow-s", "0.1"),
         ],
         cwd=SCRIPTS,
@@ -494,16 +474,35 @@ def _start_lowering(cluster: dict[str, Any], run_dir: Path) -> subprocess.Popen[
     return run
 
 
-def test_ctrl_c_puts_the_limits_back(cluster: dict[str, Any], tmp_path: Path) -> None:
-    run = _start_lowering(cluster, tmp_path / "interrupted")
+def test_stragglers_lowers_the_gpus_that_wait_and_ctrl_c_puts_every_limit_back(
+    cluster: dict[str, Any], tmp_path: Path
+) -> None:
+    """One long stragglers run: the GPUs that wait for rank 1 are lowered, its own keeps
+    its limit; Ctrl-C then puts every limit back before the job ends."""
+    run_dir = tmp_path / "stragglers"
+    run = _start_lowering(cluster, run_dir, "--max-slowdown", "0.9")
     assert restore_files(cluster) != []
-    run.send_signal(signal.SIGINT)
-    output, _ = run.communicate(timeout=120)
+    output = interrupt_when(
+        run,
+        lambda: all(gpu_limits_w(cluster)[n] < 700.0 for n in ("node1", "node3")),
+        180,
+        "the GPUs waiting for rank 1 lowered",
+    )
     assert run.returncode == 130, output[-3000:]
     # Put back before the job's stop ended it (its last log lines may not reach here).
     assert gpu_limits_w(cluster) == dict.fromkeys(NODES, 700.0), output[-3000:]
     assert restore_files(cluster) == []
     nothing_left(cluster)
+    # The run directory is in the head's private /tmp: Ctrl-C still brings it here.
+    assert "result file(s) from the head into" in output, output[-3000:]
+    log = read_power(RunDir(run_dir).power)
+    assert log is not None and log.policy == "stragglers"
+    last = {str(k): v for k, v in log.decisions[-1].limits_w.items()}
+    assert last["node2/gpu0"] == 700.0  # rank 1's: the slowest keeps its full limit
+    assert last["node1/gpu0"] < 700.0 and last["node3/gpu0"] < 700.0, log.decisions[-1]
+    waited = [w.window.wait_s for w in log.windows if w.window.wait_s]
+    least = [str(min(waits, key=lambda k: waits[k])) for waits in waited]
+    assert least.count("node2/gpu0") >= 0.8 * len(least), least  # rank 1 waits least
 
 
 def test_limits_a_killed_driver_left_are_put_back_by_the_next_rtk_up(

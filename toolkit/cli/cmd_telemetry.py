@@ -114,12 +114,14 @@ def run_recorded(
     """Run ``workload`` under telemetry on ``inventory``'s cluster and report it.
 
     ``--dry-run`` prints the plan instead; ``check`` runs first either way. Exits 1
-    when the job did not succeed.
+    when the job did not succeed. A run stopped with Ctrl-C still has what it recorded
+    brought here and reported (``rtk torchrun`` and ``rtk telemetry record``, as
+    ``rtk train``): without a shared filesystem it would stay on the head.
     """
     with Session(inventory, log=click.echo) as session:
         if check is not None:
             check(session, dry_run)
-        plan = session.run_plan(workload, PreflightPolicy.SKIP)
+        plan = session.run_plan(workload, PreflightPolicy.SKIP, collect_after_interrupt=True)
         if dry_run:
             click.echo(plan.render(), nl=False)
             return
