@@ -27,12 +27,12 @@ name: tiny-sweep
 inventory: {inventory}
 output_dir: sweep
 workload:
-  train: {{model_size: tiny, max_steps: 20, barrier_every: 5, save_steps: 0, log_every: 10}}
+  train: {{model_size: tiny, max_steps: 10, barrier_every: 5, save_steps: 0, log_every: 10}}
 axes:
   batch_size: [4, 8]
   nodes: [1, 2]
-baseline_s: 2
-cooldown_max_s: 4
+baseline_s: 1
+cooldown_max_s: 2
 """
 
 
@@ -122,7 +122,7 @@ def _sweep(sandbox: Sandbox, workdir: Path) -> None:
         assert isinstance(cooldown, dict) and cooldown["duration_s"] > 0
         run_dir = Path(str(record["run_dir"]))
         summary = json.loads((run_dir / "report" / "summary.json").read_text())
-        assert summary["run"]["steps"] == 20
+        assert summary["run"]["steps"] == 10
         assert len(summary["nodes"]) == record["axes"]["nodes"]  # type: ignore[index]
 
     with (sweep / "results.csv").open() as f:
