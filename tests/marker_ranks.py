@@ -4,6 +4,7 @@ marker tests, and read what each rank wrote."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -13,6 +14,19 @@ from pathlib import Path
 from conftest import REPO
 
 from toolkit.rundir import Marker, read_markers
+
+# torch 2.13's gloo ranks sometimes abort as the interpreter exits, after the script
+# has ended (its process group destroyed): this line on stderr and SIGABRT. Seen in 8
+# of 16 runs of a plain script without rtk beside two busy processes, and in CI. Every
+# marker is written by then: the tests check the markers, and take this exit as ended.
+TORCH_EXIT_ABORT = "terminate called without an active exception"
+
+
+def ended_well(done: subprocess.CompletedProcess[str]) -> bool:
+    """The rank exited 0, or only torch's abort at interpreter exit ended it."""
+    return done.returncode == 0 or (
+        done.returncode == -signal.SIGABRT and TORCH_EXIT_ABORT in done.stderr
+    )
 
 
 def free_port() -> int:

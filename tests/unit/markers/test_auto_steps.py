@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from marker_ranks import by_rank, events, python_env, run_ranks
+from marker_ranks import TORCH_EXIT_ABORT, by_rank, ended_well, events, python_env, run_ranks
 
 from toolkit.markers import auto_steps, recorder
 from toolkit.rundir import Marker, read_markers
@@ -59,11 +59,8 @@ if __name__ == "__main__":
 """
 
 ONE_STEP = ["step_begin", "phase_begin:backward", "phase_end:backward", "step_end"]
-# torch 2.13's gloo ranks under torchrun sometimes abort as the interpreter exits, after
-# the script has ended, with this line and SIGABRT (torchrun then exits 1): seen in 8
-# of 16 runs of the plain script, without rtk, beside two busy processes. Every marker
-# is written by then; the test checks them all (run_end included), not the exit.
-TORCH_EXIT_ABORT = "terminate called without an active exception"
+# TORCH_EXIT_ABORT (marker_ranks): under torchrun, torch's abort at interpreter exit
+# makes torchrun exit 1; the test checks every marker (run_end included), not the exit.
 
 
 def backward_s(written: list[Marker]) -> dict[int, float]:
@@ -112,7 +109,7 @@ def test_a_rank_late_to_backward_shows_as_the_others_longer_backward(tmp_path: P
     (tmp_path / "train.py").write_text(DDP_SCRIPT)
     late_s = 0.5
     ranks = run_ranks([*RUNNER, "train.py", "2", "1", str(late_s)], 2, tmp_path / "run", tmp_path)
-    assert [r.returncode for r in ranks] == [0, 0], [r.stderr for r in ranks]
+    assert all(ended_well(r) for r in ranks), [(r.returncode, r.stderr) for r in ranks]
     found = by_rank(tmp_path / "run")
     waiting, late = backward_s(found[0]), backward_s(found[1])
     assert sorted(waiting) == sorted(late) == [0, 1]
