@@ -55,8 +55,10 @@ fi
 .venv/bin/python -m pip install -q --no-build-isolation deepspeed==0.19.8
 # DeepSpeed compiles its CPU comm op (about a minute of one core) the first time a
 # rank starts; built here, beside the rest of the install, ruff and mypy, it uses a
-# core they leave idle instead of a test's time. The cache (~/.cache/torch_extensions)
-# is keyed by this venv's path, so a fresh clone builds it once.
+# core they leave idle instead of a test's time. Its build lives in this venv: the
+# sandbox nodes' Ray workers build theirs with other flags in ~/.cache/torch_extensions,
+# and one shared directory made each evict the other (a compile more per run).
+export TORCH_EXTENSIONS_DIR="$PWD/.venv/torch_extensions"
 ds_log=$(mktemp)
 .venv/bin/python -c "import importlib; importlib.import_module('deepspeed.comm.torch').build_shm_op()" \
   >"$ds_log" 2>&1 &
