@@ -188,11 +188,6 @@ def ray_available() -> None:
         require(False, "ray is not installed")
 
 
-# Ray's clocks for the test clusters: its GCS declares a node dead after
-# health_check_failure_threshold checks in a row fail, one every health_check_period_ms,
-# each given health_check_timeout_ms (Ray's defaults 5, 3,000 ms and 10,000 ms: 15 to
-# 50 s). Tests that lose a node wait on that; here it takes 3 to 9 s. The timeout
-# stays well above what a loaded 2-core machine makes a healthy raylet take to answer.
 # Ray's background work that no test uses, off in the test clusters: the memory
 # monitor (which would kill a worker when the whole shared machine runs low, a test
 # failure with no cause in the test), metrics and event stats, and the idle workers a
@@ -205,6 +200,12 @@ RAY_TEST_QUIET: dict[str, str] = {
     "RAY_prestart_worker_first_driver": "0",
     "RAY_enable_worker_prestart": "0",
 }
+
+# Ray's clocks for the test clusters: its GCS declares a node dead after
+# health_check_failure_threshold checks in a row fail, one every health_check_period_ms,
+# each given health_check_timeout_ms (Ray's defaults 5, 3,000 ms and 10,000 ms: 15 to
+# 50 s). Tests that lose a node wait on that; here it takes 3 to 9 s. The timeout
+# stays well above what a loaded 2-core machine makes a healthy raylet take to answer.
 RAY_TEST_CLOCKS: dict[str, str] = {
     **RAY_TEST_QUIET,
     "RAY_health_check_initial_delay_ms": "2000",

@@ -59,8 +59,6 @@ if __name__ == "__main__":
 """
 
 ONE_STEP = ["step_begin", "phase_begin:backward", "phase_end:backward", "step_end"]
-# TORCH_EXIT_ABORT (marker_ranks): under torchrun, torch's abort at interpreter exit
-# makes torchrun exit 1; the test checks every marker (run_end included), not the exit.
 
 
 def backward_s(written: list[Marker]) -> dict[int, float]:
@@ -86,6 +84,8 @@ def test_torchrun_ranks_write_every_step_with_its_backward(tmp_path: Path) -> No
         text=True,
         timeout=120,
     )
+    # Under torchrun, torch's abort at interpreter exit (marker_ranks.TORCH_EXIT_ABORT)
+    # makes torchrun exit 1: every marker (run_end included) is checked, not the exit.
     assert done.returncode == 0 or TORCH_EXIT_ABORT in done.stderr, done.stderr
     found = by_rank(tmp_path / "run")
     assert sorted(found) == [0, 1]
