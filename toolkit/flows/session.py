@@ -339,7 +339,11 @@ class Session:
         if isinstance(workload, TrainWorkload):
             remember_run(self.store, workload.run_id, workload.config.run_dir)
         if ahead is not None:
-            ahead.driver.release()
+            try:
+                ahead.driver.release()
+            except KeyboardInterrupt:
+                ahead.driver.interrupt()  # let through already: stopped like a running one
+                raise
             return WorkloadOutcome(request, ahead.driver.wait())
         return WorkloadOutcome(request, self.run_request(request))
 

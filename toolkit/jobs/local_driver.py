@@ -99,8 +99,14 @@ def run_local_driver(
             ``JOB_STOP_WAIT_S``, then killed.
     """
     driver = LocalDriver(plan, entrypoint, runtime_env, name, echo)
-    driver.start()
-    return driver.wait()
+    try:
+        driver.start()
+        return driver.wait()
+    except KeyboardInterrupt:
+        # Ctrl-C may land before ``wait`` is waiting (the driver already running):
+        # it is stopped all the same.
+        driver.interrupt()
+        raise
 
 
 class LocalDriver:
@@ -156,6 +162,7 @@ class LocalDriver:
         self._ended = threading.Event()
         self._error: JobError | None = None
         self._cancelled = False
+        self._interrupted = False
         self._began = time.monotonic()
 
     def start(self, gated: bool = False) -> None:
@@ -267,19 +274,37 @@ class LocalDriver:
             KeyboardInterrupt: Interrupted; the driver got SIGINT and was waited for, at
                 most ``JOB_STOP_WAIT_S``, then killed.
         """
-        process = self._started()
         try:
+            process = self._started()
             self._ended.wait()
         except KeyboardInterrupt:
-            self._echo(f"rtk: stopping {self.name} (SIGINT, then up to {JOB_STOP_WAIT_S} s)")
-            _stop(process)
-            self._ended.wait(30.0)
+            self.interrupt()
             raise
         code = process.wait()
         elapsed_s = time.monotonic() - self._began
         if code == 0:
             return JobOutcome(self.name, "SUCCEEDED", elapsed_s)
         return JobOutcome(self.name, "FAILED", elapsed_s, f"the driver exited with status {code}")
+
+    def interrupt(self) -> None:
+        """After Ctrl-C: SIGINT to the driver, then SIGKILL after ``JOB_STOP_WAIT_S``.
+
+        A later ``start`` does nothing. Once only; a no-op if it never started.
+        """
+        with self._lock:
+            if self._interrupted:
+                return
+            self._interrupted = self._cancelled = True
+            started = self._owner is not None
+        if not started:
+            return
+        self._spawned.wait()
+        process = self._process
+        if process is None:
+            return
+        self._echo(f"rtk: stopping {self.name} (SIGINT, then up to {JOB_STOP_WAIT_S} s)")
+        _stop(process)
+        self._ended.wait(30.0)
 
     def _started(self) -> subprocess.Popen[str]:
         """The driver's process.

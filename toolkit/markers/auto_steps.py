@@ -144,6 +144,9 @@ class AutoSteps:
 def main(argv: Sequence[str] | None = None) -> None:
     """``python -m toolkit.markers.auto_steps SCRIPT [ARGS]``: hooks, then the script.
 
+    A script that imported ``torch.distributed`` ends without the interpreter's
+    finalization (``script_runner.exit_without_finalizing``).
+
     Raises:
         SystemExit: The script's exit status (2 for a usage error or a missing script).
     """
@@ -164,10 +167,17 @@ def main(argv: Sequence[str] | None = None) -> None:
             AutoSteps().install()
         except ImportError as e:
             print(f"rtk auto steps: no torch here ({e}); running without them", file=sys.stderr)
-    if module:
-        script_runner.run_module(args[0], args[1:])
-    else:
-        script_runner.run_script(args[0], args[1:])
+    try:
+        if module:
+            script_runner.run_module(args[0], args[1:])
+        else:
+            script_runner.run_script(args[0], args[1:])
+        status = 0
+    except SystemExit as end:
+        status = script_runner.exit_status(end.code)
+    if "torch.distributed" in sys.modules:
+        script_runner.exit_without_finalizing(status)
+    raise SystemExit(status)
 
 
 if __name__ == "__main__":

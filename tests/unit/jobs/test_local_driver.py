@@ -335,3 +335,26 @@ def test_the_trainer_held_at_the_gate_exits_untouched_when_not_wanted(tmp_path: 
     )
     assert done.returncode == 0, done.stderr
     assert not run_dir.exists()
+
+
+def test_ctrl_c_before_the_wait_begins_still_stops_the_driver(tmp_path: Path, ray_dir: str) -> None:
+    """Ctrl-C may land between the start and the wait (CI saw it): the driver is stopped."""
+    plan = build_plan(inventory(tmp_path, ray_dir))
+    lines: list[str] = []
+    ready = threading.Event()
+
+    def echo(line: str) -> None:
+        lines.append(line)
+        if line == "waiting":
+            ready.set()
+
+    script = "trap 'echo got SIGINT; exit 130' INT; echo waiting; while :; do sleep 0.1; done"
+    driver = LocalDriver(plan, script, {}, "job", echo)
+    driver.start()
+    assert ready.wait(30)
+    driver.interrupt()  # what a KeyboardInterrupt outside ``wait`` leads to
+    driver.interrupt()  # once only
+    assert "got SIGINT" in lines, lines
+    assert sum(line.startswith("rtk: stopping job (SIGINT") for line in lines) == 1
+    driver.start()  # a later start does nothing
+    assert driver.wait().status == "FAILED"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from marker_ranks import TORCH_EXIT_ABORT, by_rank, ended_well, events, python_env, run_ranks
+from marker_ranks import by_rank, events, python_env, run_ranks
 
 from toolkit.markers import auto_steps, recorder
 from toolkit.rundir import Marker, read_markers
@@ -84,9 +84,9 @@ def test_torchrun_ranks_write_every_step_with_its_backward(tmp_path: Path) -> No
         text=True,
         timeout=120,
     )
-    # Under torchrun, torch's abort at interpreter exit (marker_ranks.TORCH_EXIT_ABORT)
-    # makes torchrun exit 1: every marker (run_end included) is checked, not the exit.
-    assert done.returncode == 0 or TORCH_EXIT_ABORT in done.stderr, done.stderr
+    # torch's abort in the interpreter's finalization (marker_ranks.TORCH_EXIT_ABORT),
+    # which made torchrun exit 1 in a few runs of ten, is skipped by the runner.
+    assert done.returncode == 0, done.stderr
     found = by_rank(tmp_path / "run")
     assert sorted(found) == [0, 1]
     for rank, written in found.items():
@@ -109,7 +109,7 @@ def test_a_rank_late_to_backward_shows_as_the_others_longer_backward(tmp_path: P
     (tmp_path / "train.py").write_text(DDP_SCRIPT)
     late_s = 0.5
     ranks = run_ranks([*RUNNER, "train.py", "2", "1", str(late_s)], 2, tmp_path / "run", tmp_path)
-    assert all(ended_well(r) for r in ranks), [(r.returncode, r.stderr) for r in ranks]
+    assert all(r.returncode == 0 for r in ranks), [(r.returncode, r.stderr) for r in ranks]
     found = by_rank(tmp_path / "run")
     waiting, late = backward_s(found[0]), backward_s(found[1])
     assert sorted(waiting) == sorted(late) == [0, 1]
@@ -224,6 +224,33 @@ def test_an_exception_passes_through_with_the_hooks_on(tmp_path: Path) -> None:
     # The step, and run_end at exit, although the script ended with an exception.
     ends = [m for m in read_markers(tmp_path / "run") if m.event in ("step_end", "run_end")]
     assert [(m.event, m.step) for m in ends] == [("step_end", 0), ("run_end", 0)]
+
+
+def test_a_distributed_script_ends_as_python_would_without_finalizing(tmp_path: Path) -> None:
+    """The runner's own ending (``script_runner.exit_without_finalizing``) once torch.distributed
+    is imported: its status, threads waited for, atexit handlers run, buffered output out."""
+    script = textwrap.dedent(
+        """
+        import atexit, sys, threading
+        from pathlib import Path
+        import torch.distributed
+        atexit.register(print, "atexit ran")
+        threading.Thread(target=lambda: Path("thread-done").touch()).start()
+        print("buffered, never flushed")
+        sys.exit(int(sys.argv[1]))
+        """
+    )
+    (tmp_path / "train.py").write_text(script)
+    done = subprocess.run(
+        [sys.executable, *RUNNER, "train.py", "3"],
+        cwd=tmp_path,
+        env=python_env(tmp_path / "run"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout) == (3, "buffered, never flushed\natexit ran\n"), done
+    assert (tmp_path / "thread-done").exists()
 
 
 def test_without_a_script_it_says_how_to_call_it() -> None:
