@@ -228,7 +228,8 @@ def test_an_exception_passes_through_with_the_hooks_on(tmp_path: Path) -> None:
 
 def test_a_distributed_script_ends_as_python_would_without_finalizing(tmp_path: Path) -> None:
     """The runner's own ending (``script_runner.exit_without_finalizing``) once torch.distributed
-    is imported: its status, threads waited for, atexit handlers run, buffered output out."""
+    is imported: its status, threads waited for, atexit handlers run, buffered output and
+    files left open written out."""
     script = textwrap.dedent(
         """
         import atexit, sys, threading
@@ -236,6 +237,8 @@ def test_a_distributed_script_ends_as_python_would_without_finalizing(tmp_path: 
         import torch.distributed
         atexit.register(print, "atexit ran")
         threading.Thread(target=lambda: Path("thread-done").touch()).start()
+        left_open = open("left-open.txt", "w")
+        left_open.write("never closed")
         print("buffered, never flushed")
         sys.exit(int(sys.argv[1]))
         """
@@ -251,6 +254,7 @@ def test_a_distributed_script_ends_as_python_would_without_finalizing(tmp_path: 
     )
     assert (done.returncode, done.stdout) == (3, "buffered, never flushed\natexit ran\n"), done
     assert (tmp_path / "thread-done").exists()
+    assert (tmp_path / "left-open.txt").read_text() == "never closed"
 
 
 def test_without_a_script_it_says_how_to_call_it() -> None:
