@@ -318,7 +318,7 @@ def test_a_lost_worker_node_restarts_from_the_last_checkpoint(
     victim = sandbox_train.nodes[-1].name
     run_dir = trained["output"] / "failover"
     argv = [
-        *("--max-steps", "120", "--save-steps", "20", "--gradient-accumulation-steps", "4"),
+        *("--max-steps", "80", "--save-steps", "20", "--gradient-accumulation-steps", "4"),
         *("--max-failures", "1", "--restart-wait-s", "120"),
     ]
     job = rtk_background(
@@ -355,8 +355,8 @@ def test_a_lost_worker_node_restarts_from_the_last_checkpoint(
             job.kill()
     assert job.returncode == 0, output[-4000:]
     assert "SUCCEEDED after" in output
-    assert killed_at < 120, "the kill came after the run had finished"
-    assert [m["step"] for m in metric_steps(run_dir)] == list(range(1, 121))
+    assert killed_at < 80, "the kill came after the run had finished"
+    assert [m["step"] for m in metric_steps(run_dir)] == list(range(1, 81))
     starts = [r for r in read_markers(run_dir) if r.event == "run_start"]
     restarts = [r for r in starts if r.fields["resumed"]]
     # Every rank restarted once, from one checkpoint, on all three nodes again. Which
@@ -365,7 +365,7 @@ def test_a_lost_worker_node_restarts_from_the_last_checkpoint(
     assert len(restarts) == 3
     restart_steps = {r.step for r in restarts}
     assert len(restart_steps) == 1
-    assert restart_steps <= {20, 40, 60, 80, 100}
+    assert restart_steps <= {20, 40, 60}
     assert restarts[0].step <= killed_at
 
     assert sorted({r.node for r in restarts}) == sorted(n.name for n in sandbox_train.nodes), [
@@ -373,7 +373,7 @@ def test_a_lost_worker_node_restarts_from_the_last_checkpoint(
     ]
     # Telemetry: the report builds; the node whose sampler was killed shows its data up
     # to the kill and a gap after it; the node whose Ray was killed lost its sampler too.
-    summary = check_telemetry(run_dir, sandbox_train, 120, lost=(sampler_victim, victim))
+    summary = check_telemetry(run_dir, sandbox_train, 80, lost=(sampler_victim, victim))
     rows = samples(run_dir, sampler_victim)
     # Its last sample, on this machine's clock (the skewed node stamps SKEW_S ahead),
     # comes before the kill and not long before it: what it had flushed is kept (how
@@ -651,7 +651,14 @@ def test_a_node_cut_off_mid_run_is_named_and_the_run_resumes_without_it(
     )
     try:
         deadline = time.monotonic() + 300
-        while sum(1 for m in _markers(run_dir) if m.event == "step_end") < 3 * 60:
+        # The cut comes once Ray Train has registered a checkpoint (its snapshot file),
+        # which it does up to 2 s after the step, and at a step between two checkpoints:
+        # a node lost during one gives the watchdog ten times its timeout.
+        registered = run_dir / "train" / "checkpoint_manager_snapshot.json"
+        while (
+            sum(1 for m in _markers(run_dir) if m.event == "step_end") < 3 * 60
+            or not registered.exists()
+        ):
             assert job.poll() is None, job.communicate()[0][-4000:]
             assert time.monotonic() < deadline, "the run never reached step 60"
             time.sleep(0.5)
@@ -671,7 +678,7 @@ def test_a_node_cut_off_mid_run_is_named_and_the_run_resumes_without_it(
     assert (run_dir / "stall.json").exists(), output[-6000:]
     (stall,) = json.loads((run_dir / "stall.json").read_text())
     assert stall["action"] == "restart-excluding" and stall["excluded"] == [victim]
-    assert stall["stalled_s"] <= 20  # within twice the timeout
+    assert stall["stalled_s"] > stall["timeout_s"] == 10  # declared past its timeout, not before
     assert [(s["node"], s["rank"]) for s in stall["suspects"]] == [(victim, None)]
     assert stall["suspects"][0]["reason"].startswith("did not answer")
     text = " ".join(output.split())

@@ -82,7 +82,7 @@ def test_torchrun_ranks_write_every_step_with_its_backward(tmp_path: Path) -> No
         env=python_env(tmp_path / "run"),
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
     )
     # torch's abort in the interpreter's finalization (marker_ranks.TORCH_EXIT_ABORT),
     # which made torchrun exit 1 in a few runs of ten, is skipped by the runner.
