@@ -103,6 +103,8 @@ def train(ctx: dict[str, Any], run_id: str, *extra: str) -> Path:
     )
     assert done.returncode == 0, failure_text(done)
     assert "SUCCEEDED after" in done.stderr
+    # rtk turns Ray Train's preemption watcher off: no actor, no error line of its own.
+    assert "PreemptionWatcher" not in done.stdout + done.stderr
     progress = re.findall(r"step (\d+)/\d+ loss", done.stdout)
     assert progress and len(progress) == len(set(progress)), "progress lines repeated"
     if "--timings" in extra:

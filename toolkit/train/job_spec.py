@@ -30,6 +30,11 @@ def train_job(
             # Ray Train 2.60 patches print() to log and also tees to the wrapped
             # stdout, so every progress line reached the terminal twice.
             "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
+            # Ray Train's preemption watcher acts on the nodes Ray's autoscaler drains
+            # (cloud spot instances); rtk's nodes are fixed, and SLURM preempts with a
+            # signal. Off, its actor is one process less per run, and the error line
+            # Ray logs while creating it ("PreemptionWatcher ... max_restarts > 0") goes.
+            "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
             # Read by the job's supervisor: time between SIGTERM and SIGKILL when the
             # job is stopped, for the telemetry to be collected (Ray's default: 3 s).
             "RAY_JOB_STOP_WAIT_TIME_S": str(JOB_STOP_WAIT_S),
