@@ -97,6 +97,7 @@ RUNS_ON: dict[str, str] = {
     "toolkit.torchrun.fanout": JOB_DRIVER,
     "toolkit.torchrun.node_runner": RAY_WORKER,  # the TorchrunNode actor on every node
     "toolkit.markers.auto_steps": RAY_WORKER,  # in the user's ranks (torchrun -m, Ray Train)
+    "toolkit.markers.script_runner": RAY_WORKER,  # every rank rtk torchrun starts
     "toolkit.markers.ray_train": RAY_WORKER,  # in a user's train_loop_per_worker
     "toolkit.ray_fanout": JOB_DRIVER,  # the drivers' loop over the nodes' tasks
     "toolkit.stall.collect": JOB_DRIVER,  # train.job's and torchrun.fanout's watchdog

@@ -35,7 +35,7 @@ import importlib
 import sys
 import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from toolkit.markers import api, recorder, script_runner
 
@@ -141,24 +141,15 @@ class AutoSteps:
         self._defer_next_step()
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def main(argv: Sequence[str] | None = None) -> NoReturn:
     """``python -m toolkit.markers.auto_steps SCRIPT [ARGS]``: hooks, then the script.
 
-    A script that imported ``torch.distributed`` ends without the interpreter's
-    finalization (``script_runner.exit_without_finalizing``).
+    The script runs and the process ends as under ``toolkit.markers.script_runner``.
 
     Raises:
         SystemExit: The script's exit status (2 for a usage error or a missing script).
     """
-    args = list(sys.argv[1:] if argv is None else argv)
-    module = bool(args) and args[0] == "-m"
-    if module:
-        args = args[1:]
-    if not args or args[0] in ("-h", "--help"):
-        print(USAGE, file=sys.stderr)
-        raise SystemExit(2)
-    if not module:
-        script_runner.locate(args[0])
+    target = script_runner.parse(sys.argv[1:] if argv is None else argv, USAGE)
     if recorder.active is not None:
         # Load the writer now: the script's folder is about to replace the working
         # directory on sys.path, and rtk may have been importable only from there.
@@ -167,17 +158,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             AutoSteps().install()
         except ImportError as e:
             print(f"rtk auto steps: no torch here ({e}); running without them", file=sys.stderr)
-    try:
-        if module:
-            script_runner.run_module(args[0], args[1:])
-        else:
-            script_runner.run_script(args[0], args[1:])
-        status = 0
-    except SystemExit as end:
-        status = script_runner.exit_status(end.code)
-    if "torch.distributed" in sys.modules:
-        script_runner.exit_without_finalizing(status)
-    raise SystemExit(status)
+    script_runner.run_then_exit(target)
 
 
 if __name__ == "__main__":

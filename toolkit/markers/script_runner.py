@@ -15,6 +15,10 @@ What ``python SCRIPT ARGS`` gives a script, and so what ``run_script`` gives it:
 ``exit_without_finalizing`` ends the process after such a run as Python's exit would,
 but without the interpreter's finalization, where torch's gloo ranks can crash.
 
+``python -m toolkit.markers.script_runner SCRIPT [ARGS] | -m MODULE [ARGS]`` does both:
+``rtk torchrun`` starts every rank so (``--auto-steps``: through
+``toolkit.markers.auto_steps``, which adds its hooks first).
+
 A folder or zip archive with a ``__main__.py``, or a ``.pyc`` file, runs as runpy
 runs it (a folder or archive first on ``sys.path``; ``sys.argv[0]`` is then its
 absolute path).
@@ -36,8 +40,67 @@ import sys
 import threading
 import types
 from collections.abc import Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import NoReturn
+
+USAGE = "usage: python -m toolkit.markers.script_runner SCRIPT [ARGS...] | -m MODULE [ARGS...]"
+
+
+@dataclass(frozen=True)
+class Target:
+    """What to run: a script (located) or a module, with its arguments."""
+
+    name: str
+    args: tuple[str, ...]
+    module: bool = False
+
+
+def parse(argv: Sequence[str], usage: str = USAGE) -> Target:
+    """``SCRIPT [ARGS]`` or ``-m MODULE [ARGS]``; a script must exist.
+
+    Raises:
+        SystemExit: Status 2, after ``usage`` (no target, or -h) or Python's message for
+            a missing script.
+    """
+    args = list(argv)
+    module = bool(args) and args[0] == "-m"
+    if module:
+        args = args[1:]
+    if not args or args[0] in ("-h", "--help"):
+        print(usage, file=sys.stderr)
+        raise SystemExit(2)
+    if not module:
+        locate(args[0])
+    return Target(args[0], tuple(args[1:]), module)
+
+
+def run_then_exit(target: Target) -> NoReturn:
+    """Run ``target`` as Python would, then end the process with its status.
+
+    A target that imported ``torch.distributed`` ends without the interpreter's
+    finalization (``exit_without_finalizing``); any other as Python ends.
+
+    Raises:
+        SystemExit: The status, when the process ends the usual way.
+        KeyboardInterrupt: The target was interrupted.
+    """
+    try:
+        if target.module:
+            run_module(target.name, target.args)
+        else:
+            run_script(target.name, target.args)
+        status = 0
+    except SystemExit as end:
+        status = exit_status(end.code)
+    if "torch.distributed" in sys.modules:
+        exit_without_finalizing(status)
+    raise SystemExit(status)
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    """``python -m toolkit.markers.script_runner SCRIPT [ARGS] | -m MODULE [ARGS]``."""
+    run_then_exit(parse(sys.argv[1:] if argv is None else argv))
 
 
 def locate(script: str) -> str:
@@ -184,3 +247,7 @@ def flush_open_files() -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
+
+
+if __name__ == "__main__":
+    main()

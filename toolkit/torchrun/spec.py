@@ -20,6 +20,10 @@ from toolkit.stall.settings import WatchSettings
 # the PATH of a Ray worker, the module always is where torch is).
 TORCHRUN = ("-m", "torch.distributed.run")
 AUTO_STEPS_MODULE = "toolkit.markers.auto_steps"
+# Runs the script as ``python SCRIPT`` would and ends the rank without the interpreter's
+# finalization, where torch 2.13's gloo ranks abort after the script has ended and
+# torchrun then fails the whole job (a few runs of ten of a plain DDP script).
+SCRIPT_RUNNER_MODULE = "toolkit.markers.script_runner"
 
 
 @dataclass(frozen=True)
@@ -140,8 +144,8 @@ def node_argv(
         f"--rdzv-conf=is_host={1 if is_host else 0}",
         f"--max-restarts={spec.max_restarts}",
     ]
-    if spec.auto_steps:
-        # The hooks go in first, then the script runs as __main__ (as python SCRIPT).
-        argv += ["-m", AUTO_STEPS_MODULE]
+    # The script runs as __main__ (as python SCRIPT) under rtk's runner: with
+    # --auto-steps its hooks go in first.
+    argv += ["-m", AUTO_STEPS_MODULE if spec.auto_steps else SCRIPT_RUNNER_MODULE]
     argv += ["-m", spec.script] if spec.module else [spec.script]
     return [*argv, *spec.args]

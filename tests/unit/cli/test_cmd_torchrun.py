@@ -84,7 +84,7 @@ def test_a_module_runs_as_torchrun_m(inventory: Path) -> None:
     done = run(str(inventory), "--dry-run", "--rdzv-port", "29999", "--", "-m", "pkg.train")
     assert done.exit_code == 0, done.output
     assert "--rdzv-endpoint=10.9.0.1:29999" in done.output
-    assert "--max-restarts=0 -m pkg.train\n" in done.output
+    assert "--max-restarts=0 -m toolkit.markers.script_runner -m pkg.train\n" in done.output
 
 
 def test_a_missing_script_is_one_line_before_anything_starts(

@@ -1,6 +1,6 @@
-"""A script run by ``python -m toolkit.markers.auto_steps SCRIPT`` (markers off: no hooks,
-only the script runner) sees and does exactly what ``python SCRIPT`` gives it: each
-test runs both and compares."""
+"""A script run by ``python -m toolkit.markers.script_runner SCRIPT`` (as ``rtk torchrun``
+starts every rank; ``auto_steps`` runs it the same way) sees and does exactly what
+``python SCRIPT`` gives it: each test runs both and compares."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from marker_ranks import python_env
 
 from toolkit.markers.script_runner import script_frames
 
-RUNNER = ("-m", "toolkit.markers.auto_steps")
+RUNNER = ("-m", "toolkit.markers.script_runner")
 
 
 def both(script: Path, *args: str, cwd: Path) -> tuple[subprocess.CompletedProcess[str], ...]:
@@ -115,7 +115,7 @@ def test_an_uncaught_exception_prints_the_scripts_traceback_only(tmp_path: Path)
     plain, runner = both(script, cwd=tmp_path)
     assert runner.returncode == plain.returncode == 1
     assert runner.stderr == plain.stderr
-    assert "auto_steps" not in runner.stderr and "runpy" not in runner.stderr
+    assert "script_runner" not in runner.stderr and "runpy" not in runner.stderr
     assert "RuntimeError: while training" in runner.stderr
     assert runner.stdout == plain.stdout == "atexit ran\n"
 

@@ -30,7 +30,8 @@ def test_every_node_meets_at_the_heads_rendezvous_with_the_same_id() -> None:
     # Debian); the others only ever connect to it.
     assert "--rdzv-conf=is_host=1" in argv
     assert "--rdzv-conf=is_host=0" in node_argv(spec, 3, "10.0.0.1", 8, is_host=False)
-    assert argv[-3:] == ["train.py", "--epochs", "1"]
+    # Through rtk's runner: as python SCRIPT, without the interpreter's finalization.
+    assert argv[-5:] == ["-m", "toolkit.markers.script_runner", "train.py", "--epochs", "1"]
 
 
 def test_auto_steps_runs_the_script_through_the_hooks_module() -> None:
