@@ -249,13 +249,7 @@ class LocalDriver:
         It exits by itself when its stdin closes; one that has not within
         ``GATE_EXIT_WAIT_S`` is killed.
         """
-        with self._lock:
-            self._cancelled = True
-            started = self._owner is not None
-        if not started:
-            return
-        self._spawned.wait()
-        process = self._process
+        process = self._claim(interrupting=False)
         if process is None:
             return
         if process.stdin is not None:
@@ -291,20 +285,29 @@ class LocalDriver:
 
         A later ``start`` does nothing. Once only; a no-op if it never started.
         """
-        with self._lock:
-            if self._interrupted:
-                return
-            self._interrupted = self._cancelled = True
-            started = self._owner is not None
-        if not started:
-            return
-        self._spawned.wait()
-        process = self._process
+        process = self._claim(interrupting=True)
         if process is None:
             return
         self._echo(f"rtk: stopping {self.name} (SIGINT, then up to {JOB_STOP_WAIT_S} s)")
         _stop(process)
         self._ended.wait(30.0)
+
+    def _claim(self, interrupting: bool) -> subprocess.Popen[str] | None:
+        """Make a later ``start`` do nothing; the process to stop, once spawned.
+
+        None: it never started, could not start, or (``interrupting``) was interrupted
+        already.
+        """
+        with self._lock:
+            if interrupting and self._interrupted:
+                return None
+            self._interrupted = self._interrupted or interrupting
+            self._cancelled = True
+            started = self._owner is not None
+        if not started:
+            return None
+        self._spawned.wait()
+        return self._process
 
     def _started(self) -> subprocess.Popen[str]:
         """The driver's process.

@@ -11,7 +11,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -122,8 +122,12 @@ def test_a_runtime_env_only_ray_provides_is_refused_before_anything_runs(
     assert not marker.exists()
 
 
-def test_ctrl_c_hands_sigint_to_the_driver_and_waits_for_it(tmp_path: Path, ray_dir: str) -> None:
-    plan = build_plan(inventory(tmp_path, ray_dir))
+# The driver saves its work on SIGINT, as Ray Train's driver does, then ends.
+SAVES_ON_SIGINT = "trap 'echo got SIGINT; exit 130' INT; echo waiting; while :; do sleep 0.1; done"
+
+
+def echo_until_waiting() -> tuple[list[str], threading.Event, Callable[[str], None]]:
+    """The driver's lines, an event set once it prints "waiting", and the echo that does both."""
     lines: list[str] = []
     ready = threading.Event()
 
@@ -132,8 +136,12 @@ def test_ctrl_c_hands_sigint_to_the_driver_and_waits_for_it(tmp_path: Path, ray_
         if line == "waiting":
             ready.set()
 
-    # The driver saves its work on SIGINT, as Ray Train's driver does, then ends.
-    script = "trap 'echo got SIGINT; exit 130' INT; echo waiting; while :; do sleep 0.1; done"
+    return lines, ready, echo
+
+
+def test_ctrl_c_hands_sigint_to_the_driver_and_waits_for_it(tmp_path: Path, ray_dir: str) -> None:
+    plan = build_plan(inventory(tmp_path, ray_dir))
+    lines, ready, echo = echo_until_waiting()
 
     def interrupt() -> None:
         assert ready.wait(30)
@@ -141,7 +149,7 @@ def test_ctrl_c_hands_sigint_to_the_driver_and_waits_for_it(tmp_path: Path, ray_
 
     threading.Thread(target=interrupt, daemon=True).start()
     with pytest.raises(KeyboardInterrupt):
-        run_local_driver(plan, script, {}, "job", echo)
+        run_local_driver(plan, SAVES_ON_SIGINT, {}, "job", echo)
     assert "got SIGINT" in lines, lines
     assert any(line.startswith("rtk: stopping job (SIGINT") for line in lines)
 
@@ -340,16 +348,8 @@ def test_the_trainer_held_at_the_gate_exits_untouched_when_not_wanted(tmp_path: 
 def test_ctrl_c_before_the_wait_begins_still_stops_the_driver(tmp_path: Path, ray_dir: str) -> None:
     """Ctrl-C may land between the start and the wait (CI saw it): the driver is stopped."""
     plan = build_plan(inventory(tmp_path, ray_dir))
-    lines: list[str] = []
-    ready = threading.Event()
-
-    def echo(line: str) -> None:
-        lines.append(line)
-        if line == "waiting":
-            ready.set()
-
-    script = "trap 'echo got SIGINT; exit 130' INT; echo waiting; while :; do sleep 0.1; done"
-    driver = LocalDriver(plan, script, {}, "job", echo)
+    lines, ready, echo = echo_until_waiting()
+    driver = LocalDriver(plan, SAVES_ON_SIGINT, {}, "job", echo)
     driver.start()
     assert ready.wait(30)
     driver.interrupt()  # what a KeyboardInterrupt outside ``wait`` leads to

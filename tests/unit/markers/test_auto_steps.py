@@ -190,6 +190,19 @@ def test_off_the_runner_runs_the_script_without_torch_or_files(tmp_path: Path) -
     assert sorted(p.name for p in tmp_path.iterdir()) == ["show.py"]
 
 
+def run_script(tmp_path: Path, script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``script`` as tmp_path/train.py, run by the runner there with markers into run/."""
+    (tmp_path / "train.py").write_text(script)
+    return subprocess.run(
+        [sys.executable, *RUNNER, "train.py", *args],
+        cwd=tmp_path,
+        env=python_env(tmp_path / "run"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def test_an_exception_passes_through_with_the_hooks_on(tmp_path: Path) -> None:
     script = textwrap.dedent(
         """
@@ -203,17 +216,8 @@ def test_an_exception_passes_through_with_the_hooks_on(tmp_path: Path) -> None:
         sys.exit(int(sys.argv[1]))
         """
     )
-    (tmp_path / "train.py").write_text(script)
-
     # (Statuses other than 1 pass through the same code: test_script_runner.py.)
-    crashed = subprocess.run(
-        [sys.executable, *RUNNER, "train.py", "raise"],
-        cwd=tmp_path,
-        env=python_env(tmp_path / "run"),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    crashed = run_script(tmp_path, script, "raise")
     assert crashed.returncode == 1
     assert crashed.stderr == (  # as `python train.py raise` prints it: no frame of rtk's
         "Traceback (most recent call last):\n"
@@ -243,15 +247,7 @@ def test_a_distributed_script_ends_as_python_would_without_finalizing(tmp_path: 
         sys.exit(int(sys.argv[1]))
         """
     )
-    (tmp_path / "train.py").write_text(script)
-    done = subprocess.run(
-        [sys.executable, *RUNNER, "train.py", "3"],
-        cwd=tmp_path,
-        env=python_env(tmp_path / "run"),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_script(tmp_path, script, "3")
     assert (done.returncode, done.stdout) == (3, "buffered, never flushed\natexit ran\n"), done
     assert (tmp_path / "thread-done").exists()
     assert (tmp_path / "left-open.txt").read_text() == "never closed"
