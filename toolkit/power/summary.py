@@ -46,6 +46,8 @@ class PowerSummary:
         baseline: The first window (the warm-up, at the default limits); None: none.
         kept: The settled windows' totals as one point (time-weighted); None: not settled.
         last_reason: The last decision's reason.
+        chosen_w: The mean limit of the first settled decision (optimize's choice), also
+            when the run ended before a window at it was measured; None: none settled.
         notes: What else it said (a limit it could not set, the put-back).
     """
 
@@ -56,6 +58,7 @@ class PowerSummary:
     kept: PowerPoint | None
     last_reason: str | None
     notes: tuple[str, ...]
+    chosen_w: float | None = None
 
     @property
     def energy_saved(self) -> float | None:
@@ -77,6 +80,11 @@ class PowerSummary:
         if self.baseline is None:
             return [f"{head}: no window measured"] + list(self.notes[-1:])
         base = self.baseline
+        if self.kept is None and self.chosen_w is not None:
+            return [
+                f"{head}: kept {self.chosen_w:.0f} W (mean) after {len(self.points)} "
+                "window(s); the run ended before a window at it was measured"
+            ]
         if self.kept is None:
             tail = self.last_reason or "still measuring"
             return [f"{head}: not settled ({len(self.points)} window(s)): {tail}"]
@@ -119,6 +127,10 @@ def summarize(log: PowerLog) -> PowerSummary:
     kept_points = [p for p in points if p.settled]
     if log.policy != OPTIMIZE and not kept_points and len(points) > 1:
         kept_points = list(points[-1:])  # stragglers: the limits it ended with
+    chosen = next((d for d in decisions if d.settled), None)
+    chosen_w = (
+        sum(chosen.limits_w.values()) / len(chosen.limits_w) if chosen and chosen.limits_w else None
+    )
     kept = None
     if kept_points:
         steps = sum(p.steps for p in kept_points)
@@ -140,4 +152,5 @@ def summarize(log: PowerLog) -> PowerSummary:
         kept=kept,
         last_reason=decisions[-1].reason if decisions else None,
         notes=tuple(log.notes),
+        chosen_w=chosen_w,
     )

@@ -56,3 +56,14 @@ def test_an_unsettled_optimize_says_so_and_stragglers_count_their_last_window() 
     stragglers = summarize(_log("stragglers", windows, settled_from=None))
     assert stragglers.kept is not None and stragglers.energy_saved == pytest.approx(0.04)
     assert summarize(_log("optimize", [], None)).lines()[0].endswith("no window measured")
+
+
+def test_a_choice_made_as_the_run_ended_is_reported_as_kept_without_figures() -> None:
+    windows = [_record(1, 10, 700.0, 1.0, 500.0), _record(11, 5, 600.0, 1.0, 450.0)]
+    summary = summarize(_log("optimize", windows, settled_from=2))  # after the last window
+    assert summary.kept is None and summary.energy_saved is None
+    assert summary.chosen_w == pytest.approx(700.0)
+    assert summary.lines() == [
+        "power policy optimize on 1 GPU(s): kept 700 W (mean) after 2 window(s); "
+        "the run ended before a window at it was measured"
+    ]

@@ -135,6 +135,7 @@ def _power(power: PowerSummary) -> JsonObject:
         "slowdown": power.slowdown,
         "baseline": _scalars(power.baseline) if power.baseline is not None else None,
         "kept": _scalars(power.kept) if power.kept is not None else None,
+        "chosen_w": power.chosen_w,
         "windows": [_scalars(p) for p in power.points],
         "last_reason": power.last_reason,
         "notes": list[JsonValue](power.notes),
