@@ -5,7 +5,9 @@
 ``scripts/test.sh`` prints it at the end of every run, after the wall time per phase:
 the tests of one pass run on several workers at once, so the pass's wall time does not
 split by folder, but each test's own time does. Folders are the first two levels under
-``tests/`` (``unit/telemetry``, ``integration``), largest first.
+``tests/`` (``unit/telemetry``, ``integration``), largest first. The integration
+modules follow one by one (their time includes their clusters' bring-up, which lands in
+a module's first test), for they are most of the time.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from __future__ import annotations
 import sys
 import xml.etree.ElementTree as ET
 from collections import defaultdict
+from collections.abc import Callable
 
 SHOWN = 12  # folders listed; the rest summed in one line
+MODULES_SHOWN = 30  # integration modules listed
 
 
 def folder_of(classname: str) -> str:
@@ -30,14 +34,44 @@ def folder_of(classname: str) -> str:
     return "/".join(modules[:2])
 
 
-def worker_seconds(path: str) -> dict[str, tuple[float, int]]:
-    """Folder -> (seconds, tests) over every test case of the JUnit file."""
+def module_of(classname: str) -> str | None:
+    """``tests.integration.test_x.TestY`` -> ``test_x``; None outside integration."""
+    parts = classname.split(".")
+    if parts[:1] == ["tests"]:
+        parts = parts[1:]
+    if len(parts) < 2 or parts[0] != "integration":
+        return None
+    return parts[1]
+
+
+def _sums(path: str, key_of: Callable[[str], str | None]) -> dict[str, tuple[float, int]]:
     totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
     for case in ET.parse(path).getroot().iter("testcase"):
-        folder = folder_of(case.get("classname", ""))
-        totals[folder][0] += float(case.get("time") or 0.0)
-        totals[folder][1] += 1
+        key = key_of(case.get("classname", ""))
+        if key is not None:
+            totals[key][0] += float(case.get("time") or 0.0)
+            totals[key][1] += 1
     return {k: (v[0], int(v[1])) for k, v in totals.items()}
+
+
+def worker_seconds(path: str) -> dict[str, tuple[float, int]]:
+    """Folder -> (seconds, tests) over every test case of the JUnit file."""
+    return _sums(path, folder_of)
+
+
+def module_seconds(path: str) -> dict[str, tuple[float, int]]:
+    """Integration module -> (seconds, tests)."""
+    return _sums(path, module_of)
+
+
+def _table(ranked: list[tuple[str, tuple[float, int]]], shown: int, what: str) -> None:
+    for name, (seconds, count) in ranked[:shown]:
+        print(f"  {name:<28} {seconds / 60:5.1f} min  {count:5d} tests")
+    rest = ranked[shown:]
+    if rest:
+        seconds = sum(s for _, (s, _) in rest)
+        count = sum(c for _, (_, c) in rest)
+        print(f"  {f'{len(rest)} more {what}':<28} {seconds / 60:5.1f} min  {count:5d} tests")
 
 
 def main(argv: list[str]) -> int:
@@ -51,13 +85,11 @@ def main(argv: list[str]) -> int:
     ranked = sorted(totals.items(), key=lambda kv: -kv[1][0])
     all_s = sum(s for s, _ in totals.values())
     print(f"== test time per folder (worker time, {all_s / 60:.1f} min in all)")
-    for folder, (seconds, count) in ranked[:SHOWN]:
-        print(f"  {folder:<28} {seconds / 60:5.1f} min  {count:5d} tests")
-    rest = ranked[SHOWN:]
-    if rest:
-        seconds = sum(s for _, (s, _) in rest)
-        count = sum(c for _, (_, c) in rest)
-        print(f"  {f'{len(rest)} more folders':<28} {seconds / 60:5.1f} min  {count:5d} tests")
+    _table(ranked, SHOWN, "folders")
+    modules = sorted(module_seconds(argv[0]).items(), key=lambda kv: -kv[1][0])
+    if modules:
+        print("== integration modules (worker time, bring-ups included)")
+        _table(modules, MODULES_SHOWN, "modules")
     return 0
 
 

@@ -10,7 +10,7 @@ from conftest import REPO
 
 sys.path.insert(0, str(REPO / "scripts"))
 
-from test_times import folder_of, worker_seconds  # noqa: E402
+from test_times import folder_of, module_of, module_seconds, worker_seconds  # noqa: E402
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="pytest" tests="4">
@@ -26,6 +26,8 @@ def test_folders_are_two_levels_under_unit_and_integration_as_one() -> None:
     assert folder_of("tests.unit.telemetry.report.test_page") == "unit/telemetry"
     assert folder_of("tests.unit.cli.test_cmd_up.TestUp") == "unit/cli"
     assert folder_of("tests.integration.test_train_cluster") == "integration"
+    assert module_of("tests.integration.test_train_cluster.TestX") == "test_train_cluster"
+    assert module_of("tests.unit.cli.test_cmd_up") is None
 
 
 def test_worker_time_sums_per_folder_and_prints_largest_first(tmp_path: Path) -> None:
@@ -45,4 +47,7 @@ def test_worker_time_sums_per_folder_and_prints_largest_first(tmp_path: Path) ->
     lines = done.stdout.splitlines()
     assert lines[0] == "== test time per folder (worker time, 1.6 min in all)"
     assert lines[1].split() == ["integration", "1.5", "min", "1", "tests"]
-    assert len(lines) == 4
+    assert module_seconds(str(path)) == {"test_train_cluster": (90.0, 1)}
+    assert lines[4] == "== integration modules (worker time, bring-ups included)"
+    assert lines[5].split() == ["test_train_cluster", "1.5", "min", "1", "tests"]
+    assert len(lines) == 6
