@@ -212,6 +212,9 @@ RAY_TEST_CLOCKS: dict[str, str] = {
     "RAY_health_check_period_ms": "1000",
     "RAY_health_check_timeout_ms": "3000",
     "RAY_health_check_failure_threshold": "3",
+    # Ray Train's controller polls its workers this often (2 s by default): it sees a
+    # finished or failed worker group sooner; the job driver inherits it from Ray.
+    "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5",
 }
 
 
@@ -249,11 +252,10 @@ def sandbox_train() -> Iterator[Sandbox]:
 
     require_sandbox_host()
     destroy("sbt")
-    # Ray's own clocks here: the cut-off-node scenario needs rtk's watchdog (10 s) to
-    # name the node before Ray declares it dead. With RAY_TEST_CLOCKS Ray won that race
-    # in CI, tore the worker group down, and the watchdog blamed the ranks that exited
-    # (a diagnosis to fix in the watchdog: a rank on a node Ray lost is the cause).
-    sandbox = create(3, name="sbt", subnet="10.77.7", ray_env=RAY_TEST_QUIET)
+    # Ray declares a lost node dead within seconds here, before rtk's watchdog (10 s)
+    # asks: the cut-off-node scenario sees the watchdog name a node Ray lost, ahead of
+    # the ranks Ray Train ended because of it.
+    sandbox = create(3, name="sbt", subnet="10.77.7", ray_env=RAY_TEST_CLOCKS)
     try:
         yield sandbox
     finally:

@@ -6,19 +6,24 @@ node that does not answer within ``per_node_timeout_s`` is itself evidence: its
 ``NodeEvidence`` says so, and nothing waits for it longer; a task that fails gives its
 error in one line. A rank's stack gets a fifth of the node's time, so a node's 72
 ranks, read 32 at a time, still answer within it.
+
+A node Ray has declared dead is not asked: Ray's record of it keeps no resources, so
+no name either. This process remembers the name each node id had while it was alive
+(``RayNodes``), and such a node's evidence says that Ray lost it and why.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 import ray
 
 from toolkit.ray_fanout import ask_nodes, pinned
 from toolkit.ray_resources import alive_host_nodes
 from toolkit.stall.node_evidence import node_evidence
-from toolkit.stall.records import NodeEvidence
+from toolkit.stall.records import RAY_LOST, NodeEvidence
 from toolkit.stall.settings import PER_NODE_TIMEOUT_S
 
 IN_FLIGHT = 64
@@ -80,6 +85,49 @@ def error_line(error: BaseException) -> str:
     return text[:_ERROR_CHARS]
 
 
+@dataclass(frozen=True)
+class RayNodesNow:
+    """The run's nodes as Ray sees them now.
+
+    Attributes:
+        alive: Inventory node name -> Ray node id, of the alive nodes.
+        lost: Inventory node name -> why, of the nodes Ray declared dead (and that did
+            not come back under a new id).
+    """
+
+    alive: dict[str, str]
+    lost: dict[str, str]
+
+
+class RayNodes:
+    """The names of Ray's nodes, remembered while they are alive (see the module)."""
+
+    def __init__(self) -> None:
+        self._names: dict[str, str] = {}  # node id -> inventory name
+
+    def see(self, listing: Iterable[Mapping[str, object]]) -> RayNodesNow:
+        """The nodes of ``ray.nodes()``'s ``listing``; remembers the alive ones' names."""
+        listing = list(listing)
+        alive = alive_host_nodes(listing)
+        self._names.update({node_id: name for name, node_id in alive.items()})
+        lost: dict[str, str] = {}
+        for node in listing:
+            name = self._names.get(str(node.get("NodeID")))
+            if node.get("Alive") or name is None or name in alive:
+                continue
+            why = str(node.get("DeathReasonMessage") or "").strip()
+            lost[name] = f"{RAY_LOST} ({why})" if why else RAY_LOST
+        return RayNodesNow(alive, lost)
+
+
+_SEEN = RayNodes()  # this process's memory of the names
+
+
+def ray_nodes_now() -> RayNodesNow:
+    """The alive and the lost nodes of this driver's Ray now."""
+    return _SEEN.see(ray.nodes())  # type: ignore[no-untyped-call]
+
+
 def ray_node_ids() -> dict[str, str]:
     """Inventory node name -> Ray node id, of the alive nodes of this driver's Ray now."""
-    return alive_host_nodes(ray.nodes())  # type: ignore[no-untyped-call]
+    return ray_nodes_now().alive

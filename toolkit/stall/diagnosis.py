@@ -4,6 +4,8 @@
 places every rank (``toolkit.stall.location``), groups the ranks by place, and names
 the suspects, most likely first:
 
+0. nodes Ray lost (declared dead): Ray Train then ends the other ranks, so ranks that
+   exited are not suspects beside such a node (their group still shows them);
 1. ranks that exited, then ranks stopped (SIGSTOP, a debugger);
 2. nodes that did not answer (with the ranks the launch put there), and ranks that an
    answering node has no trace of;
@@ -34,13 +36,13 @@ from toolkit.stall.location import (
     Location,
     locate,
 )
-from toolkit.stall.records import NodeEvidence, RankEvidence, StallRecord, Suspect
+from toolkit.stall.records import RAY_LOST, NodeEvidence, RankEvidence, StallRecord, Suspect
 
 NO_ANSWER_PHRASE = "on a node that did not answer"
 MISSING_PHRASE = "not found on its node (no marker files)"
 NOT_ANSWERED = "did not answer"
 # Suspects' tiers, most likely first.
-_EXITED, _STOPPED, _NO_ANSWER, _MISSING, _UNREADABLE, _ELSEWHERE, _BEHIND = range(7)
+_LOST, _EXITED, _STOPPED, _NO_ANSWER, _MISSING, _UNREADABLE, _ELSEWHERE, _BEHIND = range(8)
 RANKS_MAX_CHARS = 60  # a group's ranks on a line of ``lines``
 
 
@@ -175,7 +177,8 @@ def diagnose(
             f" (ranks {compact_ranks(ranks)})" if ranks else ""
         )
         suspect = Suspect(node_name, f"{NOT_ANSWERED}: {error}")
-        blames.append(_Blame(_NO_ANSWER, order, suspect, f"{named}: {error}", named))
+        tier = _LOST if error.startswith(RAY_LOST) else _NO_ANSWER
+        blames.append(_Blame(tier, order, suspect, f"{named}: {error}", named))
         if ranks:
             members.setdefault(NO_ANSWER_PHRASE, []).extend(ranks)
     for node_name, ranks in expected_on.items():
@@ -188,7 +191,8 @@ def diagnose(
             blames.append(_Blame(_MISSING, rank_id, suspect, text, text))
 
     groups = dict(sorted(((p, len(r)) for p, r in members.items()), key=lambda g: (-g[1], g[0])))
-    blames += _rank_blames(located, next(iter(groups), None))
+    lost = any(b.tier == _LOST for b in blames)
+    blames += _rank_blames(located, next(iter(groups), None), exits_explained=lost)
     blames.sort(key=lambda b: (b.tier, b.order))
     suspects = tuple(b.suspect for b in blames)
     return Diagnosis(
@@ -219,9 +223,14 @@ def current_ranks(nodes: Sequence[NodeEvidence]) -> dict[int, RankEvidence]:
 
 
 def _rank_blames(
-    located: Sequence[tuple[RankEvidence, Location]], largest: str | None
+    located: Sequence[tuple[RankEvidence, Location]],
+    largest: str | None,
+    exits_explained: bool = False,
 ) -> list[_Blame]:
-    """The suspects among the ranks that answered (tiers exited to behind)."""
+    """The suspects among the ranks that answered (tiers exited to behind).
+
+    With ``exits_explained`` (Ray lost a node) the ranks that exited are none.
+    """
     waiting = Counter(where.phrase for _, where in located if where.waiting)
     # Where most waiters wait (ties: the phrase first in order, for the same answer twice).
     main_wait = min(waiting, key=lambda p: (-waiting[p], p)) if waiting else None
@@ -229,7 +238,7 @@ def _rank_blames(
     blamed: set[int] = set()
     for rank, where in located:
         tier = _place_tier(where, largest, main_wait)
-        if tier is None:
+        if tier is None or (tier == _EXITED and exits_explained):
             continue
         text = f"{_subject(rank)} {_predicate(where.phrase, False)}"
         suspect = Suspect(rank.node, where.phrase, rank.rank, where.frame)

@@ -38,6 +38,10 @@ RUNNING, SLEEPING, DISK_WAIT, STOPPED, ZOMBIE, GONE, UNKNOWN = (
 PROCESS_STATES = (RUNNING, SLEEPING, DISK_WAIT, STOPPED, ZOMBIE, GONE, UNKNOWN)
 
 
+# How a node's evidence begins when Ray declared the node dead (``stall.collect``).
+RAY_LOST = "Ray lost the node"
+
+
 @dataclass(frozen=True)
 class Frame:
     """One frame of a Python stack.

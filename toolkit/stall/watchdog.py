@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolkit.rundir import RunDir
-from toolkit.stall.collect import collect_evidence, ray_node_ids
+from toolkit.stall.collect import collect_evidence, ray_node_ids, ray_nodes_now
 from toolkit.stall.detector import StallDetector
 from toolkit.stall.diagnosis import Diagnosis, diagnose
 from toolkit.stall.exclude import suspect_nodes
@@ -150,8 +150,13 @@ Collector = Callable[[str, float], list[NodeEvidence]]
 
 
 def collect_all(run_dir: str, per_node_timeout_s: float) -> list[NodeEvidence]:
-    """Every Ray node's evidence for the run in ``run_dir`` (the driver's Ray, now)."""
-    return collect_evidence(ray_node_ids(), run_dir, per_node_timeout_s)
+    """Every Ray node's evidence for the run in ``run_dir`` (the driver's Ray, now).
+
+    A node Ray lost since this process saw it alive gives why instead.
+    """
+    now = ray_nodes_now()
+    found = collect_evidence(now.alive, run_dir, per_node_timeout_s)
+    return found + [NodeEvidence(name, error=why) for name, why in now.lost.items()]
 
 
 class Watchdog:
@@ -204,6 +209,11 @@ class Watchdog:
 
     def start(self) -> Watchdog:
         """Watch in a daemon thread until ``stop``."""
+        if self._collect is collect_all:
+            try:
+                ray_node_ids()  # the nodes' names, remembered while every node is alive
+            except Exception as e:  # noqa: BLE001 - the watchdog never ends the run
+                self._say(f"stall watchdog: could not list Ray's nodes: {e}")
         self._thread = threading.Thread(target=self._run, name="rtk-stall-watchdog", daemon=True)
         self._thread.start()
         return self

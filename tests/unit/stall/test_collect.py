@@ -7,7 +7,7 @@ The collection itself runs on a real Ray cluster in
 from __future__ import annotations
 
 from toolkit.ray_resources import alive_host_nodes as node_ids
-from toolkit.stall.collect import collect_bound_s, error_line
+from toolkit.stall.collect import RayNodes, collect_bound_s, error_line
 
 # Trimmed records of ray.nodes(), as Ray 2 gives them.
 RAY_NODES: list[dict[str, object]] = [
@@ -45,3 +45,28 @@ def test_the_bound_grows_with_the_windows_not_the_nodes() -> None:
     assert collect_bound_s(64, 10.0, 64) == 10.0
     assert collect_bound_s(65, 10.0, 64) == 20.0
     assert collect_bound_s(1000, 10.0, 64) == 160.0
+
+
+def test_a_node_ray_declared_dead_keeps_the_name_it_had_alive() -> None:
+    """Ray's record of a dead node has no resources left, so no rtk name: the name seen
+    while it was alive is kept, and the node comes back under a new id unnamed as lost."""
+    nodes = RayNodes()
+    assert nodes.see(RAY_NODES).lost == {}  # node03's dead record was never seen alive
+    alive = {"NodeID": "e" * 56, "Alive": True, "Resources": {"rtk_host:node04": 1.0}}
+    assert nodes.see([*RAY_NODES, alive]).alive["node04"] == "e" * 56
+    dead = {
+        "NodeID": "e" * 56,
+        "Alive": False,
+        "Resources": {},
+        "DeathReasonMessage": "health check failed due to missing too many heartbeats",
+    }
+    now = nodes.see([*RAY_NODES, dead])
+    assert now.lost == {
+        "node04": "Ray lost the node (health check failed due to missing too many heartbeats)"
+    }
+    assert "node04" not in now.alive
+    assert nodes.see([*RAY_NODES, {**dead, "DeathReasonMessage": ""}]).lost == {
+        "node04": "Ray lost the node"
+    }
+    back = {"NodeID": "f" * 56, "Alive": True, "Resources": {"rtk_host:node04": 1.0}}
+    assert nodes.see([*RAY_NODES, dead, back]).lost == {}

@@ -209,13 +209,13 @@ def test_suspects_come_most_likely_first_and_the_summary_counts_the_rest() -> No
         "r4": _rank(4, "node01", ALL_REDUCE, STOPPED, gpu="0"),
         "r5": _rank(5, "node01", (), GONE, gpu="1"),
     }
-    nodes = [*_cluster(3, 4, **special), NodeEvidence("node03", (), "Ray lost the node", 1.0)]
+    nodes = [*_cluster(3, 4, **special), NodeEvidence("node03", (), "no answer in 10 s", 1.0)]
     expected = {r: f"node{r // 4:02d}" for r in range(16)}
     diagnosis = diagnose(nodes, Stall(812, 70.0, 60.0), expected)
     assert [(s.node, s.rank, s.reason) for s in diagnosis.suspects] == [
         ("node01", 5, "exited"),
         ("node01", 4, "stopped (SIGSTOP or a debugger)"),
-        ("node03", None, "did not answer: Ray lost the node"),
+        ("node03", None, "did not answer: no answer in 10 s"),
         ("node00", 2, "stack unreadable (py-spy timed out)"),
         ("node00", 1, "in next(dataloader) at train.py:88"),
         ("node00", 3, "behind: last step 811, most ranks 812"),
@@ -330,3 +330,26 @@ def test_an_earlier_attempts_file_of_a_rank_is_not_blamed() -> None:
     diagnosis = diagnose(nodes, Stall(529, 30.0, 10.0))
     assert diagnosis.suspects == ()
     assert sum(diagnosis.groups.values()) == 3
+
+
+def test_a_node_ray_lost_comes_first_and_the_ranks_ray_train_ended_are_not_suspects() -> None:
+    """Ray declared node02 dead before the watchdog asked: Ray Train ended the worker
+    group, so the other ranks exited because of it; they are shown, not blamed."""
+    exited = {f"r{r}": _rank(r, f"node{r // 4:02d}", (), GONE, step=60) for r in range(8)}
+    lost = NodeEvidence("node02", (), "Ray lost the node (health check failed)", 0.0)
+    nodes = [*_cluster(2, 4, step=60, **exited), lost]
+    expected = {r: f"node{r // 4:02d}" for r in range(12)}
+    diagnosis = diagnose(nodes, Stall(60, 12.0, 10.0), expected)
+    assert diagnosis.suspects == (
+        Suspect("node02", "did not answer: Ray lost the node (health check failed)"),
+    )
+    assert diagnosis.groups == {"exited": 8, "on a node that did not answer": 4}
+    assert diagnosis.summary == (
+        "stalled at step 60 for 12 s: node02 did not answer (ranks 8-11); 8 ranks exited"
+    )
+    assert not diagnosis.every_rank_exited
+    # A node that only did not answer in time is no such cause: the exits stay first.
+    slow = NodeEvidence("node02", (), "did not answer within 10 s", 10.0)
+    plain = diagnose([*_cluster(2, 4, step=60, **exited), slow], Stall(60, 12.0, 10.0), expected)
+    assert [s.rank for s in plain.suspects][:2] == [0, 1]
+    assert plain.suspects[-1].node == "node02"
