@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import failure_text, require, require_sandbox_host, rtk
+from conftest import RAY_TEST_CLOCKS, failure_text, require, require_sandbox_host, rtk
 
 from toolkit.sandbox import Sandbox, cpu_share, procs
 
@@ -30,7 +30,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, ray_available: None) -> It
 
     require_sandbox_host()
     destroy("sbpf")
-    sandbox = create(6, name="sbpf", subnet="10.77.9")
+    sandbox = create(6, name="sbpf", subnet="10.77.9", ray_env=RAY_TEST_CLOCKS)
     env = {"RTK_STATE_DIR": str(tmp_path_factory.mktemp("pf-state"))}
     sandbox.env = env  # type: ignore[attr-defined]
     try:

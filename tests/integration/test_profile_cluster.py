@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import failure_text, require_sandbox_host
+from conftest import RAY_TEST_CLOCKS, failure_text, require_sandbox_host
 
 from toolkit.sandbox import Sandbox, create, destroy
 
@@ -40,7 +40,7 @@ cooldown_max_s: 2
 def sandbox(ray_available: None) -> Iterator[Sandbox]:
     require_sandbox_host()
     destroy("sbprof")
-    made = create(2, name="sbprof", subnet="10.77.25")
+    made = create(2, name="sbprof", subnet="10.77.25", ray_env=RAY_TEST_CLOCKS)
     try:
         yield made
     finally:

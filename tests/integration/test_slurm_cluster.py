@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import REPO, failure_text, require, require_sandbox_host
+from conftest import RAY_TEST_CLOCKS, REPO, failure_text, require, require_sandbox_host
 
 from toolkit.sandbox import Sandbox, create, destroy
 from toolkit.sandbox.hostcheck import find_tools
@@ -55,7 +55,14 @@ def workdir(tmp_path: Path) -> Iterator[Path]:
 
 
 def env_for(sandbox: Sandbox, workdir: Path) -> dict[str, str]:
-    return {**os.environ, **sandbox.slurm_env(), "RTK_STATE_DIR": str(workdir / "state")}
+    # sbatch passes the submitter's environment to the job (--export=ALL, the default),
+    # and srun to each node's ray start: Ray runs on the tests' clocks there too.
+    return {
+        **os.environ,
+        **RAY_TEST_CLOCKS,
+        **sandbox.slurm_env(),
+        "RTK_STATE_DIR": str(workdir / "state"),
+    }
 
 
 def rtk_in(
