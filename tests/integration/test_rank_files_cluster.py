@@ -88,3 +88,44 @@ def test_a_node_that_never_answers_is_named_and_the_others_are_written(
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == 1 and silent_id[:12] in warnings[0], warnings
     assert "no answer in 3 s" in warnings[0]
+
+
+def test_a_node_with_a_helper_actor_is_asked_through_it_and_the_others_by_task(
+    ray_nodes: list[dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With telemetry, each node's sampler answers for its node (no worker to start)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from toolkit.telemetry import rank_files
+
+    head_id = ray.get_runtime_context().get_node_id()
+    others = [n["NodeID"] for n in ray_nodes if n["NodeID"] != head_id]
+
+    @ray.remote(num_cpus=0)
+    def by_task(run_dir: str, have: dict[str, int]) -> dict[str, bytes]:
+        node_id = ray.get_runtime_context().get_node_id()
+        return {f"markers/task-{node_id[:12]}.jsonl": b"{}\n"}
+
+    @ray.remote(num_cpus=0)
+    class Helper:
+        def read_rank_files(self, run_dir: str, have: dict[str, int]) -> dict[str, bytes]:
+            node_id = ray.get_runtime_context().get_node_id()
+            return {f"markers/helper-{node_id[:12]}.jsonl": b"{}\n"}
+
+    helper, dead = (
+        Helper.options(  # type: ignore[attr-defined]
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)
+        ).remote()
+        for node_id in others[:2]
+    )
+    ray.kill(dead)  # a sampler that died during the run: its node is asked by task
+    monkeypatch.setattr(rank_files, "_read_rank_files", by_task)
+    try:
+        written = rank_files.gather_rank_files(tmp_path, {others[0]: helper, others[1]: dead})
+    finally:
+        ray.kill(helper)
+    assert sorted(written) == sorted(
+        [f"markers/helper-{others[0][:12]}.jsonl"]
+        + [f"markers/task-{node_id[:12]}.jsonl" for node_id in others[1:]]
+    )

@@ -24,6 +24,7 @@ import ray
 from toolkit import wallclock
 from toolkit.rundir.devices import DeviceInfo
 from toolkit.rundir.traces import ReadStats, compact, live_files, read_table
+from toolkit.telemetry.rank_files import rank_files_longer
 from toolkit.telemetry.sampler import PowerWindow, Sampler, SamplerStats
 from toolkit.telemetry.sensors.base import DEFAULT_ENERGY_RATE_HZ
 from toolkit.telemetry.sensors.factory import make_sensors
@@ -167,9 +168,26 @@ class NodeSampler:
             sensor.close()
         return stats
 
+    # Collecting the stopped sampler's trace: the actor is already on its node, with
+    # pyarrow loaded; a task would start a Ray worker there first (seconds of a core).
+    def compact(self, live: str) -> CompactedTrace | None:
+        """``compact_trace`` here."""
+        return compact_trace(live)
 
-@ray.remote(num_cpus=0)
-def compact_node_trace(live: str) -> CompactedTrace | None:
+    def read_chunk(self, path: str, offset: int, size: int) -> bytes:
+        """``read_file_chunk`` here."""
+        return read_file_chunk(path, offset, size)
+
+    def remove_files(self, live: str, compacted: str) -> None:
+        """``remove_trace_files`` here."""
+        remove_trace_files(live, compacted)
+
+    def read_rank_files(self, run_dir: str, have: dict[str, int]) -> dict[str, bytes]:
+        """``rank_files.rank_files_longer`` here (the driver's gathering of rank files)."""
+        return rank_files_longer(run_dir, have)
+
+
+def compact_trace(live: str) -> CompactedTrace | None:
     """Compact this node's live trace beside it; its path, size and first/last times.
 
     None when the node has no trace. A compacted file already there (an interrupted
@@ -195,18 +213,37 @@ def compact_node_trace(live: str) -> CompactedTrace | None:
     )
 
 
-@ray.remote(num_cpus=0)
-def read_chunk(path: str, offset: int, size: int) -> bytes:
-    """``size`` bytes of a file on the node this task runs on, from ``offset``."""
+def read_file_chunk(path: str, offset: int, size: int) -> bytes:
+    """``size`` bytes of a file on this node, from ``offset``."""
     with open(path, "rb") as f:
         f.seek(offset)
         return f.read(size)
 
 
-@ray.remote(num_cpus=0)
-def remove_node_files(live: str, compacted: str) -> None:
+def remove_trace_files(live: str, compacted: str) -> None:
     """Remove this node's traces; the directory too once no other node's are in it."""
     for path in [*live_files(Path(live)), Path(compacted)]:
         path.unlink(missing_ok=True)
     with contextlib.suppress(OSError):  # another node sharing this /tmp still writes here
         Path(live).parent.rmdir()
+
+
+# The same as tasks, for a node whose sampler is gone (it died, or its node's Ray was
+# restarted during the run): each starts a Ray worker on the node, where the sampler's
+# own methods (NodeSampler.compact and the rest) answer at once.
+@ray.remote(num_cpus=0)
+def compact_node_trace(live: str) -> CompactedTrace | None:
+    """``compact_trace`` on the node this task runs on."""
+    return compact_trace(live)
+
+
+@ray.remote(num_cpus=0)
+def read_chunk(path: str, offset: int, size: int) -> bytes:
+    """``read_file_chunk`` on the node this task runs on."""
+    return read_file_chunk(path, offset, size)
+
+
+@ray.remote(num_cpus=0)
+def remove_node_files(live: str, compacted: str) -> None:
+    """``remove_trace_files`` on the node this task runs on."""
+    remove_trace_files(live, compacted)

@@ -8,7 +8,8 @@ for the rank files it holds longer than the head's copy, and writes them into th
 head's run directory. A node that shares the head's filesystem sends nothing back.
 
 Both drivers call ``gather_rank_files`` once their run is over, with telemetry on or
-off: ``toolkit.train.job`` and ``toolkit.telemetry.record_job``.
+off: ``toolkit.train.job`` and ``toolkit.telemetry.record_job``. With telemetry, a node's
+sampler (an actor already on it) answers; a task would first start a Ray worker there.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import ray
 
@@ -79,7 +81,7 @@ def _read_rank_files(run_dir: str, have: dict[str, int]) -> dict[str, bytes]:
     return rank_files_longer(run_dir, have)
 
 
-def gather_rank_files(run_dir: str | Path) -> list[str]:
+def gather_rank_files(run_dir: str | Path, helpers: Mapping[str, Any] | None = None) -> list[str]:
     """Copy the ranks' files from every other alive node into the head's ``run_dir``.
 
     Runs in a driver on the head, connected to Ray, after the run's ranks have ended.
@@ -87,9 +89,15 @@ def gather_rank_files(run_dir: str | Path) -> list[str]:
     comes; a node that cannot answer within ``CALL_TIMEOUT_S`` is logged and skipped
     (its ranks' files stay on it), never raised.
 
+    Args:
+        run_dir: The run directory, as the nodes see it.
+        helpers: Ray node id -> an actor on that node with ``read_rank_files`` (the
+            telemetry's samplers, ``TelemetrySession.helpers``); other nodes get a task.
+
     Returns:
         The relative paths written (none on a shared filesystem).
     """
+    helpers = helpers or {}
     head_id = ray.get_runtime_context().get_node_id()
     nodes = [
         node
@@ -101,15 +109,30 @@ def gather_rank_files(run_dir: str | Path) -> list[str]:
         return written
     have = ray.put(rank_file_sizes(run_dir))  # one copy for every node's task
 
-    def ask(node: Mapping[str, object]) -> ray.ObjectRef[dict[str, bytes]]:
+    def by_task(node: Mapping[str, object]) -> ray.ObjectRef[dict[str, bytes]]:
         where = pinned(str(node["NodeID"]))
         return _read_rank_files.options(scheduling_strategy=where).remote(str(run_dir), have)
 
+    def ask(node: Mapping[str, object]) -> ray.ObjectRef[dict[str, bytes]]:
+        helper = helpers.get(str(node["NodeID"]))
+        if helper is None:
+            return by_task(node)
+        ref: ray.ObjectRef[dict[str, bytes]] = helper.read_rank_files.remote(str(run_dir), have)
+        return ref
+
+    retry = []  # nodes whose helper failed (a sampler that died): asked again by task
     for answer in ask_nodes(nodes, ask, CALL_TIMEOUT_S, GATHER_IN_FLIGHT):
+        if answer.value is not None:
+            written += keep_longer(run_dir, answer.value)  # here alone: one writer per file
+        elif str(answer.key["NodeID"]) in helpers:
+            retry.append(answer.key)
+        else:
+            _cannot_read(answer.key, answer.error or ValueError("no answer"))
+    for answer in ask_nodes(retry, by_task, CALL_TIMEOUT_S, GATHER_IN_FLIGHT):
         if answer.value is None:
             _cannot_read(answer.key, answer.error or ValueError("no answer"))
             continue
-        written += keep_longer(run_dir, answer.value)  # here alone: one writer per file
+        written += keep_longer(run_dir, answer.value)
     return written
 
 

@@ -81,8 +81,9 @@ def main(argv: list[str]) -> int:
         idle.after()
     finally:
         idle.save()
+        # The markers the command's processes wrote on other nodes, then the traces.
+        gather_rank_files(run_dir, session.helpers())
         session.stop()
-        gather_rank_files(run_dir)  # markers the command's processes wrote on other nodes
 
     CommandRecord(tuple(command), code, duration_s).write(RunDir(run_dir).command)
     print(f"rtk telemetry: command exited {code}; traces in {run_dir}/telemetry", flush=True)

@@ -13,6 +13,7 @@ directory (resuming a partial copy), a bounded number of nodes at a time.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -201,6 +202,14 @@ class TelemetrySession:
                 logger.warning("telemetry: %s: no window: %s", name, e)
         return found
 
+    def helpers(self) -> dict[str, Any]:
+        """Ray node id -> the sampler running there, until ``stop``.
+
+        An actor on its node: the driver's small end-of-run reads run in it
+        (``rank_files.gather_rank_files``) instead of a task that starts a worker.
+        """
+        return {n.node_id: n.actor for n in self.nodes if n.status == "running" and n.actor}
+
     def stop(self) -> None:
         """Measure offsets again, stop every sampler, collect every node's samples."""
         self.ended_wall_s = time.time()
@@ -255,8 +264,9 @@ class TelemetrySession:
             if node.by_host
             else {"scheduling_strategy": NodeAffinitySchedulingStrategy(node.node_id, soft=False)}
         )
+        call = self._caller(node, where)
         try:
-            found = ray.get(compact_node_trace.options(**where).remote(path), timeout=300.0)
+            found = ray.get(call("compact", path), timeout=300.0)
         except Exception as e:  # noqa: BLE001 - the node itself is gone
             node.status, node.error = "missing", f"could not collect samples: {e}"
             return
@@ -264,14 +274,34 @@ class TelemetrySession:
             node.status, node.error = "missing", f"no trace on the node ({path})"
             return
         try:
-            self._copy(found, node.name, where)
+            self._copy(found, node.name, call)
         except Exception as e:  # noqa: BLE001 - what was copied stays in the .part file
             node.status, node.error = "missing", f"could not copy its trace: {e}"
             return
-        remove_node_files.options(**where).remote(path, found.path)
+        removed = call("remove_files", path, found.path)
+        if node.actor is not None and node.status == "complete":
+            # Waited for: the sampler is killed next, and would take the call with it.
+            with contextlib.suppress(Exception):
+                ray.get(removed, timeout=CALL_TIMEOUT_S)
         node.collected = found
 
-    def _copy(self, found: CompactedTrace, name: str, where: Mapping[str, object]) -> None:
+    def _caller(self, node: _Node, where: Mapping[str, object]) -> Callable[..., Any]:
+        """How to run a collection step on ``node``: ``call(NAME, *args)`` -> a ref.
+
+        Through its sampler when that stopped cleanly (it is on the node, warm); else a
+        task placed by ``where`` (``compact_node_trace`` and the others).
+        """
+        if node.actor is not None and node.status == "complete":
+            actor = node.actor
+            return lambda name, *args: getattr(actor, name).remote(*args)
+        tasks: dict[str, Any] = {
+            "compact": compact_node_trace,
+            "read_chunk": read_chunk,
+            "remove_files": remove_node_files,
+        }
+        return lambda name, *args: tasks[name].options(**where).remote(*args)
+
+    def _copy(self, found: CompactedTrace, name: str, call: Callable[..., Any]) -> None:
         """Copy a compacted trace from its node in chunks, resuming a partial copy.
 
         The copy becomes the node's next ``trace-NNN.arrows`` once complete (a resumed
@@ -289,8 +319,7 @@ class TelemetrySession:
             out.truncate()
             while offset < size:
                 data: bytes = ray.get(
-                    read_chunk.options(**where).remote(found.path, offset, CHUNK_BYTES),
-                    timeout=CALL_TIMEOUT_S,
+                    call("read_chunk", found.path, offset, CHUNK_BYTES), timeout=CALL_TIMEOUT_S
                 )
                 if not data:
                     raise OSError(f"the trace ended at {offset} of {size} bytes")

@@ -243,11 +243,11 @@ def main(argv: list[str]) -> int:
         watchdog.stop()
         if idle is not None:
             idle.save()
-        if session is not None:
-            session.stop()
         # With telemetry or without: rank 0's metrics and the markers may lie on other
         # nodes (no shared filesystem), and rtk fetches the run from the head alone.
-        gather_rank_files(config.run_dir)
+        gather_rank_files(config.run_dir, session.helpers() if session is not None else None)
+        if session is not None:
+            session.stop()
     # Ray Train keeps the metrics of reports that came with a checkpoint.
     final = result.metrics or {}
     if getattr(result, "error", None) is not None:
@@ -273,9 +273,9 @@ def _abort(session: TelemetrySession | None, run_dir: str) -> None:
     with ``STALL_EXIT``, and Ray ends the job's workers, which the driver owns.
     """
     try:
+        gather_rank_files(run_dir, session.helpers() if session is not None else None)
         if session is not None:
             session.stop()
-        gather_rank_files(run_dir)
     finally:
         print(f"rtk train: stopped after a stall (exit {STALL_EXIT})", flush=True)
         sys.stdout.flush()
