@@ -21,7 +21,8 @@ import pytest
 
 pytestmark = pytest.mark.ray
 
-GATHER_DEADLINE_S = 120.0  # far past the 3 s timeout on any machine; the node never answers
+CALL_TIMEOUT_S = 10.0  # each node's; the silent node's answer is held past the gather
+GATHER_DEADLINE_S = 120.0  # far past that timeout on any machine; the node never answers
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +51,7 @@ def test_a_node_that_never_answers_is_named_and_the_others_are_written(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from toolkit.telemetry import rank_files
 
@@ -66,9 +68,22 @@ def test_a_node_that_never_answers_is_named_and_the_others_are_written(
             time.sleep(0.1)
         return {f"markers/from-{node_id[:12]}.jsonl": b'{"event": "run_start"}\n'}
 
+    # Each node's worker started first: an answering node's task then answers at once,
+    # not after a worker's start, which a loaded machine made take past the timeout.
+    @ray.remote(num_cpus=0)
+    def warm() -> str:
+        return str(ray.get_runtime_context().get_node_id())
+
+    pinned = [
+        warm.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
+        for n in others
+    ]
+    assert sorted(ray.get([task.remote() for task in pinned])) == sorted(
+        str(n["NodeID"]) for n in others
+    )
     monkeypatch.setattr(rank_files, "_read_rank_files", answer)
     monkeypatch.setattr(rank_files, "GATHER_IN_FLIGHT", 2)  # fewer than the nodes asked
-    monkeypatch.setattr(rank_files, "CALL_TIMEOUT_S", 3.0)
+    monkeypatch.setattr(rank_files, "CALL_TIMEOUT_S", CALL_TIMEOUT_S)
     # The gather must end while the silent node still holds its answer back: it gives
     # up on it at its timeout, never waiting for it (deadline: the thread's join).
     written: list[str] = []
@@ -87,7 +102,7 @@ def test_a_node_that_never_answers_is_named_and_the_others_are_written(
     assert all((tmp_path / p).is_file() for p in answered)
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == 1 and silent_id[:12] in warnings[0], warnings
-    assert "no answer in 3 s" in warnings[0]
+    assert f"no answer in {CALL_TIMEOUT_S:g} s" in warnings[0]
 
 
 def test_a_node_with_a_helper_actor_is_asked_through_it_and_the_others_by_task(

@@ -142,8 +142,14 @@ def test_no_more_than_parallel_operations_are_in_flight(tmp_path: Path) -> None:
 
 
 def test_worker_starts_come_in_waves_that_overlap(tmp_path: Path) -> None:
+    """The starts are paced by ``Waves`` (its pacing, on a fake clock, is
+    tests/unit/transport/test_group.py's); here, that bring-up paces them in waves of
+    ``ray.start_wave`` and that a wave does not wait for the one before to finish. No
+    wall-clock gap is asserted: on a loaded machine threads begin late, not early."""
     wave, interval_model_s = 4, 4.0
-    cluster = SimulatedCluster(LatencyModel(worker_start_s=20.0, scale=SCALE))
+    # A start takes 50 intervals: every wave is in flight before the first one ends,
+    # however late the machine lets the pacing thread run.
+    cluster = SimulatedCluster(LatencyModel(worker_start_s=200.0, scale=SCALE))
     transport = CountingTransport(cluster)
     ray = {"start_wave": wave, "start_wave_interval_s": interval_model_s * SCALE}
     inv = inventory(tmp_path, 17, ray=ray)
@@ -152,16 +158,9 @@ def test_worker_starts_come_in_waves_that_overlap(tmp_path: Path) -> None:
     assert len(up.started) == 17
     assert up.timings is not None and up.timings.start_waves == 4
     assert up.timings.worker_starts is not None and up.timings.worker_starts.count == 16
-    begun = sorted(transport.worker_start_begun.values())
-    # Never more than a wave begins within one interval (seen from the transport, after
-    # a thread is made and the start set off: half an interval of slack for that).
-    for i in range(len(begun) - wave):
-        assert (begun[i + wave] - begun[i]) / SCALE >= interval_model_s / 2, (i, begun)
-    # A wave does not wait for the one before to finish (a start takes 20 model s, the
-    # interval is 4): all 16 are in flight at once at some point...
+    assert len(transport.worker_start_begun) == 16
+    # A wave does not wait for the one before to finish: all 16 are in flight at once.
     assert transport.peak_starts == 16
-    # ...and the last wave began about 3 intervals after the first, not 3 starts later.
-    assert (begun[-1] - begun[0]) / SCALE < 3 * interval_model_s + 4.0
 
 
 def test_the_head_is_prepared_before_any_worker_is_asked_anything(tmp_path: Path) -> None:
