@@ -121,18 +121,15 @@ def gather_rank_files(run_dir: str | Path, helpers: Mapping[str, Any] | None = N
         return ref
 
     retry = []  # nodes whose helper failed (a sampler that died): asked again by task
-    for answer in ask_nodes(nodes, ask, CALL_TIMEOUT_S, GATHER_IN_FLIGHT):
-        if answer.value is not None:
-            written += keep_longer(run_dir, answer.value)  # here alone: one writer per file
-        elif str(answer.key["NodeID"]) in helpers:
-            retry.append(answer.key)
-        else:
-            _cannot_read(answer.key, answer.error or ValueError("no answer"))
-    for answer in ask_nodes(retry, by_task, CALL_TIMEOUT_S, GATHER_IN_FLIGHT):
-        if answer.value is None:
-            _cannot_read(answer.key, answer.error or ValueError("no answer"))
-            continue
-        written += keep_longer(run_dir, answer.value)
+    for asked, again in ((ask, True), (by_task, False)):
+        for answer in ask_nodes(nodes, asked, CALL_TIMEOUT_S, GATHER_IN_FLIGHT):
+            if answer.value is not None:
+                written += keep_longer(run_dir, answer.value)  # here alone: one writer per file
+            elif again and str(answer.key["NodeID"]) in helpers:
+                retry.append(answer.key)
+            else:
+                _cannot_read(answer.key, answer.error or ValueError("no answer"))
+        nodes = retry
     return written
 
 

@@ -279,7 +279,7 @@ class TelemetrySession:
             node.status, node.error = "missing", f"could not copy its trace: {e}"
             return
         removed = call("remove_files", path, found.path)
-        if node.actor is not None and node.status == "complete":
+        if _through_sampler(node):
             # Waited for: the sampler is killed next, and would take the call with it.
             with contextlib.suppress(Exception):
                 ray.get(removed, timeout=CALL_TIMEOUT_S)
@@ -291,7 +291,7 @@ class TelemetrySession:
         Through its sampler when that stopped cleanly (it is on the node, warm); else a
         task placed by ``where`` (``compact_node_trace`` and the others).
         """
-        if node.actor is not None and node.status == "complete":
+        if _through_sampler(node):
             actor = node.actor
             return lambda name, *args: getattr(actor, name).remote(*args)
         tasks: dict[str, Any] = {
@@ -344,6 +344,14 @@ class TelemetrySession:
 
     def _write_manifest(self) -> None:
         self.manifest().write(RunDir(self.run_dir).manifest)
+
+
+def _through_sampler(node: _Node) -> bool:
+    """True when ``node``'s collection runs in its sampler (``TelemetrySession._caller``).
+
+    The sampler stopped cleanly, so it is alive on the node; else a task does it.
+    """
+    return node.actor is not None and node.status == "complete"
 
 
 def _node_manifest(node: _Node) -> NodeManifest:
