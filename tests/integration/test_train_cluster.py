@@ -351,7 +351,11 @@ def test_a_lost_worker_node_restarts_from_the_last_checkpoint(
         killed_at = len(metric_lines(run_dir))
         up = rtk("up", trained["inventory"], env=trained["env"], timeout=300)
         assert up.returncode == 0, failure_text(up)
-        output, _ = job.communicate(timeout=600)
+        try:
+            output, _ = job.communicate(timeout=600)
+        except subprocess.TimeoutExpired:
+            job.kill()
+            raise AssertionError(f"the run never ended: {job.communicate()[0][-6000:]}") from None
     finally:
         if job.poll() is None:
             job.kill()
@@ -665,7 +669,11 @@ def test_a_node_cut_off_mid_run_is_named_and_the_run_resumes_without_it(
             time.sleep(0.5)
         cut = sandbox_train.run_in(victim, ["ip", "link", "set", "eth0", "down"])
         assert cut.returncode == 0, cut.stderr
-        output, _ = job.communicate(timeout=600)
+        try:
+            output, _ = job.communicate(timeout=600)
+        except subprocess.TimeoutExpired:
+            job.kill()
+            raise AssertionError(f"the run never ended: {job.communicate()[0][-6000:]}") from None
     finally:
         if job.poll() is None:
             job.kill()

@@ -4,9 +4,13 @@
 places every rank (``toolkit.stall.location``), groups the ranks by place, and names
 the suspects, most likely first:
 
-0. nodes Ray lost (declared dead): Ray Train then ends the other ranks, so ranks that
-   exited are not suspects beside such a node (their group still shows them);
-1. ranks that exited, then ranks stopped (SIGSTOP, a debugger);
+0. nodes Ray lost (declared dead);
+1. ranks that exited, then ranks stopped (SIGSTOP, a debugger); but beside a node that
+   did not answer, or one Ray lost, ranks that exited are not suspects (their group
+   still shows them): a crash does not silence another node, while a silent node ends
+   the others' ranks (Ray Train ends its worker group as soon as its health check
+   misses a worker, often before Ray declares the node dead; torchrun's agents
+   restart theirs), and the watchdog may look while that is under way;
 2. nodes that did not answer (with the ranks the launch put there), and ranks that an
    answering node has no trace of;
 3. ranks whose stack could not be read (unless that is most ranks: then nothing is
@@ -191,8 +195,7 @@ def diagnose(
             blames.append(_Blame(_MISSING, rank_id, suspect, text, text))
 
     groups = dict(sorted(((p, len(r)) for p, r in members.items()), key=lambda g: (-g[1], g[0])))
-    lost = any(b.tier == _LOST for b in blames)
-    blames += _rank_blames(located, next(iter(groups), None), exits_explained=lost)
+    blames += _rank_blames(located, next(iter(groups), None), exits_explained=bool(silent))
     blames.sort(key=lambda b: (b.tier, b.order))
     suspects = tuple(b.suspect for b in blames)
     return Diagnosis(
@@ -229,7 +232,8 @@ def _rank_blames(
 ) -> list[_Blame]:
     """The suspects among the ranks that answered (tiers exited to behind).
 
-    With ``exits_explained`` (Ray lost a node) the ranks that exited are none.
+    With ``exits_explained`` (a node was silent, which ends the others' ranks) the
+    ranks that exited are none.
     """
     waiting = Counter(where.phrase for _, where in located if where.waiting)
     # Where most waiters wait (ties: the phrase first in order, for the same answer twice).

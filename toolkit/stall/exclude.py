@@ -35,6 +35,32 @@ def suspect_nodes(record: StallRecord) -> list[str]:
     return found
 
 
+def why_not_exclude(
+    excluded: Sequence[str], nodes: Sequence[str], head: str | None, min_nodes: int
+) -> str | None:
+    """Why excluding ``excluded`` cannot give a restart; None when it can.
+
+    Args:
+        excluded: The suspects' nodes (``suspect_nodes``).
+        nodes: The cluster's nodes now (their names).
+        head: The node the job's driver runs on.
+        min_nodes: The fewest nodes the worker group may run on (0: no shrinking).
+    """
+    if not excluded:
+        return "no suspect to exclude"
+    if not min_nodes:
+        return "no room to shrink (min_nodes)"
+    if head in excluded:
+        return f"the head {head} is a suspect, and the job runs there"
+    left = [n for n in nodes if n not in excluded]
+    if len(left) < min_nodes:
+        # Ray Train would wait for a node that never comes, however long.
+        return (
+            f"{len(left)} node(s) would be left of {len(nodes)}, fewer than min_nodes {min_nodes}"
+        )
+    return None
+
+
 @ray.remote(num_cpus=0)
 def _stop_this_node(grace_s: float) -> str:
     """Start the node agent's ``stop`` of this node's Ray, detached; what was started."""

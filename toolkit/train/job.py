@@ -28,7 +28,7 @@ from toolkit.ray_resources import NODE_RESOURCE
 from toolkit.rundir import RunDir, TrainConfigRecord
 from toolkit.rundir.layout import CHECKPOINTS_DIR
 from toolkit.stall.collect import ray_node_ids
-from toolkit.stall.exclude import exclude_nodes
+from toolkit.stall.exclude import exclude_nodes, why_not_exclude
 from toolkit.stall.records import StallRecord
 from toolkit.stall.settings import STALL_EXIT
 from toolkit.stall.watchdog import Watchdog
@@ -207,19 +207,13 @@ def main(argv: list[str]) -> int:
         _abort(session, config.run_dir)
 
     def restart(record: StallRecord) -> None:
-        if not record.excluded or layout.min_workers is None:
-            why = "no suspect to exclude" if not record.excluded else "no room to shrink"
-            say(f"--on-stall restart-excluding: {why} (min_nodes); stopping instead")
-            abort(record)
-            return
         node_ids = ray_node_ids()
         here = ray.get_runtime_context().get_node_id()
         head = next((name for name, node_id in node_ids.items() if node_id == here), None)
-        if head in record.excluded:
-            say(
-                f"--on-stall restart-excluding: the head {head} is a suspect, and the job "
-                "runs there; stopping instead"
-            )
+        min_nodes = config.min_nodes if layout.min_workers is not None else 0
+        why = why_not_exclude(record.excluded, list(node_ids), head, min_nodes)
+        if why is not None:
+            say(f"--on-stall restart-excluding: {why}; stopping instead")
             abort(record)
             return
         answered = [n.node for n in record.nodes if n.answered]

@@ -209,23 +209,33 @@ def test_suspects_come_most_likely_first_and_the_summary_counts_the_rest() -> No
         "r4": _rank(4, "node01", ALL_REDUCE, STOPPED, gpu="0"),
         "r5": _rank(5, "node01", (), GONE, gpu="1"),
     }
-    nodes = [*_cluster(3, 4, **special), NodeEvidence("node03", (), "no answer in 10 s", 1.0)]
     expected = {r: f"node{r // 4:02d}" for r in range(16)}
-    diagnosis = diagnose(nodes, Stall(812, 70.0, 60.0), expected)
+    diagnosis = diagnose(_cluster(4, 4, **special), Stall(812, 70.0, 60.0), expected)
     assert [(s.node, s.rank, s.reason) for s in diagnosis.suspects] == [
         ("node01", 5, "exited"),
         ("node01", 4, "stopped (SIGSTOP or a debugger)"),
-        ("node03", None, "did not answer: no answer in 10 s"),
         ("node00", 2, "stack unreadable (py-spy timed out)"),
         ("node00", 1, "in next(dataloader) at train.py:88"),
         ("node00", 3, "behind: last step 811, most ranks 812"),
     ]
     assert diagnosis.summary == (
-        "stalled at step 812 for 70 s: rank 5 (node01, GPU 1) exited (and 5 more suspects); "
-        f"8 ranks {WAIT_ALL_REDUCE}"
+        "stalled at step 812 for 70 s: rank 5 (node01, GPU 1) exited (and 4 more suspects); "
+        f"12 ranks {WAIT_ALL_REDUCE}"
     )
-    assert diagnosis.groups["on a node that did not answer"] == 4
-    assert sum(diagnosis.groups.values()) == 16
+    # A node that did not answer comes after a stopped rank; the exit beside it is no
+    # suspect: a silent node ends the others' ranks, a crash does not silence a node.
+    nodes = [*_cluster(3, 4, **special), NodeEvidence("node03", (), "no answer in 10 s", 1.0)]
+    silent = diagnose(nodes, Stall(812, 70.0, 60.0), expected)
+    assert [(s.node, s.rank) for s in silent.suspects] == [
+        ("node01", 4),
+        ("node03", None),
+        ("node00", 2),
+        ("node00", 1),
+        ("node00", 3),
+    ]
+    assert silent.groups["on a node that did not answer"] == 4
+    assert silent.groups["exited"] == 1
+    assert sum(silent.groups.values()) == 16
 
 
 def test_unreadable_stacks_on_most_ranks_blame_no_rank() -> None:
@@ -348,8 +358,11 @@ def test_a_node_ray_lost_comes_first_and_the_ranks_ray_train_ended_are_not_suspe
         "stalled at step 60 for 12 s: node02 did not answer (ranks 8-11); 8 ranks exited"
     )
     assert not diagnosis.every_rank_exited
-    # A node that only did not answer in time is no such cause: the exits stay first.
+    # A node that only did not answer in time, Ray Train's health check having ended
+    # part of the group before Ray declared the node dead (the watchdog looked while it
+    # did, CI run of 2026-11-28): the exits are no suspects either, only the node.
     slow = NodeEvidence("node02", (), "did not answer within 10 s", 10.0)
-    plain = diagnose([*_cluster(2, 4, step=60, **exited), slow], Stall(60, 12.0, 10.0), expected)
-    assert [s.rank for s in plain.suspects][:2] == [0, 1]
-    assert plain.suspects[-1].node == "node02"
+    some = {k: v for k, v in exited.items() if k != "r7"}
+    ended = diagnose([*_cluster(2, 4, step=60, **some), slow], Stall(60, 12.0, 10.0), expected)
+    assert [s.node for s in ended.suspects] == ["node02"]
+    assert ended.groups["exited"] == 7
