@@ -16,7 +16,8 @@ phase() {
   phases+=("$1:$((now - phase_began))")
   phase_began=$now
 }
-junit=$(mktemp --suffix .xml)
+# RTK_TEST_JUNIT=FILE keeps pytest's JUnit report (every test's time) there.
+junit=${RTK_TEST_JUNIT:-$(mktemp --suffix .xml)}
 times() {
   local status=$?
   trap - EXIT
@@ -28,7 +29,7 @@ times() {
   if [ -s "$junit" ] && [ -x .venv/bin/python ]; then
     .venv/bin/python scripts/test_times.py "$junit" || true
   fi
-  rm -f "$junit"
+  [ -n "${RTK_TEST_JUNIT:-}" ] || rm -f "$junit"
   exit "$status"
 }
 trap times EXIT
