@@ -252,9 +252,9 @@ def sandbox_train() -> Iterator[Sandbox]:
 
     require_sandbox_host()
     destroy("sbt")
-    # Ray declares a lost node dead within seconds here, before rtk's watchdog (10 s)
-    # asks: the cut-off-node scenario sees the watchdog name a node Ray lost, ahead of
-    # the ranks Ray Train ended because of it.
+    # Ray declares a lost node dead within seconds here, and Ray Train ends the other
+    # ranks sooner still: the cut-off-node scenario sees the watchdog name the node
+    # (lost, or not answering), never the ranks Ray Train ended because of it.
     sandbox = create(3, name="sbt", subnet="10.77.7", ray_env=RAY_TEST_CLOCKS)
     try:
         yield sandbox
