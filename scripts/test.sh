@@ -56,13 +56,21 @@ fi
 .venv/bin/python -m pip install -q --no-build-isolation deepspeed==0.19.8
 # DeepSpeed compiles its CPU comm op (about a minute of one core) the first time a
 # rank starts; built here, beside the rest of the install, ruff and mypy, it uses a
-# core they leave idle instead of a test's time. Its build lives in this venv: the
-# sandbox nodes' Ray workers build theirs with other flags in ~/.cache/torch_extensions,
-# and one shared directory made each evict the other (a compile more per run).
+# core they leave idle instead of a test's time. Its build lives in this venv, whose
+# path its flags name. It is built twice: once for the tests' own ranks, and once for
+# the sandbox nodes' Ray workers (tests/conftest.py, BUILD_CACHES), which find the
+# venv's ninja first on their PATH: ninja 1.13 and the system's 1.11 hash a command
+# apart, so each would rebuild the other's (the nodes' compile was a minute of a core
+# in the middle of the tests).
 export TORCH_EXTENSIONS_DIR="$PWD/.venv/torch_extensions"
+export RTK_TEST_NODES_TORCH_EXTENSIONS_DIR="$PWD/.venv/torch_extensions-nodes"
 ds_log=$(mktemp)
-.venv/bin/python -c "import importlib; importlib.import_module('deepspeed.comm.torch').build_shm_op()" \
-  >"$ds_log" 2>&1 &
+build_shm_op="import importlib; importlib.import_module('deepspeed.comm.torch').build_shm_op()"
+(
+  .venv/bin/python -c "$build_shm_op" &&
+    PATH="$PWD/.venv/bin:$PATH" TORCH_EXTENSIONS_DIR="$RTK_TEST_NODES_TORCH_EXTENSIONS_DIR" \
+      .venv/bin/python -c "$build_shm_op"
+) >"$ds_log" 2>&1 &
 ds_build=$!
 .venv/bin/python -m pip install -q -e '.[dev,deepspeed,frameworks]'
 phase "pip"

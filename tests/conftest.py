@@ -206,8 +206,18 @@ RAY_TEST_QUIET: dict[str, str] = {
 # each given health_check_timeout_ms (Ray's defaults 5, 3,000 ms and 10,000 ms: 15 to
 # 50 s). Tests that lose a node wait on that; here it takes 3 to 9 s. The timeout
 # stays well above what a loaded 2-core machine makes a healthy raylet take to answer.
+# Where scripts/test.sh built DeepSpeed's CPU comm op for the sandbox nodes' Ray
+# workers, before the tests: they load it from there. Their default place
+# (~/.cache/torch_extensions) holds a build for another venv's path, or another ninja's,
+# and the first DeepSpeed run on a sandbox would compile it (a minute of one core).
+_NODES_EXTENSIONS = os.environ.get("RTK_TEST_NODES_TORCH_EXTENSIONS_DIR")
+BUILD_CACHES: dict[str, str] = (
+    {"TORCH_EXTENSIONS_DIR": _NODES_EXTENSIONS} if _NODES_EXTENSIONS else {}
+)
+
 RAY_TEST_CLOCKS: dict[str, str] = {
     **RAY_TEST_QUIET,
+    **BUILD_CACHES,
     "RAY_health_check_initial_delay_ms": "2000",
     "RAY_health_check_period_ms": "1000",
     "RAY_health_check_timeout_ms": "3000",

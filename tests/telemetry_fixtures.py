@@ -309,6 +309,8 @@ def _node_samples(
     for lo, hi, bits in node.throttle:
         throttle[(run_s >= lo - 1e-9) & (run_s < hi - 1e-9)] |= bits
     mono_base = 1000.0 * (index + 1)
+    # The host sensor writes energy_j from RAPL, or from its CPU model (not over IPMI).
+    host_counter = node.host_rapl or node.host_power_source == "model"
     records: list[dict[str, Any]] = []
     for i in np.flatnonzero(kept):
         stamp = {
@@ -324,8 +326,10 @@ def _node_samples(
                 sample["cpu_util_pct"] = 90.0 if on else 5.0
                 sample["memory_used_bytes"] = 8 << 30
                 sample["memory_total_bytes"] = 64 << 30
-                if node.host_rapl and full[i]:
+                if host_counter and full[i]:
+                    # RAPL's counter, or the CPU model's integral of its own power.
                     sample["energy_j"] = float(counters[dev][i])
+                if node.host_rapl and full[i]:
                     sample["rapl_package_j"] = float(counters[dev][i] * 0.8)
                     sample["rapl_dram_j"] = float(counters[dev][i] * 0.2)
                 if full[i]:
@@ -363,7 +367,7 @@ def _node_samples(
     truths = {}
     for dev, power in powers.items():
         have_power = kept & (full | (dev != "host"))
-        have_counter = kept & (energy if dev != "host" else full & node.host_rapl)
+        have_counter = kept & (energy if dev != "host" else full & host_counter)
         truths[dev] = DeviceTruth(
             power_t_s=head_s[have_power],
             power_w=power[have_power],

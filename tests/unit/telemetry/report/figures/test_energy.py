@@ -36,7 +36,9 @@ def test_gpu_energy_comes_from_the_counter(tmp_path: Path) -> None:
         assert not device.partial and device.covered_fraction == pytest.approx(1.0)
 
 
-def test_host_energy_is_integrated_power_and_says_when_it_is_modelled(tmp_path: Path) -> None:
+def test_host_energy_is_the_model_s_integral_and_says_when_it_is_modelled(
+    tmp_path: Path,
+) -> None:
     fixture, report = built(
         tmp_path,
         NodeSpec("node1", gpus=1),
@@ -50,9 +52,11 @@ def test_host_energy_is_integrated_power_and_says_when_it_is_modelled(tmp_path: 
     assert model.energy_source == "modelled"
     assert ipmi.energy_source == "integrated power"
     assert rapl.energy_source == "counter"
-    for node, device in (("node1", model), ("node2", ipmi)):
-        expected = fixture.devices[(node, "host")].trapezoid_j(start, end)
-        assert device.energy_j == pytest.approx(expected, rel=1e-9)
+    assert model.energy_j == pytest.approx(
+        fixture.devices[("node1", "host")].counter_delta_j(start, end), rel=1e-9
+    )
+    expected = fixture.devices[("node2", "host")].trapezoid_j(start, end)
+    assert ipmi.energy_j == pytest.approx(expected, rel=1e-9)
     assert rapl.energy_j == pytest.approx(
         fixture.devices[("node3", "host")].counter_delta_j(start, end), rel=1e-9
     )
@@ -101,8 +105,11 @@ def test_lost_node_keeps_its_data_and_marks_the_trailing_gap(tmp_path: Path) -> 
 
 def test_inner_gap(tmp_path: Path) -> None:
     gap_from_s, gap_to_s = 3.0, 5.0
+    gaps = [(gap_from_s, gap_to_s)]
     fixture, report = built(
-        tmp_path, NodeSpec("node1", gpus=1, gaps=[(gap_from_s, gap_to_s)], host_rapl=False)
+        tmp_path,
+        NodeSpec("node1", gpus=1, gaps=gaps, host_power_source="ipmi"),
+        NodeSpec("node2", gpus=0, gaps=gaps),
     )
     start, end = fixture.window_s
     node = report.nodes["node1"]
@@ -115,7 +122,7 @@ def test_inner_gap(tmp_path: Path) -> None:
         assert device.partial
     [node_gap] = node.gaps
     assert node_gap.duration_s == pytest.approx(2.0)
-    # Integrated power adds nothing over the gap ...
+    # Integrated power (IPMI's) adds nothing over the gap ...
     truth = fixture.devices[("node1", "host")]
     expected = truth.trapezoid_j(start, start + gap_from_s) + truth.trapezoid_j(
         start + gap_to_s, end
@@ -125,6 +132,13 @@ def test_inner_gap(tmp_path: Path) -> None:
     # ... a counter measured it: its delta over the gap is real.
     gpu_truth = fixture.devices[("node1", gpu_uuid(0, 0))]
     assert gpu.energy_j == pytest.approx(gpu_truth.counter_delta_j(start, end), rel=1e-9)
+    # So did the CPU model: each reading models the CPU time since the last one, so a
+    # sampler that stalled on a loaded node still accounts for the time it stalled.
+    modelled = report.nodes["node2"].devices["host"]
+    assert modelled.energy_source == "modelled" and modelled.gaps
+    model_truth = fixture.devices[("node2", "host")]
+    assert modelled.energy_j == pytest.approx(model_truth.counter_delta_j(start, end), rel=1e-9)
+    assert modelled.energy_j > model_truth.trapezoid_j(start, start + gap_from_s)
     # Steps inside the gap are not measured step by step.
     inside = [s for s in report.steps if s.end_s > start + gap_from_s and s.start_s < start + 5]
     assert inside and not any(s.complete for s in inside)
