@@ -30,6 +30,7 @@ times() {
     .venv/bin/python scripts/test_times.py "$junit" || true
   fi
   [ -n "${RTK_TEST_JUNIT:-}" ] || rm -f "$junit"
+  [ -z "${RTK_TEST_NODES_TORCH_EXTENSIONS_DIR:-}" ] || rm -rf "$RTK_TEST_NODES_TORCH_EXTENSIONS_DIR"
   exit "$status"
 }
 trap times EXIT
@@ -63,7 +64,11 @@ fi
 # apart, so each would rebuild the other's (the nodes' compile was a minute of a core
 # in the middle of the tests).
 export TORCH_EXTENSIONS_DIR="$PWD/.venv/torch_extensions"
-export RTK_TEST_NODES_TORCH_EXTENSIONS_DIR="$PWD/.venv/torch_extensions-nodes"
+# The nodes' copy lies where they can write (torch takes a lock file beside the op even
+# to load it): the sandbox nodes see this checkout read-only where it is under /tmp,
+# which is each node's own, and share /var/tmp with this machine.
+RTK_TEST_NODES_TORCH_EXTENSIONS_DIR=$(mktemp -d /var/tmp/rtk-test-torch-extensions.XXXXXX)
+export RTK_TEST_NODES_TORCH_EXTENSIONS_DIR
 ds_log=$(mktemp)
 build_shm_op="import importlib; importlib.import_module('deepspeed.comm.torch').build_shm_op()"
 (
