@@ -85,12 +85,12 @@ class DeviceReport:
 
     @property
     def curve(self) -> EnergyCurve | None:
-        """The curve ``energy_j`` comes from."""
-        if self.energy_source == COUNTER or (
-            self.energy_source == MODELLED and self.counter is not None
-        ):
-            return self.counter
-        return self.power
+        """The curve ``energy_j`` comes from.
+
+        The counter where the device has one (a RAPL or GPU meter, or the CPU model's
+        own integral): ``device_report`` keeps none it did not read. Else the power's.
+        """
+        return self.counter if self.counter is not None else self.power
 
     def light(self) -> DeviceReport:
         """The figures and the view without the full-resolution curves."""
@@ -208,15 +208,14 @@ def device_report(
             gaps=gaps,
         )
     rapl = series.values("rapl_package_j")[0].size > 0
-    if series.power_source == "model" and counter is not None and not rapl:
+    modelled = series.power_source == "model" and not rapl
+    if modelled and (counter is not None or power is not None):
         # The host sensor's modelled energy_j is the integral of its modelled power,
         # not a meter: label it as the estimate it is. Its integral, not its samples':
         # each reading models the CPU time since the one before, so a sampler that
         # stalled (a loaded node) still accounts for the stalled time, where the
         # power samples' curve would leave it out.
-        source, curve = MODELLED, counter
-    elif series.power_source == "model" and power is not None and not rapl:
-        source, curve, counter = MODELLED, power, None
+        source, curve = MODELLED, counter if counter is not None else power
     elif counter is not None:
         source, curve = COUNTER, counter
     elif power is not None:
