@@ -1,6 +1,6 @@
 """Where the tests' time went: worker seconds per folder, from pytest's JUnit file.
 
-    python scripts/test_times.py JUNIT_XML
+    python scripts/test_times.py JUNIT_XML [--write-seconds tests/module_seconds.json]
 
 ``scripts/test.sh`` prints it at the end of every run, after the wall time per phase:
 the tests of one pass run on several workers at once, so the pass's wall time does not
@@ -8,10 +8,15 @@ split by folder, but each test's own time does. Folders are the first two levels
 ``tests/`` (``unit/telemetry``, ``integration``), largest first. The integration
 modules follow one by one (their time includes their clusters' bring-up, which lands in
 a module's first test), for they are most of the time.
+
+``--write-seconds FILE`` also writes each test module's worker seconds there, which
+``tests/conftest.py`` reads to hand the longest groups of tests out first: refresh it
+from a CI run's JUnit file (``RTK_TEST_JUNIT``) when modules come, go or change much.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import xml.etree.ElementTree as ET
 from collections import defaultdict
@@ -44,6 +49,15 @@ def module_of(classname: str) -> str | None:
     return parts[1]
 
 
+def module_path(classname: str) -> str | None:
+    """``tests.unit.x.test_y.TestZ`` -> ``tests/unit/x/test_y.py``; None if no module."""
+    parts = classname.split(".")
+    for i, part in enumerate(parts):
+        if part.startswith("test_"):
+            return "/".join(parts[: i + 1]) + ".py"
+    return None
+
+
 def _sums(path: str, key_of: Callable[[str], str | None]) -> dict[str, tuple[float, int]]:
     totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
     for case in ET.parse(path).getroot().iter("testcase"):
@@ -64,6 +78,16 @@ def module_seconds(path: str) -> dict[str, tuple[float, int]]:
     return _sums(path, module_of)
 
 
+def write_seconds(path: str, out: str) -> None:
+    """Each module's worker seconds (rounded to a second), as JSON, sorted by path."""
+    seconds = {
+        k: round(s) for k, (s, _) in sorted(_sums(path, module_path).items()) if round(s) > 0
+    }
+    with open(out, "w") as f:
+        json.dump(seconds, f, indent=1)
+        f.write("\n")
+
+
 def _table(ranked: list[tuple[str, tuple[float, int]]], shown: int, what: str) -> None:
     for name, (seconds, count) in ranked[:shown]:
         print(f"  {name:<28} {seconds / 60:5.1f} min  {count:5d} tests")
@@ -76,6 +100,9 @@ def _table(ranked: list[tuple[str, tuple[float, int]]], shown: int, what: str) -
 
 def main(argv: list[str]) -> int:
     """Print the table; 2 on bad usage."""
+    if len(argv) == 3 and argv[1] == "--write-seconds":
+        write_seconds(argv[0], argv[2])
+        argv = argv[:1]
     if len(argv) != 1:
         print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
         return 2

@@ -60,14 +60,70 @@ def xdist_group(path: Path) -> str:
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """xdist's scope scheduler with a scope per group (its ``loadgroup`` marks do not
-    reach the scheduler under pytest 9, whose node ids are no longer plain strings)."""
+    reach the scheduler under pytest 9, whose node ids are no longer plain strings).
+
+    Groups go out in the order of the collection, which ``pytest_collection_modifyitems``
+    sorts longest first; xdist's own reordering (most tests first) is off: it sent the
+    unit modules of hundreds of quick tests first and the 10-minute training module
+    last, which then ran alone at the end of the run on one worker.
+    """
     from xdist.scheduler import LoadScopeScheduling
+
+    config.option.loadscopereorder = False
 
     class ByGroup(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return xdist_group(REPO / nodeid.split("::", 1)[0])
 
     return ByGroup(config, log)
+
+
+# Each test module's worker seconds in a recent CI run (scripts/test_times.py
+# --write-seconds), read only to hand out the longest groups first. A stale or missing
+# entry costs balance, never a result: a module it does not know counts, if
+# integration, as the longest known (it goes out early, where a long one does no harm),
+# else as nothing.
+MODULE_SECONDS = REPO / "tests" / "module_seconds.json"
+
+
+def group_seconds(modules: list[str], known: dict[str, float]) -> dict[str, float]:
+    """Each group's expected worker seconds from its modules' (paths under the repo)."""
+    longest_s = max(known.values(), default=0.0)
+    totals: dict[str, float] = {}
+    for module in dict.fromkeys(modules):
+        if module in known:
+            seconds = known[module]
+        else:
+            seconds = longest_s if module.startswith("tests/integration/") else 0.0
+        group = xdist_group(REPO / module)
+        totals[group] = totals.get(group, 0.0) + seconds
+    return totals
+
+
+def longest_groups_first(modules: list[str], known: dict[str, float]) -> list[str]:
+    """The modules in the order their groups should start: longest group first, the
+    collection's order kept within a group and between groups of equal length."""
+    totals = group_seconds(modules, known)
+    order = {
+        group: i for i, group in enumerate(dict.fromkeys(xdist_group(REPO / m) for m in modules))
+    }
+    return sorted(
+        dict.fromkeys(modules),
+        key=lambda m: (-totals[xdist_group(REPO / m)], order[xdist_group(REPO / m)]),
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the longest groups first (see ``pytest_xdist_make_scheduler``)."""
+    import json
+
+    try:
+        known = {str(k): float(v) for k, v in json.loads(MODULE_SECONDS.read_text()).items()}
+    except (OSError, ValueError, AttributeError):
+        known = {}
+    module_of = {id(item): str(item.path.relative_to(REPO)) for item in items}
+    rank = {m: i for i, m in enumerate(longest_groups_first(list(module_of.values()), known))}
+    items.sort(key=lambda item: rank[module_of[id(item)]])
 
 
 # Hypothesis (tests/unit/properties/): "ci", the default everywhere, is CI's bounded

@@ -15,7 +15,7 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
-from conftest import REPO, xdist_group
+from conftest import MODULE_SECONDS, REPO, longest_groups_first, xdist_group
 
 
 def _constants(tree: ast.Module) -> dict[str, str]:
@@ -106,3 +106,37 @@ def test_no_sandbox_name_or_subnet_is_used_by_two_groups() -> None:
         if len(g) > 1
     }
     assert not shared, f"used by modules of different xdist groups: {shared}"
+
+
+def test_the_longest_groups_go_out_first_and_a_group_keeps_its_order() -> None:
+    modules = [
+        "tests/integration/test_jobs_cluster.py",  # sb3, with test_ssh_cluster
+        "tests/integration/test_profile_cluster.py",
+        "tests/integration/test_ssh_cluster.py",
+        "tests/integration/test_new_cluster.py",  # not timed yet: as long as the longest
+        "tests/unit/test_a.py",
+        "tests/unit/test_b.py",  # not timed: nothing
+    ]
+    known = {
+        "tests/integration/test_jobs_cluster.py": 40.0,
+        "tests/integration/test_profile_cluster.py": 100.0,
+        "tests/integration/test_ssh_cluster.py": 70.0,
+        "tests/unit/test_a.py": 5.0,
+    }
+    assert longest_groups_first(modules, known) == [
+        "tests/integration/test_jobs_cluster.py",  # sb3: 110 s, its modules in order
+        "tests/integration/test_ssh_cluster.py",
+        "tests/integration/test_profile_cluster.py",  # 100 s, ahead of the unknown by order
+        "tests/integration/test_new_cluster.py",
+        "tests/unit/test_a.py",
+        "tests/unit/test_b.py",
+    ]
+
+
+def test_the_recorded_seconds_name_modules_that_exist() -> None:
+    import json
+
+    recorded = json.loads(MODULE_SECONDS.read_text())
+    assert recorded["tests/integration/test_train_cluster.py"] > 60
+    missing = [m for m in recorded if not (REPO / m).is_file()]
+    assert not missing, f"refresh tests/module_seconds.json (scripts/test_times.py): {missing}"

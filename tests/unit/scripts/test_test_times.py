@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -51,3 +52,21 @@ def test_worker_time_sums_per_folder_and_prints_largest_first(tmp_path: Path) ->
     assert lines[4] == "== integration modules (worker time, bring-ups included)"
     assert lines[5].split() == ["test_train_cluster", "1.5", "min", "1", "tests"]
     assert len(lines) == 6
+
+
+def test_write_seconds_keeps_each_modules_seconds_for_the_scheduler(tmp_path: Path) -> None:
+    path = tmp_path / "junit.xml"
+    path.write_text(JUNIT.replace('time="0.5"', 'time="0.4"'), encoding="utf-8")
+    out = tmp_path / "seconds.json"
+    subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "test_times.py"), str(path)]
+        + ["--write-seconds", str(out)],
+        capture_output=True,
+        check=True,
+    )
+    # Per module (a class's tests count for its module); under half a second, left out.
+    assert json.loads(out.read_text()) == {
+        "tests/integration/test_train_cluster.py": 90,
+        "tests/unit/cli/test_cmd_up.py": 2,
+        "tests/unit/telemetry/test_sampler.py": 2,
+    }
