@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from conftest import RAY_TEST_CLOCKS, REPO, failure_text, require, require_sandbox_host
 
+from toolkit.rundir.traces import read_table, row_dicts
 from toolkit.sandbox import Sandbox, create, destroy
 from toolkit.sandbox.hostcheck import find_tools
 from toolkit.sandbox.slurm.daemons import TOOLS
@@ -290,39 +291,6 @@ def test_two_jobs_sharing_a_node_run_at_once_on_their_own_ports(
     assert ray_processes(cluster) == {}
 
 
-def test_the_time_limit_signal_tears_down_with_telemetry_and_a_report(
-    cluster: Sandbox, workdir: Path
-) -> None:
-    """SIGUSR1 to the batch shell is what --signal=B:USR1@GRACE sends before the limit."""
-    job_id, run_dir = train_then_near_the_limit(
-        cluster,
-        workdir,
-        "limit",
-        20,
-        *("--", "--model-size", "tiny", "--max-steps", "100000", "--barrier-every", "5"),
-        *("--save-steps", "0", "--num-workers", "3", "--log-every", "50"),
-    )
-
-    def ended() -> bool:
-        return scontrol_job(cluster, job_id)["JobState"] not in ("RUNNING", "COMPLETING")
-
-    wait_for(ended, 180, "the job to end")
-    log = (workdir / f"limit-{job_id}.out").read_text()
-    assert "SIGUSR1: the time limit is near; tearing down" in log
-    assert scontrol_job(cluster, job_id)["ExitCode"] == "138:0"  # 128 + SIGUSR1
-    assert ray_processes(cluster) == {}
-    manifest = json.loads((run_dir / "telemetry" / "manifest.json").read_text())
-    assert {n: s["status"] for n, s in manifest["nodes"].items()} == {
-        n.name: "complete" for n in cluster.nodes
-    }
-    summary = json.loads((run_dir / "report" / "summary.json").read_text())
-    assert summary["run"]["steps"] >= 20
-    # Training was aborted before the samplers stopped: every step is covered.
-    assert summary["run"]["partial"] is False, summary["notes"]
-
-    assert (run_dir / "report" / "report.html").is_file()
-
-
 def test_a_requeued_training_job_trains_every_step_once_over_two_allocations(
     cluster: Sandbox, workdir: Path
 ) -> None:
@@ -331,7 +299,10 @@ def test_a_requeued_training_job_trains_every_step_once_over_two_allocations(
     The train template's whole path is checked here too (it was a run of its own): the
     driver on the head as a local process, every step's metrics, every node's telemetry,
     the preflight under the job's cluster name, the report, and a teardown that leaves
-    no Ray and no job temp dir on any node.
+    no Ray and no job temp dir on any node. So is the time limit's teardown (a run of
+    its own too): the first allocation's training stops before its samplers, whose
+    traces cover its last step; the exit status it ends with, 128 + SIGUSR1, is the
+    batch script's (tests/unit/slurm/test_sbatch_script.py).
 
     SIGUSR1 goes to the batch shell as --signal=B:USR1@GRACE sends it, here at a step
     the test picks (slurmctld checks time limits only every 30 s or so, which would
@@ -359,6 +330,7 @@ def test_a_requeued_training_job_trains_every_step_once_over_two_allocations(
     wait_for(lambda: len(allocations()) >= 2, 420, "the second allocation's end")
     wait_for(lambda: scontrol_job(cluster, job_id)["JobState"] == "COMPLETED", 60, "COMPLETED")
     log = log_path.read_text()
+    assert "SIGUSR1: the time limit is near; tearing down" in log
     first, second = allocations()
     assert first["restart_count"] == 0 and first["ended_by"] == "USR1", log[-5000:]
     assert first["requeued"] is True, first["reason"]
@@ -383,9 +355,20 @@ def test_a_requeued_training_job_trains_every_step_once_over_two_allocations(
     assert len(resumed) == 3 and {m["step"] for m in resumed} == {stopped_at}
     # One report over both allocations: every node's telemetry from each (one trace
     # per allocation), the time between them a gap, the restart noted.
+    # Training stopped before the samplers: each node's first trace goes on past the
+    # first allocation's last step (the sandbox's nodes share one clock).
+    stopped_s = max(
+        m["wall_s"] for m in markers if m["event"] == "step_end" and m["step"] == stopped_at
+    )
     for node in cluster.nodes:
         traces = sorted((run_dir / "telemetry" / "nodes" / node.name).glob("trace-*.arrows"))
         assert len(traces) == 2, traces
+        first_walls = [
+            row["wall_s"]
+            for batch in read_table([traces[0]]).to_batches()
+            for row in row_dicts(batch)
+        ]
+        assert min(first_walls) < stopped_s < max(first_walls), (node.name, traces[0])
     summary = json.loads((run_dir / "report" / "summary.json").read_text())
     assert summary["run"]["steps"] == 40 and summary["run"]["restarts"] == 1
     for node in cluster.nodes:
@@ -397,7 +380,9 @@ def test_a_requeued_training_job_trains_every_step_once_over_two_allocations(
     assert "here, on the head, as a local process" in log
     assert re.search(r"step 40/40 loss", log)
     manifest = json.loads((run_dir / "telemetry" / "manifest.json").read_text())
-    assert sorted(manifest["nodes"]) == [n.name for n in cluster.nodes]
+    assert {n: s["status"] for n, s in manifest["nodes"].items()} == {
+        n.name: "complete" for n in cluster.nodes
+    }
     assert {b["ranks"] for b in summary["barriers"]} == {3}
     checked = json.loads((run_dir / "preflight.json").read_text())
     assert checked["cluster"] == f"{cluster.name}-{job_id}" and checked["status"] != "fail"
