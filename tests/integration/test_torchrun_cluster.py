@@ -44,6 +44,7 @@ from toolkit.inventory import load_inventory
 from toolkit.power.records import read_power
 from toolkit.power.windows import GpuKey
 from toolkit.rundir import RunDir, read_markers
+from toolkit.rundir.markers import Marker
 from toolkit.sandbox import Sandbox
 from toolkit.sandbox.procs import nsenter_argv
 
@@ -306,8 +307,30 @@ def test_framework_callbacks_give_steps_and_tokens(
     run = summary_of(run_dir)["run"]
     assert (run["steps"], run["steps_from"], run["ranks"]) == (8, steps_from, ranks)
     assert run["tokens"] == tokens and run["energy_per_token_j"] > 0
-    if ranks > 1:  # the Ray Train workers wrote on their own nodes
-        assert len({r.node for r in read_markers(run_dir)}) == ranks
+    if steps_from == "ray_train":
+        check_ray_train_markers(read_markers(run_dir), ranks, rows=8, tokens_per_row=16)
+
+
+def check_ray_train_markers(
+    markers: list[Marker], ranks: int, rows: int, tokens_per_row: int
+) -> None:
+    """Each TorchTrainer worker (one per node) wrote its rank's steps, numbered from 0,
+    each with its tokens and samples and loss, and its report() as a phase under its
+    last step."""
+    assert sorted({(m.rank, m.local_rank, m.world_size) for m in markers}) == [
+        (rank, 0, ranks) for rank in range(ranks)
+    ]
+    assert len({m.node for m in markers}) == len({m.pid for m in markers}) == ranks
+    for rank in range(ranks):
+        mine = [m for m in markers if m.rank == rank]
+        assert mine[0].event == "run_start" and mine[0].fields == {"steps_from": "ray_train"}
+        steps = [(m.event, m.step) for m in mine if m.event.startswith("step_")]
+        assert steps == [(e, n) for n in range(8) for e in ("step_begin", "step_end")]
+        ends = [m.fields for m in mine if m.event == "step_end"]
+        assert [(f["tokens"], f["samples"]) for f in ends] == [(rows * tokens_per_row, rows)] * 8
+        assert all(isinstance(f["loss"], float) for f in ends)
+        phases = [(m.event, m.fields["name"], m.step) for m in mine if m.event.startswith("phase")]
+        assert phases == [("phase_begin", "report", 7), ("phase_end", "report", 7)]
 
 
 def test_bad_input_is_one_line_and_nothing_starts(cluster: dict[str, Any], tmp_path: Path) -> None:

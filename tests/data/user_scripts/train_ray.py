@@ -29,7 +29,7 @@ def train_loop_per_worker(config):
     model = ray.train.torch.prepare_model(nn.Sequential(nn.Embedding(64, 32), nn.Linear(32, 64)))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     done = 0
-    for (batch,) in steps.over(loader, tokens=lambda b: b[0].numel()):
+    for (batch,) in steps.over(loader, tokens=lambda b: b[0].numel(), samples=lambda b: len(b[0])):
         logits = model(batch[:, :-1])
         loss = nn.functional.cross_entropy(logits.reshape(-1, 64), batch[:, 1:].reshape(-1))
         optimizer.zero_grad()
