@@ -1,7 +1,7 @@
 """rtk up, exec, preflight and down on 64 to 1,024 simulated nodes: where rtk breaks at scale.
 
 Each command runs as rtk runs it (its click CLI, in a process of its own) against a
-``SimulatedCluster`` (``toolkit/transport/simulation/``): only the transport and Ray's
+``SimulatedCluster`` (``toolkit/simulation/``): only the transport and Ray's
 view are simulated; the planner, executor, wait loop, preflight and teardown are rtk's.
 The nodes' state goes from one command's process to the next in a JSON file.
 
@@ -49,7 +49,7 @@ from toolkit.inventory.models import (  # noqa: E402
     START_WAVE,
     START_WAVE_INTERVAL_S,
 )
-from toolkit.transport.simulation import LatencyModel  # noqa: E402
+from toolkit.simulation import LatencyModel  # noqa: E402
 
 COMMANDS: dict[str, list[str]] = {
     "up": ["up", "{inv}", "--no-preflight", "--timings"],
@@ -118,7 +118,7 @@ def model_flags(model: LatencyModel) -> list[str]:
 def child(args: argparse.Namespace) -> None:
     """Run one rtk command against the saved simulated cluster; write its measurements."""
     from toolkit.cli import TRANSPORT_FACTORY, main
-    from toolkit.transport.simulation import SimulatedCluster, SimulatedTransport
+    from toolkit.simulation import SimulatedCluster, SimulatedTransport
 
     cluster = SimulatedCluster(model_from(args))
     state = Path(args.sim_state)

@@ -50,7 +50,7 @@ def module_of(classname: str) -> str | None:
 
 
 def module_path(classname: str) -> str | None:
-    """``tests.unit.x.test_y.TestZ`` -> ``tests/unit/x/test_y.py``; None if no module."""
+    """A test class or module's file, from its JUnit classname; None if no module."""
     parts = classname.split(".")
     for i, part in enumerate(parts):
         if part.startswith("test_"):

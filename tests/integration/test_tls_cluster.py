@@ -28,11 +28,11 @@ from gloo_allreduce import GLOO_ALLREDUCE
 
 from toolkit.cluster.plan import ClusterPlan, build_plan
 from toolkit.cluster.smoke import run_smoke
-from toolkit.credentials.tls import new_ca, new_leaf, subject_names, utc_now
 from toolkit.inventory import load_inventory
 from toolkit.sandbox import Sandbox
 from toolkit.shell import quote, with_env_file
 from toolkit.state.store import StateStore
+from toolkit.state.tls import new_ca, new_leaf, subject_names, utc_now
 from toolkit.transport import SshTransport
 
 pytestmark = pytest.mark.ray

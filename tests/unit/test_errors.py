@@ -184,7 +184,7 @@ def test_the_scan_reads_rtk_s_exception_classes_through_their_imports() -> None:
     for key in [
         ("toolkit.errors", "SandboxError"),
         ("toolkit.jobs.runtime_env", "RuntimeEnvError"),
-        ("toolkit.credentials.tls", "TlsError"),  # through StateError
+        ("toolkit.state.tls", "TlsError"),  # through StateError
         ("toolkit.flows.outcome", "PreflightFailedError"),  # through PreflightError
     ]:
         assert found[key] == Verdict(exception=True, rtk=True), key

@@ -51,6 +51,7 @@ LAYERS: dict[str, int] = {
     "netenv": 2,
     "node": 2,  # the scripts that run on nodes (stdlib only; see RUNS_ON)
     "nodeinfo": 2,  # rtk's side of them: calling them, reading their answers
+    "simulation": 2,  # a simulated cluster of any size behind a transport, for tests and benchmarks
     # 3: what rtk does with a cluster
     "cluster": 3,
     "jobs": 3,  # Ray jobs: submit, follow, the local driver, the runtime env

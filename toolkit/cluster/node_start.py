@@ -18,7 +18,6 @@ from toolkit.cluster.plan import RAY_READY_TEXT, ClusterPlan, NodePlan, fill_env
 from toolkit.cluster.plan_text import env_file
 from toolkit.cluster.progress_reporter import Reporter
 from toolkit.cluster.ray_status import ClusterStatus, cluster_status
-from toolkit.credentials.tls import ClusterTls
 from toolkit.errors import ClusterError, RtkError, TransportError, WaitTimeoutError
 from toolkit.gpu.settings import call_control, control_command, restore_file
 from toolkit.netenv import env_for_node
@@ -27,6 +26,7 @@ from toolkit.nodeinfo import call_agent
 from toolkit.nodeinfo.probe import ContainerFacts, ProbeFacts
 from toolkit.nodeinfo.start_facts import StartDiagFacts, read_start_diag
 from toolkit.preflight.container_checks import container_checks, failure_text
+from toolkit.state.tls import ClusterTls
 from toolkit.transport.base import Transport
 
 __all__ = ["RAY_READY_TEXT", "NodeOutcome", "StaleEntries", "prepare_node", "start_node"]

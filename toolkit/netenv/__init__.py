@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-from toolkit.netenv.network_facts import HcaPort, Link, NetworkFacts
 from toolkit.netenv.profiles import (
     FORBIDDEN,
     PROFILES,
@@ -21,10 +20,7 @@ from toolkit.netenv.profiles import (
 __all__ = [
     "FORBIDDEN",
     "PROFILES",
-    "HcaPort",
-    "Link",
     "NetEnv",
-    "NetworkFacts",
     "Setting",
     "choose_env",
     "describe_profile",

@@ -18,9 +18,9 @@ from typing import Any, Protocol
 from toolkit.errors import NetEnvError
 from toolkit.inventory import Inventory, Node
 from toolkit.json_types import JsonObject
-from toolkit.netenv.network_facts import NetworkFacts
 from toolkit.netenv.profiles import NetEnv, env_for_node
 from toolkit.nodeinfo import call_agent
+from toolkit.nodeinfo.network_facts import NetworkFacts
 from toolkit.nodeinfo.probe import ProbeFacts, RouteFacts
 from toolkit.transport.base import Transport
 from toolkit.transport.group import run_each

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from toolkit.errors import NetEnvError
-from toolkit.netenv.network_facts import HcaPort, NetworkFacts
+from toolkit.nodeinfo.network_facts import HcaPort, NetworkFacts
 
 if TYPE_CHECKING:
     from toolkit.inventory import Inventory, Node

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from toolkit.netenv.detect import NetworkReport, NodeNetwork
-from toolkit.netenv.network_facts import HcaPort, Link, NetworkFacts
 from toolkit.netenv.profiles import found_text
+from toolkit.nodeinfo.network_facts import HcaPort, Link, NetworkFacts
 from toolkit.nodeinfo.probe import RouteFacts
 
 _SOURCES = {

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit.fields import Fields
-from toolkit.netenv.network_facts import NetworkFacts
 from toolkit.nodeinfo.answer_errors import answer_fields
+from toolkit.nodeinfo.network_facts import NetworkFacts
 from toolkit.nodeinfo.start_facts import RayFacts, TempDirFacts
 
 WHAT = "probe answer"

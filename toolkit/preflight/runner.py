@@ -18,7 +18,6 @@ from dataclasses import dataclass, replace
 
 from toolkit.cluster.plan import ClusterPlan, NodePlan
 from toolkit.cluster.ray_status import cluster_status
-from toolkit.credentials.tls import utc_now
 from toolkit.errors import ClusterError, RunDirError
 from toolkit.nodeinfo import FACTS
 from toolkit.nodeinfo.host_facts import NodeFacts
@@ -40,6 +39,7 @@ from toolkit.preflight.security import NodeSecurity, node_security, security_che
 from toolkit.rundir import RunDir
 from toolkit.shell import join
 from toolkit.state.store import StateStore
+from toolkit.state.tls import utc_now
 from toolkit.transport.base import Transport
 from toolkit.transport.group import run_each
 

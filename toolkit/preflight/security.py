@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from toolkit.cluster.plan import ClusterPlan, NodePlan
-from toolkit.credentials.tls import RENEW_BEFORE, TlsError, cert_info, subject_names, verify_leaf
 from toolkit.preflight.result import Check
 from toolkit.shell import parse_env_file, ray_tls_on
+from toolkit.state.tls import RENEW_BEFORE, TlsError, cert_info, subject_names, verify_leaf
 
 RESTART_HINT = "rtk down, then rtk up: the nodes start with the inventory's settings"
 

@@ -13,9 +13,9 @@ import secrets
 import shutil
 from pathlib import Path
 
-from toolkit.credentials.tls import ClusterTls
 from toolkit.errors import StateError
 from toolkit.state.cluster_state import FILE_NAME, ClusterState
+from toolkit.state.tls import ClusterTls
 
 
 def state_root() -> Path:

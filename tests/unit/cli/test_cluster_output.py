@@ -1,7 +1,7 @@
 """``rtk up``, ``rtk exec`` and ``rtk down`` on many simulated nodes: output that fits a screen.
 
 rtk's real CLI, planner, executor, wait loop and teardown run; only the transport and
-Ray's view are simulated (``toolkit.transport.simulation``), at 1/1000 of real time.
+Ray's view are simulated (``toolkit.simulation``), at 1/1000 of real time.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from click.testing import CliRunner, Result
 from toolkit.cli.cmd_cluster import down_cmd, up_cmd
 from toolkit.cli.cmd_exec import exec_cmd
 from toolkit.errors import ClusterError
-from toolkit.transport.simulation import (
+from toolkit.simulation import (
     Faults,
     LatencyModel,
     SimulatedCluster,

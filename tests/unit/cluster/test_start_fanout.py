@@ -1,6 +1,6 @@
 """``rtk up``, ``rtk exec`` and ``rtk down`` fan out as the inventory says, on simulated nodes.
 
-The simulated transport (``toolkit.transport.simulation``) plays the nodes; a thin
+The simulated transport (``toolkit.simulation``) plays the nodes; a thin
 subclass here counts what is in flight and when each ``ray start`` begins, so the
 tests check the schedule itself: ``fanout.parallel`` is never exceeded, workers'
 starts come in waves of ``ray.start_wave`` per ``ray.start_wave_interval_s``, and a
@@ -23,14 +23,14 @@ import yaml
 from toolkit.cluster.progress_reporter import QuietReporter
 from toolkit.flows import PreflightPolicy, Session
 from toolkit.inventory import Inventory, Node, load_inventory
-from toolkit.state.store import StateStore
-from toolkit.transport.base import CommandResult
-from toolkit.transport.simulation import (
+from toolkit.simulation import (
     LatencyModel,
     SimulatedCluster,
     SimulatedTransport,
     is_ray_start,
 )
+from toolkit.state.store import StateStore
+from toolkit.transport.base import CommandResult
 
 SCALE = 0.01
 

@@ -26,11 +26,11 @@ from toolkit.credentials.client_env import (
     ray_client_env,
     render_exports,
 )
-from toolkit.credentials.tls import utc_now, verify_leaf
 from toolkit.errors import StateError
 from toolkit.inventory import load_inventory
 from toolkit.state.cluster_state import ClusterState
 from toolkit.state.store import StateStore
+from toolkit.state.tls import utc_now, verify_leaf
 
 HOSTILE = (
     ("PLAIN", "10.0.0.1:6379"),

@@ -12,8 +12,8 @@ from toolkit.cluster.progress_reporter import QuietReporter
 from toolkit.cluster.start import up
 from toolkit.errors import ClusterError
 from toolkit.inventory import load_inventory
+from toolkit.simulation import LatencyModel, SimulatedCluster, SimulatedTransport
 from toolkit.state.store import StateStore
-from toolkit.transport.simulation import LatencyModel, SimulatedCluster, SimulatedTransport
 
 
 def plan_for(tmp_path: Path) -> ClusterPlan:

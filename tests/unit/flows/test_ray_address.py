@@ -1,7 +1,7 @@
 """``--ray-address``: Ray's ways of naming a cluster, mapped onto the clusters rtk brought up.
 
 The clusters here are brought up for real by rtk's own flow on simulated nodes
-(``toolkit.transport.simulation``), so the records looked up are the ones ``rtk up``
+(``toolkit.simulation``), so the records looked up are the ones ``rtk up``
 writes.
 """
 
@@ -29,9 +29,9 @@ from toolkit.flows.ray_address import (
     parse_ray_address,
 )
 from toolkit.inventory import Inventory, default_inventory, load_inventory
+from toolkit.simulation import LatencyModel, SimulatedCluster, SimulatedTransport
 from toolkit.state.store import StateStore
 from toolkit.train.config import TrainConfig
-from toolkit.transport.simulation import LatencyModel, SimulatedCluster, SimulatedTransport
 
 PORTS = {"gcs": 7379, "dashboard": 9265, "client_server": 9001}
 

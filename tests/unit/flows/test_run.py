@@ -25,7 +25,7 @@ from toolkit.flows.stand_ins import jobs_from, transports_from
 from toolkit.flows.workload import JobRequest
 from toolkit.inventory import Inventory
 from toolkit.jobs.client import JobOutcome
-from toolkit.transport.simulation import LatencyModel, SimulatedCluster, SimulatedTransport
+from toolkit.simulation import LatencyModel, SimulatedCluster, SimulatedTransport
 
 STEP_LINE = re.compile(r"^(\d+)\. (\w+)[: ]")
 

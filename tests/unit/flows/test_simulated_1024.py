@@ -23,7 +23,7 @@ import yaml
 
 from toolkit.cli import TRANSPORT_FACTORY, main
 from toolkit.inventory.hostrange import expand_hosts
-from toolkit.transport.simulation import (
+from toolkit.simulation import (
     Faults,
     LatencyModel,
     SimulatedCluster,

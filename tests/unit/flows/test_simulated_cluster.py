@@ -1,6 +1,6 @@
 """rtk's real flow on 64 simulated nodes: bring-up, exec, preflight and teardown.
 
-Only the transport and Ray's view are simulated (``toolkit.transport.simulation``); the
+Only the transport and Ray's view are simulated (``toolkit.simulation``); the
 planner, the executor, the wait loop, preflight and teardown are rtk's own. Time runs
 at 1/100: a 5 s ``ray start`` takes 50 ms, a 0.2 s handshake 2 ms.
 """
@@ -21,14 +21,14 @@ from toolkit.cluster.progress_reporter import QuietReporter
 from toolkit.errors import ClusterError
 from toolkit.flows import PreflightPolicy, Session
 from toolkit.inventory import Inventory, load_inventory
-from toolkit.state.store import StateStore
-from toolkit.transport.simulation import (
+from toolkit.simulation import (
     Faults,
     LatencyModel,
     SimulatedCluster,
     SimulatedTransport,
     pick_nodes,
 )
+from toolkit.state.store import StateStore
 
 NODES = 64
 NAMES = [f"n{i:04d}" for i in range(1, NODES + 1)]

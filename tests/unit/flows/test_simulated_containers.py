@@ -16,9 +16,9 @@ import yaml
 from toolkit.cluster.progress_reporter import QuietReporter
 from toolkit.flows import PreflightPolicy, Session
 from toolkit.inventory import Inventory, Node, load_inventory
+from toolkit.simulation import LatencyModel, SimulatedCluster, SimulatedTransport
 from toolkit.state.store import StateStore
 from toolkit.transport.base import CommandResult
-from toolkit.transport.simulation import LatencyModel, SimulatedCluster, SimulatedTransport
 
 NODES = 64
 NAMES = [f"n{i:04d}" for i in range(1, NODES + 1)]

@@ -28,15 +28,15 @@ from toolkit.jobs.shipped_code import (
 )
 from toolkit.node.common import source_digest
 from toolkit.nodeinfo import agent_source
-from toolkit.state.cluster_state import ClusterState
-from toolkit.state.store import StateStore
-from toolkit.train.config import TrainConfig
-from toolkit.transport.simulation import (
+from toolkit.simulation import (
     Faults,
     LatencyModel,
     SimulatedCluster,
     SimulatedTransport,
 )
+from toolkit.state.cluster_state import ClusterState
+from toolkit.state.store import StateStore
+from toolkit.train.config import TrainConfig
 
 WORKLOAD = TrainWorkload(TrainConfig(run_dir="/tmp/run"), "run1")
 

@@ -27,7 +27,6 @@ from toolkit.inventory import load_inventory
 from toolkit.netenv import (
     FORBIDDEN,
     PROFILES,
-    NetworkFacts,
     choose_env,
     describe_profile,
     env_for_node,
@@ -37,6 +36,7 @@ from toolkit.netenv.detect import detect_network
 from toolkit.netenv.profiles import DEPRECATED_NAMES, OVERRIDE_REASON
 from toolkit.netenv.report_text import render_network
 from toolkit.node.agent import network_facts
+from toolkit.nodeinfo.network_facts import NetworkFacts
 from toolkit.shell import parse_env_file
 
 SYSFS = REPO / "tests" / "data" / "sysfs"

@@ -23,7 +23,7 @@ from toolkit.node.facts import host_facts
 from toolkit.nodeinfo import FACTS
 from toolkit.nodeinfo.reach_request import request_in
 from toolkit.preflight.runner import peer_plan, run_preflight
-from toolkit.transport.simulation import Faults, LatencyModel, SimulatedCluster, SimulatedTransport
+from toolkit.simulation import Faults, LatencyModel, SimulatedCluster, SimulatedTransport
 
 
 def two_nodes(tmp_path: Path) -> Any:

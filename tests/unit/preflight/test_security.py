@@ -8,12 +8,12 @@ from pathlib import Path
 from toolkit.cluster.plan import ClusterPlan, build_plan, fill_env
 from toolkit.cluster.progress_reporter import QuietReporter
 from toolkit.cluster.start import up
-from toolkit.credentials.tls import LEAF_VALIDITY, ClusterTls, new_ca, new_leaf, subject_names
 from toolkit.inventory import load_inventory
 from toolkit.preflight.runner import run_preflight
 from toolkit.preflight.security import NodeSecurity, security_checks
+from toolkit.simulation import LatencyModel, SimulatedCluster, SimulatedTransport
 from toolkit.state.store import StateStore
-from toolkit.transport.simulation import LatencyModel, SimulatedCluster, SimulatedTransport
+from toolkit.state.tls import LEAF_VALIDITY, ClusterTls, new_ca, new_leaf, subject_names
 
 NOW = datetime.datetime(2026, 11, 26, 8, 0, tzinfo=datetime.UTC)
 

@@ -11,7 +11,9 @@ import pytest
 from cryptography import x509
 from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
 
-from toolkit.credentials.tls import (
+from toolkit.state.cluster_state import ClusterState
+from toolkit.state.store import StateStore
+from toolkit.state.tls import (
     CA_VALIDITY,
     LEAF_VALIDITY,
     RENEW_BEFORE,
@@ -23,8 +25,6 @@ from toolkit.credentials.tls import (
     subject_names,
     verify_leaf,
 )
-from toolkit.state.cluster_state import ClusterState
-from toolkit.state.store import StateStore
 
 NOW = datetime.datetime(2026, 11, 26, 8, 0, tzinfo=datetime.UTC)
 NAMES = ["10.77.3.2", "node2", "Node2.example", "10.77.3.2", None, ""]

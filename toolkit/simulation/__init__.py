@@ -22,9 +22,9 @@ two.
 
 from __future__ import annotations
 
-from toolkit.transport.simulation.cluster import SimulatedCluster
-from toolkit.transport.simulation.scenario import Faults, LatencyModel, pick_nodes
-from toolkit.transport.simulation.transport import SimulatedTransport, is_ray_start
+from toolkit.simulation.cluster import SimulatedCluster
+from toolkit.simulation.scenario import Faults, LatencyModel, pick_nodes
+from toolkit.simulation.transport import SimulatedTransport, is_ray_start
 
 __all__ = [
     "Faults",

@@ -19,9 +19,9 @@ from toolkit.inventory import Node
 from toolkit.json_types import JsonObject
 from toolkit.nodeinfo.reach_request import request_in
 from toolkit.nodeinfo.script import AGENT, FACTS
+from toolkit.simulation.cluster import SimulatedCluster, command_result
 from toolkit.transport.base import CommandResult, Transport
 from toolkit.transport.pool import ConnectionPool
-from toolkit.transport.simulation.cluster import SimulatedCluster, command_result
 
 _AGENT_WORD = re.compile(r"^(probe|stop|status|smoke|pack)$")
 # rtk's container commands (``cluster.containers.docker``): start, removal, exec.

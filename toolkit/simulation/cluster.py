@@ -26,8 +26,8 @@ from toolkit.node.common import source_digest
 from toolkit.nodeinfo.reach_request import ReachRequest
 from toolkit.ray_resources import host_resource
 from toolkit.shell import parse_env_file, ray_tls_on
+from toolkit.simulation.scenario import Faults, LatencyModel
 from toolkit.transport.base import CommandResult
-from toolkit.transport.simulation.scenario import Faults, LatencyModel
 
 READY_TEXT = "Ray runtime started."
 

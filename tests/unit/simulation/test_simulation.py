@@ -16,7 +16,7 @@ from toolkit.errors import TransportError
 from toolkit.inventory import load_inventory
 from toolkit.nodeinfo import FACTS
 from toolkit.nodeinfo.reach_request import PeerPorts, ReachRequest, script_with
-from toolkit.transport.simulation import (
+from toolkit.simulation import (
     Faults,
     LatencyModel,
     SimulatedCluster,
