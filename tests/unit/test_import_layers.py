@@ -1,7 +1,10 @@
 """The import rules of ``toolkit/``, read from the source (ast; nothing is imported).
 
-Layers, low to high; a module may import its own layer and the layers below, never
-one above (``LAYERS``). Where code runs decides what it may import (``RUNS_ON``):
+Packages, from the ground up, as ``toolkit/packages.txt`` lists them (``ORDER``): a
+module may import its own package and those listed before it, never one listed after,
+and no two packages may import each other however indirectly (a cycle is named as
+such, whatever the file says). Where code runs decides what it may import
+(``RUNS_ON``):
 
 - ``host``: the ``rtk`` process on the user's machine (everything not listed below);
 - ``node script``: a stdlib file of ``toolkit/node/`` whose text is fed to ``python -``
@@ -21,6 +24,7 @@ say where it runs, so a new entrypoint cannot slip past these rules.
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -30,49 +34,22 @@ from conftest import REPO
 
 PACKAGE = "toolkit"
 
-LAYERS: dict[str, int] = {
-    # 0: no rtk imports but each other
-    "": 0,  # the package itself (toolkit/__init__.py)
-    "errors": 0,
-    "fields": 0,  # the typed reader of JSON objects, for records and node answers
-    "json_types": 0,  # the type of a JSON document
-    "shell": 0,
-    "resources": 0,
-    "ray_resources": 0,
-    "ray_fanout": 0,  # a task pinned to each Ray node, a bounded window (rank_files, stall)
-    "rundir": 0,  # the run directory: layout and records, shared by every layer
-    "wallclock": 0,  # the clock samples and markers are stamped with
-    "driver_gate": 0,  # a driver started ahead waits there (stdlib only)
-    "markers": 0,  # the public marker API, in the user's own processes (stdlib only)
-    # 1: the inventory
-    "inventory": 1,
-    # 2: reaching nodes, and what runs on them
-    "transport": 2,
-    "netenv": 2,
-    "node": 2,  # the scripts that run on nodes (stdlib only; see RUNS_ON)
-    "nodeinfo": 2,  # rtk's side of them: calling them, reading their answers
-    "simulation": 2,  # a simulated cluster of any size behind a transport, for tests and benchmarks
-    # 3: what rtk does with a cluster
-    "cluster": 3,
-    "jobs": 3,  # Ray jobs: submit, follow, the local driver, the runtime env
-    "credentials": 3,  # the cluster's token and TLS files, and what points Ray at them
-    "state": 3,  # what rtk keeps on this machine per cluster (state.json, credentials)
-    "slurm": 3,
-    "gpu": 3,
-    "preflight": 3,
-    "telemetry": 3,
-    "train": 3,
-    "profile": 3,
-    "torchrun": 3,  # rtk torchrun: the spec, the checks, the job's driver and node actor
-    "power": 3,  # online power limits: the controllers, the driver thread, their record
-    "stall": 3,  # the stall watchdog: detecting a stall, the ranks' evidence, the diagnosis
-    "sandbox": 3,
-    # 4: whole flows (up, train, profile) that the CLI and batch scripts call
-    "flows": 4,
-    # 5: the command line
-    "cli": 5,
-    "__main__": 5,
-}
+ORDER_FILE = REPO / PACKAGE / "packages.txt"
+
+
+def read_order(text: str) -> list[str]:
+    """The package names of an order file, in order (``""`` is the package itself)."""
+    names = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        name = line.split()[0]
+        names.append("" if name == '""' else name)
+    return names
+
+
+ORDER: list[str] = read_order(ORDER_FILE.read_text(encoding="utf-8"))
 
 HOST, NODE_SCRIPT, JOB_DRIVER, RAY_WORKER = "host", "node script", "job driver", "ray worker"
 
@@ -193,8 +170,8 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def layer_of(module: str) -> str:
-    """The layer name of a module of the package: its first name below ``toolkit``."""
+def package_of(module: str) -> str:
+    """The package of a module of ``toolkit``: its first name below ``toolkit``."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else ""
 
@@ -215,25 +192,80 @@ def all_imports(modules: Mapping[str, str]) -> dict[str, list[Import]]:
     }
 
 
-def upward_imports(graph: Mapping[str, list[Import]], modules: Mapping[str, str]) -> list[str]:
-    """Imports of a higher layer, and modules in no layer, as messages."""
+def package_edges(
+    graph: Mapping[str, list[Import]], modules: Mapping[str, str]
+) -> dict[tuple[str, str], Import]:
+    """(importing package, imported package) -> the first import that makes the edge."""
+    edges: dict[tuple[str, str], Import] = {}
+    for name, found in sorted(graph.items()):
+        for imp in found:
+            target = resolve(imp.target, modules)
+            if target is None:
+                continue
+            edge = (package_of(name), package_of(target))
+            if edge[0] != edge[1]:
+                edges.setdefault(edge, imp)
+    return edges
+
+
+def upward_imports(
+    graph: Mapping[str, list[Import]], modules: Mapping[str, str], order: list[str]
+) -> list[str]:
+    """Imports of a package listed later in ``order``, and packages not in it, as messages."""
     problems: list[str] = []
+    place = {name: i for i, name in enumerate(order)}
     for name, found in graph.items():
-        mine = layer_of(name)
-        if mine not in LAYERS:
-            problems.append(f"{name}: package {mine!r} is in no layer; add it to LAYERS")
+        mine = package_of(name)
+        if mine not in place:
+            problems.append(f"{name}: package {mine!r} is not in {ORDER_FILE.name}; add it there")
             continue
         for imp in found:
             target = resolve(imp.target, modules)
             if target is None or target == name:
                 continue
-            theirs = layer_of(target)
-            if LAYERS.get(theirs, -1) > LAYERS[mine]:
+            theirs = package_of(target)
+            if place.get(theirs, -1) > place[mine]:
                 problems.append(
-                    f"{name}:{imp.line} imports {target} "
-                    f"(layer {theirs!r} is above {mine!r}); pass what it needs in, or move it"
+                    f"{name}:{imp.line} imports {target} ({theirs!r} comes after {mine!r} in "
+                    f"{ORDER_FILE.name}); pass what it needs in, or move it"
                 )
     return sorted(set(problems))
+
+
+def package_cycles(graph: Mapping[str, list[Import]], modules: Mapping[str, str]) -> list[str]:
+    """Every set of packages that import each other, however indirectly, with the imports
+    that close it."""
+    edges = package_edges(graph, modules)
+    after: dict[str, set[str]] = {}
+    for a, b in edges:
+        after.setdefault(a, set()).add(b)
+        after.setdefault(b, set())
+
+    def reach(start: str) -> set[str]:
+        seen: set[str] = set()
+        todo = [start]
+        while todo:
+            for nxt in after[todo.pop()]:
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return seen
+
+    reachable = {p: reach(p) for p in after}
+    cycles: list[str] = []
+    done: set[str] = set()
+    for p in sorted(after):
+        if p in done or p not in reachable[p]:
+            continue
+        members = sorted(q for q in reachable[p] if p in reachable[q])
+        done.update(members)
+        inside = [
+            f"{imp.module}:{imp.line} imports {resolve(imp.target, modules)}"
+            for (a, b), imp in sorted(edges.items())
+            if a in members and b in members
+        ]
+        cycles.append(f"packages {', '.join(members)} import each other: " + "; ".join(inside))
+    return cycles
 
 
 def reached(start: str, graph: Mapping[str, list[Import]], modules: Mapping[str, str]) -> set[str]:
@@ -302,11 +334,14 @@ def _node_script_problems(name: str, found: list[Import]) -> list[str]:
 
 
 def check(
-    modules: Mapping[str, str], runs_on: Mapping[str, str] = RUNS_ON
+    modules: Mapping[str, str], runs_on: Mapping[str, str] = RUNS_ON, order: list[str] = ORDER
 ) -> tuple[list[str], list[str]]:
-    """Upward imports, and breaches of where code runs, for ``modules``."""
+    """Imports against the order (cycles first), and breaches of where code runs."""
     graph = all_imports(modules)
-    return upward_imports(graph, modules), placement_problems(graph, modules, runs_on)
+    return (
+        package_cycles(graph, modules) + upward_imports(graph, modules, order),
+        placement_problems(graph, modules, runs_on),
+    )
 
 
 # --- the rules hold for toolkit/ ------------------------------------------------------
@@ -317,9 +352,33 @@ def toolkit_modules() -> dict[str, str]:
     return module_sources()
 
 
-def test_no_module_imports_a_higher_layer(toolkit_modules: dict[str, str]) -> None:
+def test_no_module_imports_a_package_listed_after_its_own(toolkit_modules: dict[str, str]) -> None:
     upward, _ = check(toolkit_modules)
     assert not upward, "\n".join(upward)
+
+
+def test_no_packages_import_each_other(toolkit_modules: dict[str, str]) -> None:
+    cycles = package_cycles(all_imports(toolkit_modules), toolkit_modules)
+    assert cycles == [], "\n".join(cycles)
+
+
+def test_the_order_lists_each_package_once_and_the_architecture_shows_it() -> None:
+    packages = {"", "__main__"} | {
+        p.name for p in (REPO / PACKAGE).iterdir() if p.is_dir() and (p / "__init__.py").exists()
+    }
+    packages |= {p.stem for p in (REPO / PACKAGE).glob("*.py") if p.stem != "__init__"}
+    assert sorted(ORDER) == sorted(set(ORDER)), "a package listed twice"
+    assert set(ORDER) == packages
+    # docs/architecture.md's table of the order: its package column, top to bottom.
+    text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = text.split("## The order of packages", 1)[1].split("\n## ", 1)[0]
+    shown = [
+        name
+        for line in section.splitlines()
+        if line.startswith("| ") and not line.startswith("| #")
+        for name in re.findall(r"`([a-z_]+)`", line.split("|")[2])
+    ]
+    assert shown == [p for p in ORDER if p], "docs/architecture.md shows another order"
 
 
 def test_code_imports_only_what_is_there_where_it_runs(toolkit_modules: dict[str, str]) -> None:
@@ -356,18 +415,45 @@ def test_the_checker_sees_the_whole_package(toolkit_modules: dict[str, str]) -> 
 # --- the checker fails on what it must catch (synthetic packages) ------------------------
 
 
-def test_an_upward_import_is_named_with_its_line() -> None:
+def test_an_import_of_a_package_listed_later_is_named_with_its_line() -> None:
     modules = {
         "toolkit": "",
         "toolkit.transport": "",
         "toolkit.transport.base": "import os\nfrom toolkit.cluster.plan import ClusterPlan\n",
         "toolkit.cluster": "",
-        "toolkit.cluster.plan": "from toolkit.transport.base import X\n",
+        "toolkit.cluster.plan": "",
     }
     upward, _ = check(modules, {})
     assert upward == [
-        "toolkit.transport.base:2 imports toolkit.cluster.plan "
-        "(layer 'cluster' is above 'transport'); pass what it needs in, or move it"
+        "toolkit.transport.base:2 imports toolkit.cluster.plan ('cluster' comes after "
+        "'transport' in packages.txt); pass what it needs in, or move it"
+    ]
+    # The same import is fine the other way round in the order.
+    upward, _ = check(modules, {}, order=["", "cluster", "transport"])
+    assert upward == []
+
+
+def test_packages_that_import_each_other_are_a_cycle_whatever_the_order() -> None:
+    modules = {
+        "toolkit": "",
+        "toolkit.state": "",
+        "toolkit.state.store": "from toolkit.credentials.tls import ClusterTls\n",
+        "toolkit.credentials": "",
+        "toolkit.credentials.tls": "",
+        "toolkit.credentials.rotate": "def f():\n    from toolkit.cluster import plan\n",
+        "toolkit.cluster": "",
+        "toolkit.cluster.plan": "from toolkit.state.store import StateStore\n",
+    }
+    upward, _ = check(modules, {}, order=["", "state", "credentials", "cluster"])
+    assert upward == [
+        "packages cluster, credentials, state import each other: "
+        "toolkit.cluster.plan:1 imports toolkit.state.store; "
+        "toolkit.credentials.rotate:2 imports toolkit.cluster.plan; "
+        "toolkit.state.store:1 imports toolkit.credentials.tls",
+        "toolkit.credentials.rotate:2 imports toolkit.cluster.plan ('cluster' comes after "
+        "'credentials' in packages.txt); pass what it needs in, or move it",
+        "toolkit.state.store:1 imports toolkit.credentials.tls ('credentials' comes after "
+        "'state' in packages.txt); pass what it needs in, or move it",
     ]
 
 
@@ -393,9 +479,9 @@ def test_lazy_relative_and_type_only_upward_imports_count() -> None:
     ]
 
 
-def test_a_package_in_no_layer_is_named() -> None:
+def test_a_package_not_in_the_order_is_named() -> None:
     upward, _ = check({"toolkit": "", "toolkit.newthing": ""}, {})
-    assert upward == ["toolkit.newthing: package 'newthing' is in no layer; add it to LAYERS"]
+    assert upward == ["toolkit.newthing: package 'newthing' is not in packages.txt; add it there"]
 
 
 def test_a_node_script_that_imports_rtk_or_a_library_is_named() -> None:

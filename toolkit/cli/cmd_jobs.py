@@ -29,12 +29,6 @@ from toolkit.cli.output.jobs import (
     render_jobs,
     stop_line,
 )
-from toolkit.cluster.ray_logs import (
-    MAX_BYTES_PER_NODE,
-    collect_ray_logs,
-    default_destination,
-    parse_duration_s,
-)
 from toolkit.errors import ClusterError, JobError
 from toolkit.flows import CommandWorkload, Session
 from toolkit.inventory import Inventory
@@ -52,6 +46,12 @@ from toolkit.jobs.runtime_env import (
     merge_runtime_env,
     parse_env_pairs,
     parse_runtime_env_json,
+)
+from toolkit.lifecycle.ray_logs import (
+    MAX_BYTES_PER_NODE,
+    collect_ray_logs,
+    default_destination,
+    parse_duration_s,
 )
 
 LAUNCH_HELP = """Run any COMMAND on the cluster as a Ray job (its driver runs on the head).

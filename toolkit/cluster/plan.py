@@ -1,7 +1,7 @@
 """The bring-up plan: a pure function from inventory to per-node commands and files.
 
 Nothing here touches a node. ``rtk up --dry-run`` prints this plan, and the executor
-(``toolkit.cluster.start``) runs exactly these commands, so what a user reads is what
+(``toolkit.lifecycle.start``) runs exactly these commands, so what a user reads is what
 happens. Values a node reports at run time (its address on the route to the head,
 that route's interface) appear as ``Detect`` placeholders until the probe fills them;
 the NCCL variables of the network profile (``toolkit.netenv``) depend on the node's
@@ -98,7 +98,7 @@ class NodePlan:
 
     With ``container``, ``start_command`` starts the node's container (``ray start``
     inside it) and the probe checks the container's runtime too; ``stop_command`` is
-    still the node agent's, run after the container is removed (``cluster.down``).
+    still the node agent's, run after the container is removed (``lifecycle.down``).
     With ``step_container`` (pyxis, apptainer under SLURM) Ray's srun step runs in the
     container: ``start_step_options`` are srun's options for that step (pyxis), and
     ``start_command`` runs inside the container (apptainer wraps it); the step's end

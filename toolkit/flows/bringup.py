@@ -7,13 +7,13 @@ from collections.abc import Callable
 
 from toolkit.cluster.plan import ClusterPlan
 from toolkit.cluster.progress_reporter import Reporter
-from toolkit.cluster.start import up
 from toolkit.flows.outcome import (
     BringUpOutcome,
     PreflightFailedError,
     PreflightOutcome,
     PreflightPolicy,
 )
+from toolkit.lifecycle.start import up
 from toolkit.preflight.result import PreflightReport
 from toolkit.preflight.runner import run_preflight, save_in_run_dir
 from toolkit.rundir import RunDir
@@ -33,7 +33,7 @@ def bring_up(
     """Start Ray on every node, then run the fast checks unless ``policy`` skips them.
 
     ``rotate``: new credentials first (``credentials.rotate``; refused on a running cluster).
-    ``head_ready``: called once the head has its files (``cluster.start``).
+    ``head_ready``: called once the head has its files (``lifecycle.start``).
 
     Raises:
         PreflightFailedError: A check failed and ``policy`` enforces them (the cluster

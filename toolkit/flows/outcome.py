@@ -6,10 +6,10 @@ import enum
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolkit.cluster.start import NodeOutcome, UpResult
 from toolkit.errors import PreflightError, RtkError
 from toolkit.flows.workload import JobRequest
 from toolkit.jobs.client import JobOutcome
+from toolkit.lifecycle.start import NodeOutcome, UpResult
 from toolkit.preflight.result import PreflightReport
 
 

@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
-from toolkit.cluster.down import DownResult
 from toolkit.cluster.ray_status import ClusterStatus
 from toolkit.flows.driver_placement import DriverAhead
 from toolkit.flows.outcome import (
@@ -29,6 +28,7 @@ from toolkit.flows.run_plan import RunPlan, Step
 from toolkit.flows.session import Session
 from toolkit.flows.timings import TrainClock
 from toolkit.flows.workload import Workload
+from toolkit.lifecycle.down import DownResult
 
 # Sees every run's plan and result when it ends (``observe_runs``): a test holds the
 # steps that ran to the steps the plan printed.

@@ -18,7 +18,6 @@ from types import TracebackType
 from toolkit.cluster.command import NodeRun, command_line, container_lines, run_everywhere
 from toolkit.cluster.connect import make_transport
 from toolkit.cluster.containers.docker import check_startable
-from toolkit.cluster.down import DownResult, down
 from toolkit.cluster.exclude import ExcludeError, excluded_from_state
 from toolkit.cluster.plan import build_plan
 from toolkit.cluster.plan_text import render_down, render_down_summary, render_up, render_up_summary
@@ -53,6 +52,7 @@ from toolkit.inventory import Inventory
 from toolkit.jobs import shipped_code
 from toolkit.jobs.client import JobOutcome, job_client, run_job, submit_job
 from toolkit.jobs.local_driver import LocalDriver, run_local_driver
+from toolkit.lifecycle.down import DownResult, down
 from toolkit.rundir import RunDir
 from toolkit.rundir.preflight import Exclusion
 from toolkit.state.store import StateStore
@@ -270,7 +270,7 @@ class Session:
         """Start Ray everywhere, then the fast checks as ``preflight`` says.
 
         ``rotate``: a new token, CA and certificates first (refused while it runs).
-        ``head_ready``: called once the head has its files (``cluster.start``).
+        ``head_ready``: called once the head has its files (``lifecycle.start``).
 
         Raises:
             PreflightFailedError: A check failed under ``ENFORCE`` (the cluster stays up).

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from toolkit.cluster.up_timings import PhaseSpan, render_phases
 from toolkit.json_types import JsonObject
+from toolkit.lifecycle.up_timings import PhaseSpan, render_phases
 
 DRIVER_PREFIX = "rtk train: "
 # The trainer's step line (``toolkit.train.loop``), as rank 0 prints it: the first one

@@ -14,7 +14,7 @@ standard library. It reads what the node knows and prints one JSON line:
              dashboard agent, runtime env agent), and their error lines
 
 Everything is bounded: lines per file, characters per line, the time per connection.
-rtk's classifier (``toolkit.cluster.failures.causes``) turns the answer into one line.
+rtk's classifier (``toolkit.lifecycle.failures.causes``) turns the answer into one line.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The probe (``agent.py probe``) sends ``TempDirFacts`` and ``RayFacts`` before Ray starts;
 ``node/startdiag.py`` sends a ``StartDiagFacts`` after a start failed or a raylet did
-not join. ``toolkit.cluster.failures.causes`` reads these into one line per node.
+not join. ``toolkit.lifecycle.failures.causes`` reads these into one line per node.
 """
 
 from __future__ import annotations

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.cluster.down import stop_nodes
 from toolkit.cluster.plan import ClusterPlan, build_plan
 from toolkit.cluster.progress_reporter import QuietReporter
-from toolkit.cluster.start import up
 from toolkit.errors import ClusterError
 from toolkit.inventory import load_inventory
+from toolkit.lifecycle.down import stop_nodes
+from toolkit.lifecycle.start import up
 from toolkit.simulation import LatencyModel, SimulatedCluster, SimulatedTransport
 from toolkit.state.store import StateStore
 

@@ -23,10 +23,10 @@ from toolkit.cli.cmd_cluster import render_status
 from toolkit.cluster.exclude import ExcludeError
 from toolkit.cluster.progress_reporter import Reporter
 from toolkit.cluster.ray_status import ClusterStatus, NodeStatus
-from toolkit.cluster.start import RAY_READY_TEXT
 from toolkit.flows import PreflightPolicy, Session, TrainWorkload
 from toolkit.flows.bringup import bring_up, preflight
 from toolkit.inventory import Inventory, load_inventory
+from toolkit.lifecycle.start import RAY_READY_TEXT
 from toolkit.node.facts import host_facts
 from toolkit.ray_resources import host_resource
 from toolkit.rundir.preflight import Exclusion, PreflightRecord

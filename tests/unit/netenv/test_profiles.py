@@ -18,12 +18,12 @@ import yaml
 from conftest import REPO
 from scripted_transport import Reply, ScriptedTransport
 
-from toolkit.cluster.node_start import NodeOutcome, prepare_node
 from toolkit.cluster.plan import NETWORK_AFTER, build_plan, fill_env
 from toolkit.cluster.plan_text import env_file, render_up
 from toolkit.cluster.progress_reporter import QuietReporter
 from toolkit.errors import ClusterError, NetEnvError
 from toolkit.inventory import load_inventory
+from toolkit.lifecycle.node_start import NodeOutcome, prepare_node
 from toolkit.netenv import (
     FORBIDDEN,
     PROFILES,

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 
 from toolkit.cluster.plan import build_plan
-from toolkit.cluster.ray_logs import LOGPACK
 from toolkit.gpu.settings import CONTROL
 from toolkit.inventory import default_inventory
+from toolkit.lifecycle.ray_logs import LOGPACK
 from toolkit.nodeinfo import AGENT, FACTS, NodeScript
 from toolkit.nodeinfo.reach_request import PeerPorts, ReachRequest, script_with
 from toolkit.rundir import RunDir

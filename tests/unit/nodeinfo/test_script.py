@@ -14,10 +14,10 @@ import shlex
 import pytest
 from scripted_transport import Reply, ScriptedTransport, answer
 
-from toolkit.cluster.ray_logs import LOGPACK
 from toolkit.errors import ClusterError, GpuControlError
 from toolkit.gpu.settings import CONTROL
 from toolkit.inventory import Node, default_inventory
+from toolkit.lifecycle.ray_logs import LOGPACK
 from toolkit.nodeinfo import AGENT, FACTS, NodeScript
 from toolkit.nodeinfo.script import assemble, script_source
 from toolkit.transport import LocalTransport

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from toolkit.cluster.plan import ClusterPlan, build_plan, fill_env
 from toolkit.cluster.progress_reporter import QuietReporter
-from toolkit.cluster.start import up
 from toolkit.inventory import load_inventory
+from toolkit.lifecycle.start import up
 from toolkit.preflight.runner import run_preflight
 from toolkit.preflight.security import NodeSecurity, security_checks
 from toolkit.simulation import LatencyModel, SimulatedCluster, SimulatedTransport

@@ -6,8 +6,8 @@ import time
 from collections.abc import Sequence
 
 from toolkit.cluster.node_groups import group_nodes, render_failure_groups
-from toolkit.cluster.ray_logs import LogsCollection
 from toolkit.jobs.client import JobInfo, JobListing, JobOutcome
+from toolkit.lifecycle.ray_logs import LogsCollection
 
 COLUMNS = ("SUBMISSION ID", "STATUS", "STARTED", "ENDED", "ENTRYPOINT")
 MIN_ENTRYPOINT_CHARS = 12

@@ -16,8 +16,8 @@ from toolkit.cli.output.jobs import (
     size_text,
     stop_line,
 )
-from toolkit.cluster.ray_logs import LogsCollection, NodeLogs
 from toolkit.jobs.client import JobInfo, JobListing, JobOutcome
+from toolkit.lifecycle.ray_logs import LogsCollection, NodeLogs
 
 LONG = "python -m openrlhf.cli.train_ppo_ray --actor_num_nodes 2 " + "--flag value " * 20
 JOBS = (

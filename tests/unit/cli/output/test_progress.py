@@ -27,7 +27,7 @@ class Clock:
 
 
 def bring_up(reporter: ProgressReporter, clock: Clock, step_s: float) -> None:
-    """The events of ``rtk up`` on NAMES, ``step_s`` apart, as cluster/start.py sends them."""
+    """The events of ``rtk up`` on NAMES, ``step_s`` apart, as lifecycle/start.py sends them."""
     for name in NAMES:
         clock.now_s += step_s
         reporter.node(name, "probing")

@@ -6,14 +6,14 @@ import dataclasses
 
 import pytest
 
-from toolkit.cluster.failures.causes import (
+from toolkit.inventory.models import PortSettings
+from toolkit.lifecycle.failures.causes import (
     MIN_TEMP_FREE_BYTES,
     explain_start_failure,
     port_names,
     size_text,
     start_blocker,
 )
-from toolkit.inventory.models import PortSettings
 from toolkit.nodeinfo.start_facts import RayFacts, StartDiagFacts, TempDirFacts
 
 NAMES = port_names(PortSettings())

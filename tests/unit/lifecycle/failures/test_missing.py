@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from toolkit.cluster.failures.missing import MISSING_ONE_BY_ONE, missing_text
-from toolkit.cluster.node_start import NodeOutcome
 from toolkit.cluster.plan import build_plan
 from toolkit.cluster.ray_status import ClusterStatus, NodeStatus
 from toolkit.inventory.loader import parse_inventory
+from toolkit.lifecycle.failures.missing import MISSING_ONE_BY_ONE, missing_text
+from toolkit.lifecycle.node_start import NodeOutcome
 
 
 def plan_of(nodes: int, tmp_path: Path):  # type: ignore[no-untyped-def]

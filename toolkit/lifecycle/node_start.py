@@ -1,6 +1,6 @@
 """One node's steps of a bring-up: probe and files, ``ray start``, and what they left.
 
-``cluster.start`` orders these steps across the nodes (fan-out, the head first, workers
+``lifecycle.start`` orders these steps across the nodes (fan-out, the head first, workers
 in waves); each function here runs on one node and records what happened on that
 node's ``NodeOutcome``.
 """
@@ -12,14 +12,14 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from toolkit.cluster.down import stop_node
-from toolkit.cluster.failures.causes import explain_start_failure, port_names, start_blocker
 from toolkit.cluster.plan import RAY_READY_TEXT, ClusterPlan, NodePlan, fill_env
 from toolkit.cluster.plan_text import env_file
 from toolkit.cluster.progress_reporter import Reporter
 from toolkit.cluster.ray_status import ClusterStatus, cluster_status
 from toolkit.errors import ClusterError, RtkError, TransportError, WaitTimeoutError
 from toolkit.gpu.settings import call_control, control_command, restore_file
+from toolkit.lifecycle.down import stop_node
+from toolkit.lifecycle.failures.causes import explain_start_failure, port_names, start_blocker
 from toolkit.netenv import env_for_node
 from toolkit.node.common import GPU_RESTORE_FILE
 from toolkit.nodeinfo import call_agent
@@ -71,7 +71,7 @@ def prepare_node(
     already runs is an error rather than left as it is: it holds the old credentials.
     A node whose Ray would not start (its temp dir, its Python without Ray or with
     another version than ``head_ray_version``, the head's) is refused with the cause
-    (``cluster.failures.causes.start_blocker``) before anything is written there.
+    (``lifecycle.failures.causes.start_blocker``) before anything is written there.
 
     A node with a container is ready when its runtime answers, the image is there and,
     for GPUs, the runtime's GPU hook (``preflight.container_checks``); its Ray runs
@@ -209,7 +209,7 @@ def start_node(
     """``ray start`` on the node; its outcome says started or failed, and why.
 
     On a failure the node is asked why (``startdiag.py``), the cause is one line
-    (``cluster.failures.causes``) with Ray's own text as the outcome's ``detail``, and
+    (``lifecycle.failures.causes``) with Ray's own text as the outcome's ``detail``, and
     whatever the start left running there is stopped.
     """
     node = node_plan.node

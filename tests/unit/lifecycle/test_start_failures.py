@@ -28,9 +28,9 @@ from scripted_transport import startdiag_answer as diag_answer
 
 from toolkit.cluster.plan import ClusterPlan, build_plan
 from toolkit.cluster.progress_reporter import QuietReporter
-from toolkit.cluster.start import RAY_READY_TEXT, UpResult, up
 from toolkit.errors import ClusterError, WaitTimeoutError
 from toolkit.inventory import Inventory, load_inventory
+from toolkit.lifecycle.start import RAY_READY_TEXT, UpResult, up
 from toolkit.node.agent import network_facts
 from toolkit.ray_resources import host_resource
 from toolkit.state.store import StateStore

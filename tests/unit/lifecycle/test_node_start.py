@@ -25,9 +25,9 @@ from scripted_transport import Call, Reply, ScriptedTransport, answer
 
 from toolkit.cluster.plan import ClusterPlan, build_plan
 from toolkit.cluster.progress_reporter import QuietReporter
-from toolkit.cluster.start import RAY_READY_TEXT, UpResult, up
 from toolkit.gpu.settings import control_source, restore_file
 from toolkit.inventory import load_inventory
+from toolkit.lifecycle.start import RAY_READY_TEXT, UpResult, up
 from toolkit.node import agent
 from toolkit.node import gpu_control as control
 from toolkit.nodeinfo.probe import ProbeFacts

@@ -18,9 +18,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit.cluster.containers.docker import check_startable
-from toolkit.cluster.down import stop_nodes
-from toolkit.cluster.failures.missing import explain_unjoined, missing_text
-from toolkit.cluster.node_start import (
+from toolkit.cluster.plan import ClusterPlan, NodePlan
+from toolkit.cluster.progress_reporter import Reporter
+from toolkit.cluster.ray_status import ClusterStatus, cluster_status
+from toolkit.credentials.rotate import rotate_credentials
+from toolkit.errors import ClusterError, WaitTimeoutError
+from toolkit.jobs import shipped_code
+from toolkit.lifecycle.down import stop_nodes
+from toolkit.lifecycle.failures.missing import explain_unjoined, missing_text
+from toolkit.lifecycle.node_start import (
     POLL_INTERVAL_S,
     RAY_READY_TEXT,
     NodeOutcome,
@@ -30,13 +36,7 @@ from toolkit.cluster.node_start import (
     settled_call,
     start_node,
 )
-from toolkit.cluster.plan import ClusterPlan, NodePlan
-from toolkit.cluster.progress_reporter import Reporter
-from toolkit.cluster.ray_status import ClusterStatus, cluster_status
-from toolkit.cluster.up_timings import SpanClock, UpTimings
-from toolkit.credentials.rotate import rotate_credentials
-from toolkit.errors import ClusterError, WaitTimeoutError
-from toolkit.jobs import shipped_code
+from toolkit.lifecycle.up_timings import SpanClock, UpTimings
 from toolkit.state.cluster_state import ClusterState
 from toolkit.state.store import StateStore
 from toolkit.transport.base import Transport

@@ -20,9 +20,9 @@ import yaml
 
 from toolkit.cli import TRANSPORT_FACTORY, main
 from toolkit.cluster.plan import ClusterPlan, build_plan
-from toolkit.cluster.ray_logs import NodeLogs, collect_ray_logs, parse_duration_s
 from toolkit.errors import ClusterError, RtkError
 from toolkit.inventory import load_inventory
+from toolkit.lifecycle.ray_logs import NodeLogs, collect_ray_logs, parse_duration_s
 from toolkit.transport.local import LocalTransport
 
 TOKEN = "0123456789abcdef0123456789abcdef"

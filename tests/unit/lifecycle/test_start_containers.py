@@ -31,12 +31,12 @@ from scripted_transport import (
 )
 
 from toolkit.cluster.command import run_everywhere
-from toolkit.cluster.down import down
 from toolkit.cluster.plan import ClusterPlan, build_plan
 from toolkit.cluster.progress_reporter import QuietReporter
-from toolkit.cluster.start import UpResult, up
 from toolkit.errors import ClusterError
 from toolkit.inventory import load_inventory
+from toolkit.lifecycle.down import down
+from toolkit.lifecycle.start import UpResult, up
 from toolkit.node.agent import network_facts
 from toolkit.nodeinfo import agent_source
 from toolkit.ray_resources import host_resource

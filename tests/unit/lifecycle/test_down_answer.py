@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from toolkit.cluster.down import DownResult, NodeStopped
 from toolkit.errors import ClusterError
+from toolkit.lifecycle.down import DownResult, NodeStopped
 
 
 def test_the_answer_prints_back_as_the_agent_wrote_it() -> None:

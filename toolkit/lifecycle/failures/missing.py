@@ -9,12 +9,12 @@ per cause for many (``node_groups``).
 
 from __future__ import annotations
 
-from toolkit.cluster.failures.causes import explain_start_failure, port_names
 from toolkit.cluster.node_groups import group_nodes, render_failure_groups
-from toolkit.cluster.node_start import NodeOutcome, read_facts_after
 from toolkit.cluster.plan import ClusterPlan, NodePlan
 from toolkit.cluster.progress_reporter import Reporter
 from toolkit.cluster.ray_status import ClusterStatus
+from toolkit.lifecycle.failures.causes import explain_start_failure, port_names
+from toolkit.lifecycle.node_start import NodeOutcome, read_facts_after
 from toolkit.transport.base import Transport
 from toolkit.transport.group import run_each
 
