@@ -73,6 +73,7 @@ RUNS_ON: dict[str, str] = {
     "toolkit.telemetry.sampler": RAY_WORKER,  # in the NodeSampler actor (and python -m)
     "toolkit.preflight.ray_ranks": RAY_WORKER,  # Rank actors, for the preflight jobs
     "toolkit.torchrun.fanout": JOB_DRIVER,
+    "toolkit.jobdriver.runtime": JOB_DRIVER,  # what train.job, fanout and record_job share
     "toolkit.torchrun.node_runner": RAY_WORKER,  # the TorchrunNode actor on every node
     "toolkit.markers.auto_steps": RAY_WORKER,  # in the user's ranks (torchrun -m, Ray Train)
     "toolkit.markers.script_runner": RAY_WORKER,  # every rank rtk torchrun starts

@@ -19,19 +19,17 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import ray
 
-from toolkit.power.driver import power_driver
+from toolkit.jobdriver.runtime import DriverOptions, JobDriver
 from toolkit.power.settings import PowerSettings
 from toolkit.rundir import CommandRecord, RunDir
-from toolkit.stall.settings import STALL_EXIT, WatchSettings
-from toolkit.stall.watchdog import Collector, Watchdog, collect_all
+from toolkit.stall.settings import WatchSettings
+from toolkit.telemetry.around import RunTelemetry
 from toolkit.telemetry.options import TelemetryOptions
-from toolkit.telemetry.rank_files import gather_rank_files
-from toolkit.telemetry.session import TelemetrySession, exit_on_sigterm
+from toolkit.telemetry.session import TelemetrySession
 from toolkit.telemetry.settle import IdlePhases
 
 # The command's time to end on SIGTERM before SIGKILL: a torchrun driver puts its GPU
@@ -43,83 +41,67 @@ ABORT_GRACE_S = 20.0
 def main(argv: list[str]) -> int:
     """Run ``argv[1:]`` under telemetry described by the JSON in ``argv[0]``."""
     data = json.loads(argv[0])
-    command = argv[1:]
     run_dir = Path(os.path.expanduser(data.pop("run_dir")))
     stall = data.pop("stall", None)
-    settings = WatchSettings.from_json(stall) if stall is not None else None
-    power_json = data.pop("power", None)
-    power = PowerSettings.from_json(power_json) if power_json is not None else PowerSettings()
+    power = data.pop("power", None)
     options = TelemetryOptions.from_json(data).check()
     run_dir.mkdir(parents=True, exist_ok=True)
     ray.init(logging_level=logging.ERROR)
-    exit_on_sigterm()  # after ray.init, which installs a SIGTERM handler of its own
     session = TelemetrySession.for_options(run_dir, options)
-    idle = IdlePhases(
-        session,
-        run_dir,
-        options.baseline_s,
-        options.cooldown_max_s,
-        lambda line: print(f"rtk telemetry: {line}", flush=True),
-    )
-    session.start()
-    began = time.monotonic()
-    try:
-        idle.before()
-        began = time.monotonic()
-        driver = power_driver(str(run_dir), power, _say)
-        try:
-            code = run_watched(
-                command, run_dir, settings, before_abort=driver.stop if driver else None
-            )
-        except OSError as e:  # not found, not executable: the shell's codes
-            print(f"rtk telemetry: cannot run {command[0]!r}: {e}", flush=True)
-            code = 127 if isinstance(e, FileNotFoundError) else 126
-        finally:
-            if driver is not None:
-                driver.stop()  # the limits go back before the cooldown is measured
-        duration_s = time.monotonic() - began
-        idle.after()
-    finally:
-        idle.save()
-        # The markers the command's processes wrote on other nodes, then the traces.
-        gather_rank_files(run_dir, session.helpers())
-        session.stop()
-
-    CommandRecord(tuple(command), code, duration_s).write(RunDir(run_dir).command)
-    print(f"rtk telemetry: command exited {code}; traces in {run_dir}/telemetry", flush=True)
+    idle = IdlePhases(session, run_dir, options.baseline_s, options.cooldown_max_s, say)
+    command = CommandRun(argv[1:], run_dir)
+    code = JobDriver(
+        DriverOptions(
+            str(run_dir),
+            say,
+            stall=WatchSettings.from_json(stall) if stall is not None else None,
+            power=PowerSettings.from_json(power) if power is not None else PowerSettings(),
+            watch_from_first_step=True,
+        ),
+        command,
+        RunTelemetry(run_dir, session, idle, cooldown_after_failure=True),
+    ).run()
+    CommandRecord(tuple(command.argv), code, command.duration_s).write(RunDir(run_dir).command)
+    say(f"command exited {code}; traces in {run_dir}/telemetry")
     return code
 
 
-def _say(line: str) -> None:
+def say(line: str) -> None:
+    """A line of rtk's own in the job's log."""
     print(f"rtk telemetry: {line}", flush=True)
 
 
-def run_watched(
-    command: list[str],
-    run_dir: Path,
-    settings: WatchSettings | None,
-    collector: Collector = collect_all,
-    before_abort: Callable[[], None] | None = None,
-) -> int:
-    """Run ``command``; with ``settings``, watch its ranks for stalls from their first step.
+class CommandRun:
+    """The command, run on the head with ``RTK_RUN_DIR`` set (the driver's workload).
 
-    On a stall with ``--on-stall abort`` (or ``restart-excluding``, which only
-    ``rtk train`` can do) the command's process group is stopped and the exit status
-    is ``STALL_EXIT``.
-
-    On Ctrl-C or SIGTERM, ``before_abort`` (the power policy's put-back: the job's
-    stop leaves seconds) runs before the command is stopped.
-
-    Raises:
-        OSError: The command could not be started.
+    It runs in a session of its own: a signal to the driver reaches it only through
+    ``stop``, after the GPU limits went back, as SIGTERM (subprocess.run would SIGKILL it
+    at once), and SIGKILL only if it has not ended after ``ABORT_GRACE_S``.
     """
-    # RTK_RUN_DIR: where the command may write its markers and results.
-    env = {**os.environ, "RTK_RUN_DIR": str(run_dir)}
-    # Its own session: a signal to this driver reaches the command through ``abort``
-    # only, after ``before_abort`` (subprocess.run would SIGKILL it at once instead).
-    child = subprocess.Popen(command, env=env, start_new_session=True)
 
-    def abort(_: object) -> None:
+    def __init__(self, argv: list[str], run_dir: Path) -> None:
+        self.argv, self.run_dir = argv, run_dir
+        self.duration_s = 0.0
+        self._child: subprocess.Popen[bytes] | None = None
+
+    def run(self) -> int:
+        """The command's exit status (the shell's 127 or 126 when it cannot start)."""
+        began = time.monotonic()
+        try:
+            env = {**os.environ, "RTK_RUN_DIR": str(self.run_dir)}
+            self._child = subprocess.Popen(self.argv, env=env, start_new_session=True)
+            return self._child.wait()
+        except OSError as e:  # not found, not executable
+            say(f"cannot run {self.argv[0]!r}: {e}")
+            return 127 if isinstance(e, FileNotFoundError) else 126
+        finally:
+            self.duration_s = time.monotonic() - began
+
+    def stop(self) -> None:
+        """SIGTERM to the command's process group; SIGKILL after the grace."""
+        child = self._child
+        if child is None:
+            return
         with contextlib.suppress(ProcessLookupError):
             os.killpg(child.pid, signal.SIGTERM)
         try:
@@ -127,25 +109,6 @@ def run_watched(
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(child.pid, signal.SIGKILL)
-
-    watchdog = (
-        Watchdog(
-            str(run_dir), settings, _say, abort=abort, collector=collector, from_first_step=True
-        )
-        if settings is not None
-        else None
-    )
-    try:
-        if watchdog is None:
-            return child.wait()
-        with watchdog:
-            code = child.wait()
-    except BaseException:
-        if before_abort is not None:
-            before_abort()
-        abort(None)  # Ctrl-C, SIGTERM: the command does not outlive the job
-        raise
-    return STALL_EXIT if watchdog.aborted.is_set() else code
 
 
 if __name__ == "__main__":

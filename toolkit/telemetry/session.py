@@ -17,7 +17,6 @@ import contextlib
 import hashlib
 import logging
 import os
-import signal
 import socket
 import time
 from collections.abc import Callable, Mapping
@@ -57,21 +56,6 @@ COLLECT_PARALLEL = 8
 # minute and more at 1,000 nodes before the first step and again after the last.
 START_PARALLEL = 64
 CHUNK_BYTES = 8 * 1024 * 1024
-
-
-def exit_on_sigterm() -> None:
-    """Make SIGTERM raise ``SystemExit(143)`` in the main thread.
-
-    Ray stops a job (``rtk train`` interrupted, scancel, a time limit) with SIGTERM to
-    its entrypoint; by default that ends Python at once, and the ``finally`` that stops
-    the samplers and collects their traces never runs. As an exception it does, within
-    the job's stop wait (``RAY_JOB_STOP_WAIT_TIME_S``, which rtk sets per job).
-    """
-
-    def stop(signum: int, frame: object) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, stop)
 
 
 @dataclass

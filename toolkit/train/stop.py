@@ -63,33 +63,18 @@ class StopOnInterrupt:
             json.dumps({"why": why, "wall_s": time.time()}) + "\n", encoding="utf-8"
         )
 
-    def fit(self, trainer: Fittable[T]) -> T:
-        """``trainer.fit()`` in a thread, with SIGINT handled here until it returns.
+    def fit(self, trainer: Fittable[T], until: threading.Event | None = None) -> T | None:
+        """``fit_in_thread``, with SIGINT handled here until it returns.
 
         Raises:
             KeyboardInterrupt: A second SIGINT came before the run stopped.
             BaseException: Whatever ``fit`` raised.
         """
-        results: list[T] = []
-        errors: list[BaseException] = []
-
-        def run() -> None:
-            try:
-                results.append(trainer.fit())
-            except BaseException as e:  # noqa: BLE001 - raised again in the main thread
-                errors.append(e)
-
-        thread = threading.Thread(target=run, name="rtk-train-fit", daemon=True)
         previous = signal.signal(signal.SIGINT, self._on_sigint)
         try:
-            thread.start()
-            while thread.is_alive():
-                thread.join(self.poll_s)
+            return fit_in_thread(trainer, until, self.poll_s)
         finally:
             signal.signal(signal.SIGINT, previous)
-        if errors:
-            raise errors[0]
-        return results[0]
 
     def _on_sigint(self, signum: int, frame: object) -> None:
         if self.requested:
@@ -100,6 +85,35 @@ class StopOnInterrupt:
             flush=True,
         )
         self.request("SIGINT")
+
+
+def fit_in_thread(
+    trainer: Fittable[T], until: threading.Event | None = None, poll_s: float = 0.5
+) -> T | None:
+    """``trainer.fit()`` in a daemon thread, the main thread waiting for it.
+
+    None when ``until`` is set first: the thread is left to end with the driver, whose
+    exit ends the workers Ray Train started for it.
+
+    Raises:
+        BaseException: Whatever ``fit`` raised.
+    """
+    results: list[T] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            results.append(trainer.fit())
+        except BaseException as e:  # noqa: BLE001 - raised again in the main thread
+            errors.append(e)
+
+    thread = threading.Thread(target=run, name="rtk-train-fit", daemon=True)
+    thread.start()
+    while thread.is_alive() and not (until is not None and until.is_set()):
+        thread.join(poll_s)
+    if errors:
+        raise errors[0]
+    return results[0] if results else None
 
 
 def stopped(stop: StopOnInterrupt | None) -> bool:

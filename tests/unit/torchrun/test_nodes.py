@@ -1,9 +1,9 @@
-"""The driver's refusals before anything starts, and its one-line outcome at any N."""
+"""The torchrun driver's refusals before anything starts, and its one-line outcome at any N."""
 
 from __future__ import annotations
 
-from toolkit.torchrun.fanout import _outcome, problems
 from toolkit.torchrun.node_runner import NodeFacts
+from toolkit.torchrun.nodes import outcome, problems
 from toolkit.torchrun.spec import TorchrunSpec
 
 
@@ -37,6 +37,6 @@ def test_too_many_ranks_for_a_gpu_node_is_said_once() -> None:
 def test_the_outcome_groups_nodes_by_exit_status() -> None:
     names = [f"n{i:04d}" for i in range(1000)]
     codes = dict.fromkeys(range(1000), 0) | {17: 1}
-    line = _outcome(names, codes)
+    line = outcome(names, codes)
     assert line.startswith("999 node(s) exited 0 (") and "1 node(s) exited 1 (n0017)" in line
     assert len(line) < 200
