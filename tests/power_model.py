@@ -14,7 +14,7 @@ from pathlib import Path
 
 from toolkit.power.ask import NodeReport, RankGpu
 from toolkit.power.driver import PowerDriver
-from toolkit.power.node_power import GpuReading, NodePower
+from toolkit.power.node_power import GpuReading, NodePower, NodeRestore
 from toolkit.rundir import RunDir
 from toolkit.stall.slow import RankSteps
 
@@ -103,11 +103,12 @@ class ModelNodes:
             answers[node] = NodeReport(power, ranks if run_dir else (), rank_gpus)
         return answers
 
-    def restore(self) -> dict[str, tuple[str, ...] | str]:
+    def restore(self) -> dict[str, NodeRestore | str]:
         self.restored += 1
         for key in self.limits_w:
             self.limits_w[key] = MAX_W
-        return {node: ("power_limit restored",) for node in sorted({n for n, _ in self.limits_w})}
+        done = NodeRestore(done=("power_limit restored",))
+        return {node: done for node in sorted({n for n, _ in self.limits_w})}
 
 
 def play(driver: PowerDriver, model: ModelNodes, run_dir: Path, steps: range) -> None:

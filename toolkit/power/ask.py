@@ -18,7 +18,7 @@ from typing import Protocol, TypeVar
 
 import ray
 
-from toolkit.power.node_power import NodePower, node_power, node_restore
+from toolkit.power.node_power import NodePower, NodeRestore, node_power, node_restore
 from toolkit.ray_fanout import ask_nodes, pinned
 from toolkit.rundir.layout import RunDir
 from toolkit.stall.collect import error_line, ray_node_ids
@@ -73,8 +73,8 @@ class PowerNodes(Protocol):
         """
         ...
 
-    def restore(self) -> dict[str, tuple[str, ...] | str]:
-        """Put back every node's limits; per node what was done, or why it was not."""
+    def restore(self) -> dict[str, NodeRestore | str]:
+        """Put back every node's limits; per node what was done, or why it gave no answer."""
         ...
 
 
@@ -111,7 +111,7 @@ def _ask_node(
 
 
 @ray.remote(num_cpus=0)
-def _restore_node(node: str, owner: str) -> tuple[str, ...]:
+def _restore_node(node: str, owner: str) -> NodeRestore:
     return node_restore(node, owner=owner)
 
 
@@ -143,16 +143,16 @@ class RayPowerNodes:
 
         return self._each(nodes, submit)
 
-    def restore(self) -> dict[str, tuple[str, ...] | str]:
+    def restore(self) -> dict[str, NodeRestore | str]:
         """See ``PowerNodes.restore``: the nodes that were asked to set a limit."""
         nodes = {k: v for k, v in ray_node_ids().items() if k in self._asked}
         missing = self._asked - set(nodes)
 
-        def submit(name: str) -> ray.ObjectRef[tuple[str, ...]]:
+        def submit(name: str) -> ray.ObjectRef[NodeRestore]:
             task = _restore_node.options(scheduling_strategy=pinned(nodes[name]))
             return task.remote(name, self.owner)
 
-        done: dict[str, tuple[str, ...] | str] = {
+        done: dict[str, NodeRestore | str] = {
             name: "not in the cluster now: its limits stay until `rtk profile --restore` "
             "or the next `rtk up`"
             for name in missing

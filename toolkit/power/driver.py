@@ -372,18 +372,14 @@ class PowerDriver:
             return
         self._set_any = False
         done = self._nodes.restore()
-        failed = {name: why for name, why in done.items() if isinstance(why, str)}
-        errors = [
-            f"{name}: {line}"
-            for name, lines in done.items()
-            if not isinstance(lines, str)
-            for line in lines
-            if "could not" in line or "failed" in line
+        failed = [
+            f"{name}: {result}" if isinstance(result, str) else result.failed
+            for name, result in sorted(done.items())
+            if isinstance(result, str) or result.failed
         ]
-        if failed or errors:
-            first = f"{next(iter(failed))}: {next(iter(failed.values()))}" if failed else errors[0]
+        if failed:
             text = (
-                f"power limits not put back on {len(failed) + len(errors)} node(s) ({first});"
+                f"power limits not put back on {len(failed)} node(s) ({failed[0]});"
                 " `rtk profile --restore` or the next `rtk up` puts them back"
             )
         else:

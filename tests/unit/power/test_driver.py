@@ -10,6 +10,7 @@ from power_model import COMM_S, MAX_W, MIN_W, ModelNodes, play
 
 from toolkit.power.ask import NodeReport
 from toolkit.power.driver import PowerDriver
+from toolkit.power.node_power import NodeRestore
 from toolkit.power.records import read_power
 from toolkit.power.settings import OPTIMIZE, STRAGGLERS, PowerSettings
 from toolkit.power.summary import summarize
@@ -51,6 +52,31 @@ def test_optimize_profiles_the_grid_keeps_the_best_limit_and_puts_it_back(
     # Settled windows keep their totals only: the file does not grow by GPUs forever.
     settled = [w for w in log.windows if not w.window.energy_j]
     assert settled and all(w.energy_per_step_j > 0 for w in settled)
+
+
+def test_a_put_back_that_failed_is_told_from_one_that_was_done_by_its_record(
+    tmp_path: Path,
+) -> None:
+    """Not by its wording: a done line may say "failed" (a GPU named so) and be done."""
+
+    class Failing(ModelNodes):
+        def restore(self) -> dict[str, NodeRestore | str]:
+            super().restore()
+            return {
+                "n0": NodeRestore(done=("n0: put back the power limit of GPU failed-0",)),
+                "n1": NodeRestore(failed="n1: could not put back every GPU setting on n1"),
+                "n2": "did not answer within 30 s",
+            }
+
+    model = Failing({"n0": 1, "n1": 1, "n2": 1})
+    said: list[str] = []
+    driver = PowerDriver(str(tmp_path), PowerSettings(policy=OPTIMIZE), said.append, model)
+    play(driver, model, tmp_path, range(60))
+    driver.stop()
+    assert said[-1] == (
+        "power limits not put back on 2 node(s) (n1: could not put back every GPU setting on "
+        "n1); `rtk profile --restore` or the next `rtk up` puts them back"
+    )
 
 
 def test_a_restarted_driver_resumes_the_profile_from_power_jsonl(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from toolkit.node.common import GPU_RESTORE_FILE
 from toolkit.power.node_power import (
     GpuReading,
     NodePower,
+    NodeRestore,
     default_restore_file,
     node_power,
     node_restore,
@@ -137,12 +138,14 @@ def test_node_restore_puts_back_what_the_run_set(record: str) -> None:
     node_power("n1", RUN, {0: 300}, record, fake)
     node_power("n1", RUN, {1: 400}, record, fake)
     assert limits_mw(fake) == [300_000, 400_000]
-    assert node_restore("n1", record, fake) == (
-        f"n1: put back the power limit of GPU {gpu(0).uuid}",
-        f"n1: put back the power limit of GPU {gpu(1).uuid}",
+    assert node_restore("n1", record, fake) == NodeRestore(
+        done=(
+            f"n1: put back the power limit of GPU {gpu(0).uuid}",
+            f"n1: put back the power limit of GPU {gpu(1).uuid}",
+        )
     )
     assert limits_mw(fake) == [650_000, 700_000] and not Path(record).exists()
-    assert node_restore("n1", record, fake) == ()  # nothing left to do
+    assert node_restore("n1", record, fake) == NodeRestore()  # nothing left to do
 
 
 def test_node_restore_without_a_file_needs_no_nvml(
@@ -152,18 +155,19 @@ def test_node_restore_without_a_file_needs_no_nvml(
         raise AssertionError("NVML loaded with nothing to restore")
 
     monkeypatch.setattr(gpu_control, "load_nvml", never)
-    assert node_restore("n1", record) == ()
+    assert node_restore("n1", record) == NodeRestore()
 
 
 def test_node_restore_goes_on_past_a_failing_gpu_and_keeps_the_file(record: str) -> None:
     fake = FakeNvml([gpu(0), gpu(1)])
     node_power("n1", RUN, {0: 300, 1: 300}, record, fake)
     fake.fake_gpus[0].errors["nvmlDeviceSetPowerManagementLimit"] = 999  # NVML_ERROR_UNKNOWN
-    lines = node_restore("n1", record, fake)
-    assert lines[0] == f"n1: put back the power limit of GPU {gpu(1).uuid}"
-    assert lines[1].startswith(f"n1: could not put back every GPU setting on n1 ({gpu(0).uuid}")
-    assert lines[1].endswith("is kept: retry with `rtk profile --restore`")
-    assert len(lines) == 2 and Path(record).exists()
+    done = node_restore("n1", record, fake)
+    assert done.done == (f"n1: put back the power limit of GPU {gpu(1).uuid}",)
+    assert done.failed is not None and done.left is None
+    assert done.failed.startswith(f"n1: could not put back every GPU setting on n1 ({gpu(0).uuid}")
+    assert done.failed.endswith("is kept: retry with `rtk profile --restore`")
+    assert done.lines == (*done.done, done.failed) and Path(record).exists()
     assert limits_mw(fake) == [300_000, 700_000]
 
 
@@ -243,7 +247,9 @@ def test_node_power_sees_energy_that_depends_on_the_limit_in_state_file_mode(
     assert second.gpus[0].energy_mj is not None
     # 100 s more at 300 W (the limit), not at the 500 W it would draw
     assert 100 * 300_000 <= second.gpus[0].energy_mj - at_300 < 100 * 500_000
-    assert node_restore("n1", record) == (f"n1: put back the power limit of GPU {gpu(0).uuid}",)
+    assert node_restore("n1", record).done == (
+        f"n1: put back the power limit of GPU {gpu(0).uuid}",
+    )
     assert from_state_file(state).fake_gpus[0].power_limit_mw == 700_000
 
 
@@ -252,12 +258,12 @@ def test_node_restore_of_a_run_leaves_another_owners_file(record: str) -> None:
     node_power("n1", "raysubmit_other", {0: 300}, record, fake)
     refused = node_power("n1", RUN, {0: 400}, record, fake)
     assert refused.errors and refused.gpus[0].limit_w == 300.0
-    assert node_restore("n1", record, fake, owner=RUN) == (
-        f"n1: left {record} as it is: raysubmit_other wrote it",
+    assert node_restore("n1", record, fake, owner=RUN) == NodeRestore(
+        left=f"n1: left {record} as it is: raysubmit_other wrote it"
     )
     assert limits_mw(fake) == [300_000] and Path(record).exists()
-    assert node_restore("n1", record, fake, owner="raysubmit_other") == (
-        f"n1: put back the power limit of GPU {gpu(0).uuid}",
+    assert node_restore("n1", record, fake, owner="raysubmit_other") == NodeRestore(
+        done=(f"n1: put back the power limit of GPU {gpu(0).uuid}",)
     )
     assert limits_mw(fake) == [700_000]
-    assert node_restore("n1", record, fake, owner=RUN) == ()
+    assert node_restore("n1", record, fake, owner=RUN) == NodeRestore()
