@@ -34,6 +34,7 @@ import ray
 
 from toolkit.errors import RunDirError
 from toolkit.rundir import RunDir
+from toolkit.rundir.follow import MarkerFollower, Progress
 from toolkit.stall.detector import Stall, StallDetector
 from toolkit.stall.diagnosis import diagnose
 from toolkit.stall.records import NodeEvidence, append_stall
@@ -44,7 +45,7 @@ from toolkit.stall.settings import (
     CHECK_REFUSED,
     CheckOptions,
 )
-from toolkit.stall.watchdog import Collector, MarkerFollower, Progress, collect_all
+from toolkit.stall.watchdog import Collector, collect_all
 
 # Of each marker file, the tail read for the last steps (a long run's file is hundreds
 # of MB, and a shared run directory holds every rank's): some dozens of steps.

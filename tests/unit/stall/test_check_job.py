@@ -15,6 +15,7 @@ import pytest
 from rank_processes import Ranks
 
 from toolkit.rundir import RunDir
+from toolkit.rundir.follow import MarkerFollower, Progress
 from toolkit.rundir.markers import Marker
 from toolkit.stall.check_job import (
     CHECK_TIMEOUT_S,
@@ -35,7 +36,6 @@ from toolkit.stall.settings import (
     PER_NODE_TIMEOUT_S,
     CheckOptions,
 )
-from toolkit.stall.watchdog import MarkerFollower, Progress
 
 T0 = 1.7e9  # a wall time: the run's first marker
 

@@ -24,4 +24,3 @@ def test_a_command_that_cannot_start_has_the_shells_status_and_one_line(
 ) -> None:
     assert CommandRun(argv, tmp_path).run() == code
     assert f"rtk telemetry: cannot run {argv[0]!r}" in capfd.readouterr().out
-
