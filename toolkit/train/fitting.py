@@ -24,9 +24,9 @@ from toolkit.stall.collect import ray_node_ids
 from toolkit.stall.exclude import exclude_nodes, why_not_exclude
 from toolkit.stall.records import StallRecord
 from toolkit.train.config import TrainConfig
-from toolkit.train.layout import WorkerLayout
 from toolkit.train.ray_worker import train_loop_per_worker
 from toolkit.train.stop import STOPPED_EXIT, Fittable, StopOnInterrupt, fit_in_thread, stopped
+from toolkit.train.workers import WorkerLayout
 
 RUN_NAME = CHECKPOINTS_DIR  # Ray Train keeps its checkpoints in RUN_DIR/RUN_NAME
 

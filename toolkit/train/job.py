@@ -1,6 +1,6 @@
 """The Ray job that ``rtk train`` submits: ``python -m toolkit.train.job CONFIG_JSON``.
 
-It runs on the head, sizes the worker group from the cluster (``toolkit.train.layout``:
+It runs on the head, sizes the worker group from the cluster (``toolkit.train.workers``:
 one worker per GPU, or per node on CPU clusters, unless --num-workers says otherwise)
 and runs Ray Train's TorchTrainer (``toolkit.train.fitting``) with checkpoints kept in
 the run directory. Beside it, the job-driver runtime (``toolkit.jobdriver.runtime``)
@@ -28,7 +28,7 @@ from toolkit.telemetry.session import TelemetrySession
 from toolkit.telemetry.settle import IdlePhases
 from toolkit.train.config import TrainConfig
 from toolkit.train.fitting import TrainRun
-from toolkit.train.layout import placement_problem, worker_layout
+from toolkit.train.workers import placement_problem, worker_layout
 
 
 def say(line: str) -> None:

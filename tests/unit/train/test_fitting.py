@@ -12,8 +12,8 @@ import pytest
 
 from toolkit.train.config import TrainConfig
 from toolkit.train.fitting import TrainRun
-from toolkit.train.layout import WorkerLayout
 from toolkit.train.stop import STOPPED_EXIT
+from toolkit.train.workers import WorkerLayout
 
 LAYOUT = WorkerLayout(1, {"CPU": 1.0}, False, "SPREAD")
 

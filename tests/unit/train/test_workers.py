@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from toolkit.train.config import TrainConfig
-from toolkit.train.layout import WorkerLayout, placement_problem, worker_layout
+from toolkit.train.workers import WorkerLayout, placement_problem, worker_layout
 
 TWO_NODES_TWO_GPUS = {"CPU": 32.0, "GPU": 4.0, "memory": 1e11}
 THREE_CPU_NODES = {"CPU": 6.0, "memory": 3e9}
