@@ -269,6 +269,9 @@ def test_down_removes_the_tls_files_and_without_tls_the_token_is_in_clear(
     for node in sandbox3.nodes:
         for path in (plan.paths.tls_key_file, plan.paths.tls_cert_file, plan.paths.tls_ca_file):
             assert sandbox3.run_in(node.name, ["test", "-e", path], 30).returncode == 1
+        # A healthy cluster's down leaves no Ray process (test_ssh_cluster: a dead head's).
+        left = sandbox3.run_in(node.name, ["pgrep", "-a", "-f", "raylet|gcs_server|^ray::"], 30)
+        assert left.returncode == 1, (node.name, left.stdout)
     assert not (Path(state["RTK_STATE_DIR"]) / plan.inventory.name).exists()
 
     inventory = str(sandbox3.inventory_path)
