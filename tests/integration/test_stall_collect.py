@@ -39,6 +39,7 @@ def node_id(ray_available: None) -> Iterator[str]:
     import ray
 
     ray.init(
+        address="local",  # its own, whatever /tmp/ray points at
         num_cpus=1,
         resources={f"{HOST_RESOURCE_PREFIX}here": 1},  # as rtk up marks its nodes
         include_dashboard=False,

@@ -20,7 +20,14 @@ pytestmark = pytest.mark.ray
 def node_id(ray_available: None) -> Iterator[str]:
     import ray
 
-    ray.init(num_cpus=1, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    # address="local": a Ray of its own, whatever cluster a file in /tmp/ray points at
+    ray.init(
+        address="local",
+        num_cpus=1,
+        include_dashboard=False,
+        logging_level="ERROR",
+        log_to_driver=False,
+    )
     try:
         yield ray.get_runtime_context().get_node_id()
     finally:

@@ -41,7 +41,8 @@ def node(ray_available: None, tmp_path_factory: pytest.TempPathFactory) -> Itera
         RTK_CLUSTER_DIR=str(root / "cluster"),
         PYTEST_CURRENT_TEST=os.environ.get("PYTEST_CURRENT_TEST", "test_ask"),
     )
-    ray.init(num_cpus=1, resources={host_resource("n1"): 1.0}, include_dashboard=False,
+    ray.init(address="local", num_cpus=1, resources={host_resource("n1"): 1.0},
+             include_dashboard=False,
              logging_level="ERROR", log_to_driver=False)  # fmt: skip
     try:
         yield state
