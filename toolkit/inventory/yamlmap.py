@@ -70,19 +70,39 @@ def load_located(text: str) -> LocatedData:
             that contains itself, more than ``MAX_VALUES`` values or more than
             ``MAX_DEPTH`` levels.
     """
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except RecursionError:
-        # PyYAML composes nested collections recursively: thousands of levels.
-        raise ConstructorError(
-            None, None, f"nested deeper than {MAX_DEPTH} levels; no rtk file needs that"
-        ) from None
+    _check_depth(text)
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
     located = LocatedData(data=None)
     if root is None:
         return located
     located.lines[()] = root.start_mark.line + 1
     located.data = _Builder(located).build(root, ())
     return located
+
+
+def _check_depth(text: str) -> None:
+    """Refuse collections nested far deeper than ``MAX_DEPTH`` before they are composed.
+
+    PyYAML composes nested collections recursively: thousands of levels end in a
+    RecursionError, or not, as the interpreter's recursion limit of the moment allows
+    (a library may have raised it). Its parser is not recursive: counting the open
+    collections in its events refuses them the same way every time, with a line. What
+    passes here the builder still holds to ``MAX_DEPTH`` exactly.
+    """
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.SequenceStartEvent | yaml.MappingStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH + 1:
+                mark = event.start_mark  # the pure-Python parser's (SafeLoader)
+                raise ConstructorError(
+                    None,
+                    None,
+                    f"nested deeper than {MAX_DEPTH} levels; no rtk file needs that",
+                    mark if isinstance(mark, yaml.error.Mark) else None,
+                )
+        elif isinstance(event, yaml.SequenceEndEvent | yaml.MappingEndEvent):
+            depth -= 1
 
 
 class _Builder:

@@ -38,7 +38,7 @@ from toolkit.power.stragglers import StragglerController, StragglerSettings
 from toolkit.power.waits import gpu_of, window_waits
 from toolkit.power.windows import Controller, Decision, GpuKey, GpuRange, Window
 from toolkit.rundir import RunDir
-from toolkit.rundir.follow import MarkerFollower
+from toolkit.rundir.markers import MarkerFollower
 
 POLL_S = 0.5
 DISCOVER_RETRY_S = 10.0  # before the first step, the nodes' GPUs are asked this often

@@ -34,7 +34,7 @@ import ray
 
 from toolkit.errors import RunDirError
 from toolkit.rundir import RunDir
-from toolkit.rundir.follow import MarkerFollower, Progress
+from toolkit.rundir.markers import MarkerFollower, Progress
 from toolkit.stall.detector import Stall, StallDetector
 from toolkit.stall.diagnosis import diagnose
 from toolkit.stall.records import NodeEvidence, append_stall

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 
 from toolkit.rundir import RunDir
-from toolkit.rundir.follow import MarkerFollower
+from toolkit.rundir.markers import MarkerFollower
 from toolkit.stall.collect import collect_evidence, ray_node_ids, ray_nodes_now
 from toolkit.stall.detector import StallDetector
 from toolkit.stall.diagnosis import Diagnosis, diagnose

@@ -6,6 +6,7 @@ example so that it stays covered whatever Hypothesis generates.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -46,7 +47,10 @@ BOMB = "".join(
             "inv.yaml:1: not valid YAML: an alias refers to a collection that contains it",
         ),
         (BOMB, "inv.yaml:1: not valid YAML: more than 100,000 values (anchors and aliases count"),
-        ("a: " + "[" * 5000 + "]" * 5000 + "\n", "inv.yaml: not valid YAML: nested deeper than 64"),
+        (
+            "a: " + "[" * 5000 + "]" * 5000 + "\n",
+            "inv.yaml:1: not valid YAML: nested deeper than 64",
+        ),
         ("a: " + "[" * 100 + "]" * 100 + "\n", "inv.yaml:1: not valid YAML: nested deeper than 64"),
         ("? [a]\n: 1\n", "inv.yaml:1: not valid YAML: a key must be a plain value such as a name"),
         (
@@ -67,6 +71,20 @@ BOMB = "".join(
 def test_hostile_yaml_is_one_problem(text: str, expected: str) -> None:
     got = problems(text)
     assert len(got) == 1 and got[0].startswith(expected), got
+
+
+def test_deep_nesting_is_refused_whatever_the_recursion_limit() -> None:
+    """A library may raise the interpreter's limit (torch's compiler does): the refusal
+    of thousands of levels must not depend on it."""
+    deep = "a: " + "[" * 5000 + "]" * 5000 + "\n"
+    limit = sys.getrecursionlimit()
+    try:
+        for allowed in (limit, 100_000):
+            sys.setrecursionlimit(allowed)
+            (problem,) = problems(deep)
+            assert problem.startswith("inv.yaml:1: not valid YAML: nested deeper than 64")
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 def test_nesting_up_to_the_limit_is_read() -> None:

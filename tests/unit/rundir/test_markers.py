@@ -6,6 +6,7 @@ that writes markers, then is sent ``STACK_SIGNAL`` (or forks) and says what it s
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -15,8 +16,10 @@ from pathlib import Path
 
 from conftest import REPO
 
+from toolkit.rundir import RunDir
 from toolkit.rundir.markers import (
     STACK_SIGNAL,
+    MarkerFollower,
     Registration,
     catches_signal,
     registration,
@@ -149,3 +152,31 @@ def test_another_processs_handlers_are_read_from_the_kernel() -> None:
         if child.stdout is not None:
             child.stdout.close()
     assert catches_signal(child.pid, STACK_SIGNAL) is None  # gone: not known
+
+
+def test_the_follower_reads_only_complete_new_lines(tmp_path: Path) -> None:
+    path = RunDir(tmp_path).marker(0)
+    path.parent.mkdir(parents=True)
+    line = {"event": "step_end", "step": 3, "wall_s": 10.0, "rank": 0, "node": "n0"}
+    path.write_text(json.dumps(line) + "\n" + '{"event": "step_end", "st')
+    follower = MarkerFollower(tmp_path)
+    (first,) = follower.poll()
+    assert (first.event, first.step, first.rank, first.node) == ("step_end", 3, 0, "n0")
+    assert follower.poll() == []  # the partial line waits
+    with path.open("a") as f:
+        f.write('ep": 4, "wall_s": 11.0, "rank": 0, "node": "n0"}\n')
+        f.write(
+            json.dumps(
+                {"event": "phase_begin", "name": "ckpt", "wall_s": 12.0, "rank": 0, "node": "n0"}
+            )
+            + "\n"
+        )
+        f.write(
+            json.dumps({"event": "barrier", "step": 4, "wall_s": 12.5, "rank": 0, "node": "n0"})
+            + "\n"
+        )
+    assert [(p.event, p.step, p.phase) for p in follower.poll()] == [
+        ("step_end", 4, None),
+        ("phase_begin", None, "ckpt"),
+    ]
+    assert follower.rank_nodes == {0: "n0"}

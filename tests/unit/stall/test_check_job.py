@@ -15,8 +15,7 @@ import pytest
 from rank_processes import Ranks
 
 from toolkit.rundir import RunDir
-from toolkit.rundir.follow import MarkerFollower, Progress
-from toolkit.rundir.markers import Marker
+from toolkit.rundir.markers import Marker, MarkerFollower, Progress
 from toolkit.stall.check_job import (
     CHECK_TIMEOUT_S,
     EXIT_NOTHING_TO_CHECK,
