@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-import time
-from collections.abc import Callable
 from typing import Any
 
 import click
@@ -20,19 +17,11 @@ from toolkit.cli.options.decorators import (
 )
 from toolkit.cli.options.power_options import power_options, power_settings
 from toolkit.cli.options.stall_options import stall_options, stall_settings
-from toolkit.cli.output.jobs import outcome_lines
-from toolkit.cli.output.run_report import render_collect, render_report
+from toolkit.cli.output.run_report import record_and_report
 from toolkit.flows import (
-    CollectOutcome,
     CommandWorkload,
-    PreflightPolicy,
-    ReportOutcome,
-    Session,
-    WorkloadOutcome,
 )
-from toolkit.flows.run import RunEvents, execute
-from toolkit.flows.workload import Workload
-from toolkit.inventory import Inventory
+from toolkit.flows.recorded import default_run_id
 
 TELEMETRY_HELP = "Power and GPU telemetry for any workload."
 
@@ -96,52 +85,4 @@ def record_cmd(
     workload = CommandWorkload(
         command, working_dir, run_dir=run_dir, telemetry=telemetry, stall=stall, power=power
     )
-    run_recorded(inv, workload, dry_run)
-
-
-def default_run_id(inventory: Inventory) -> str:
-    """A run's id when --run-id is not given: the cluster's name and the time."""
-    return f"{inventory.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-
-
-# Refuses what is wrong before the run starts: (session, dry_run) -> None or raises.
-RunCheck = Callable[[Session, bool], None]
-
-
-def run_recorded(
-    inventory: Inventory, workload: Workload, dry_run: bool, check: RunCheck | None = None
-) -> None:
-    """Run ``workload`` under telemetry on ``inventory``'s cluster and report it.
-
-    ``--dry-run`` prints the plan instead; ``check`` runs first either way. Exits 1
-    when the job did not succeed. A run stopped with Ctrl-C still has what it recorded
-    brought here and reported (``rtk torchrun`` and ``rtk telemetry record``, as
-    ``rtk train``): without a shared filesystem it would stay on the head.
-    """
-    with Session(inventory, log=click.echo) as session:
-        if check is not None:
-            check(session, dry_run)
-        plan = session.run_plan(workload, PreflightPolicy.SKIP, collect_after_interrupt=True)
-        if dry_run:
-            click.echo(plan.render(), nl=False)
-            return
-        done = execute(session, plan, workload, RecordEvents())
-    if not done.ok:
-        sys.exit(1)
-
-
-class RecordEvents(RunEvents):
-    """What ``rtk telemetry record`` prints between its steps."""
-
-    def job(self, outcome: WorkloadOutcome) -> None:
-        """How the command's job ended."""
-        for line in outcome_lines(outcome.job, outcome.request.run_dir):
-            click.echo(f"rtk: {line}", err=True)
-
-    def collected(self, outcome: CollectOutcome) -> None:
-        """Where the telemetry came from."""
-        render_collect(outcome)
-
-    def reported(self, outcome: ReportOutcome) -> None:
-        """The report's summary and where report.html is."""
-        render_report(outcome)
+    record_and_report(inv, workload, dry_run)

@@ -6,7 +6,6 @@ from typing import Any
 
 import click
 
-from toolkit.cli.cmd_telemetry import default_run_id, run_recorded
 from toolkit.cli.options.decorators import (
     dry_run_option,
     inventory_and_command,
@@ -18,7 +17,9 @@ from toolkit.cli.options.decorators import (
 )
 from toolkit.cli.options.power_options import power_options, power_settings
 from toolkit.cli.options.stall_options import stall_options, stall_settings
+from toolkit.cli.output.run_report import record_and_report
 from toolkit.flows import Session
+from toolkit.flows.recorded import default_run_id
 from toolkit.flows.workload import TorchrunWorkload
 from toolkit.jobs.runtime_env import RuntimeEnvError, parse_env_pairs
 from toolkit.torchrun.checks import check_port, check_request
@@ -154,4 +155,4 @@ def torchrun_cmd(
         if not dry_run:
             check_port(spec, session.plan, session.transport)
 
-    run_recorded(inv, TorchrunWorkload(spec, run_dir, working_dir, telemetry), dry_run, check)
+    record_and_report(inv, TorchrunWorkload(spec, run_dir, working_dir, telemetry), dry_run, check)
