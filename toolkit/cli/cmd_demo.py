@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
-from toolkit.cli.cmd_cluster import render_status
 from toolkit.cli.options.decorators import absolute_output_dir, dry_run_option, verbose_option
+from toolkit.cli.output.cluster import render_status
 from toolkit.cli.output.progress import progress_reporter
 from toolkit.cli.output.run_report import render_collect, render_report
 from toolkit.cluster.progress_reporter import Reporter

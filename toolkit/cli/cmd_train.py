@@ -14,10 +14,10 @@ from typing import Any
 
 import click
 
-from toolkit.cli.cmd_cluster import render_up_result
 from toolkit.cli.options.decorators import choose_inventory, dry_run_option, inventory_options
 from toolkit.cli.options.sections import TrainCommand
 from toolkit.cli.options.train_options import train_options
+from toolkit.cli.output.cluster import render_up_result
 from toolkit.cli.output.jobs import outcome_lines
 from toolkit.cli.output.progress import progress_reporter
 from toolkit.cli.output.run_report import render_collect, render_report

@@ -19,7 +19,7 @@ import yaml
 from conftest import rtk
 from scripted_transport import Call, Reply, ScriptedTransport, answer
 
-from toolkit.cli.cmd_cluster import render_status
+from toolkit.cli.output.cluster import render_status
 from toolkit.cluster.exclude import ExcludeError
 from toolkit.cluster.progress_reporter import Reporter
 from toolkit.cluster.ray_status import ClusterStatus, NodeStatus
