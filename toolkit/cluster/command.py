@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from toolkit.cluster.containers.docker import name_tokens
 from toolkit.cluster.plan import ClusterPlan, NodePlan
@@ -31,7 +30,7 @@ class NodeRun:
         """True when the command ran and exited 0."""
         return self.exit_code == 0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The run as ``rtk exec --json`` prints it."""
         return {
             "node": self.node,

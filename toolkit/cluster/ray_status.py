@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from toolkit.cluster.plan import ClusterPlan
 from toolkit.errors import ClusterError, TransportError
 from toolkit.inventory import Node
+from toolkit.json_types import JsonObject
 from toolkit.nodeinfo import call_agent
 from toolkit.nodeinfo.answer_errors import answer_fields
 from toolkit.ray_resources import host_resource
@@ -107,7 +107,7 @@ class ClusterStatus:
         """Names of the nodes that are alive with what they should have."""
         return [n.name for n in self.nodes if n.ready]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """A JSON-ready dict (``rtk status --json``)."""
         data = asdict(self)
         data["alive"] = [n.name for n in self.nodes if n.alive]

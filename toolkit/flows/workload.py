@@ -23,6 +23,7 @@ from toolkit.cluster.plan import ClusterPlan
 from toolkit.inventory.hostrange import fit_hostlist
 from toolkit.jobs.runtime_env import working_dir_env
 from toolkit.jobs.shipped_code import code_env
+from toolkit.json_types import JsonObject
 from toolkit.power.settings import PowerSettings
 from toolkit.stall.settings import CHECK_MODULE, CheckOptions, WatchSettings
 from toolkit.state.store import state_root
@@ -141,7 +142,7 @@ class JobRequest:
         lines += [f"  {note}" for note in self.notes]
         return "\n".join(lines) + "\n"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """A JSON-ready dict."""
         return {
             "kind": self.kind,

@@ -88,7 +88,7 @@ class JobInfo:
             return None
         return max(0.0, (self.end_s if self.end_s is not None else now_s) - self.start_s)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """A JSON-ready dict."""
         return {
             "job_id": self.job_id,

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from toolkit.cluster.plan import STOP_GRACE_S, ClusterPlan, NodePlan
 from toolkit.cluster.progress_reporter import Reporter
 from toolkit.errors import ClusterError
+from toolkit.json_types import JsonObject
 from toolkit.nodeinfo import call_agent
 from toolkit.nodeinfo.answer_errors import answer_fields
 from toolkit.state.store import StateStore
@@ -45,9 +45,13 @@ class NodeStopped:
     removed: bool | None = None
     containers_removed: tuple[str, ...] | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """As the agent answered, with ``containers_removed`` for a container node."""
-        out = {"stopped": self.stopped, "killed": self.killed, "left": list(self.left)}
+        out: JsonObject = {
+            "stopped": self.stopped,
+            "killed": self.killed,
+            "left": [name for name in self.left],
+        }
         if self.removed is not None:
             out["removed"] = self.removed
         if self.containers_removed is not None:
@@ -78,10 +82,11 @@ class DownResult:
     stopped: dict[str, NodeStopped]
     failed: dict[str, str]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """A JSON-ready dict (``rtk down --json``)."""
-        stopped = {name: answer.to_json() for name, answer in self.stopped.items()}
-        return {"cluster": self.cluster, "stopped": stopped, "failed": self.failed}
+        stopped: JsonObject = {name: answer.to_json() for name, answer in self.stopped.items()}
+        failed: JsonObject = {name: why for name, why in self.failed.items()}
+        return {"cluster": self.cluster, "stopped": stopped, "failed": failed}
 
 
 def stop_node(node_plan: NodePlan, transport: Transport) -> NodeStopped:

@@ -29,6 +29,7 @@ from typing import Any
 
 from toolkit.cluster.plan import ClusterPlan, NodePlan
 from toolkit.errors import ClusterError, RtkError, TransportError
+from toolkit.json_types import JsonObject
 from toolkit.nodeinfo.answer_errors import answer_fields
 from toolkit.nodeinfo.script import NodeScript
 from toolkit.shell import join
@@ -79,7 +80,7 @@ class NodeLogs:
             masked_files=fields.integer("masked_files"),
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """A JSON-ready dict."""
         return {
             "files": self.files,
@@ -107,7 +108,7 @@ class LogsCollection:
         """Bytes of the files collected, over every node."""
         return sum(n.file_bytes for n in self.nodes.values())
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """A JSON-ready dict (also the collection's ``summary.json``)."""
         return {
             "out": str(self.out),

@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
 
 from toolkit.cluster.containers.docker import check_startable
 from toolkit.cluster.plan import ClusterPlan, NodePlan
@@ -24,6 +23,7 @@ from toolkit.cluster.ray_status import ClusterStatus, cluster_status
 from toolkit.credentials.rotate import rotate_credentials
 from toolkit.errors import ClusterError, WaitTimeoutError
 from toolkit.jobs import shipped_code
+from toolkit.json_types import JsonObject
 from toolkit.lifecycle.down import stop_nodes
 from toolkit.lifecycle.failures.missing import explain_unjoined, missing_text
 from toolkit.lifecycle.node_start import (
@@ -57,13 +57,13 @@ class UpResult:
     started: list[str] = field(default_factory=list)
     timings: UpTimings | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """A JSON-ready dict (``rtk up --json``)."""
         return {
             "cluster": self.cluster,
             "dashboard_url": self.dashboard_url,
             "duration_s": round(self.duration_s, 3),
-            "started": self.started,
+            "started": [name for name in self.started],
             "nodes": [vars(n) for n in self.nodes],
             "status": self.status.to_json() if self.status else None,
             "timings": self.timings.to_json() if self.timings else None,

@@ -10,7 +10,8 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from toolkit.json_types import JsonObject
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class PhaseSpan:
         """From the first beginning to the last end."""
         return self.end_s - self.start_s
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """A JSON-ready dict."""
         return {
             "start_s": round(self.start_s, 3),
@@ -62,7 +63,7 @@ class UpTimings:
     total_s: float
     start_waves: int = 0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """A JSON-ready dict (``rtk up --json``, key ``timings``)."""
         return {
             "probe": self.probe.to_json() if self.probe else None,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from toolkit.errors import NetEnvError
 from toolkit.inventory import Inventory, Node
@@ -90,7 +90,7 @@ class NodeNetwork:
     env: NetEnv | None
     error: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """A JSON-ready dict."""
         return {
             "name": self.name,
@@ -117,14 +117,14 @@ class NetworkReport:
         """Nodes without a chosen environment, with the reason."""
         return {n.name: n.error or "no environment" for n in self.nodes if n.env is None}
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """A JSON-ready dict (``rtk env --json``)."""
         return {
             "cluster": self.cluster,
             "profile": self.profile,
             "duration_s": round(self.duration_s, 3),
             "nodes": [n.to_json() for n in self.nodes],
-            "failed": self.failed,
+            "failed": {name: why for name, why in self.failed.items()},
         }
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from toolkit.errors import NetEnvError
+from toolkit.json_types import JsonObject
 from toolkit.nodeinfo.network_facts import HcaPort, NetworkFacts
 
 if TYPE_CHECKING:
@@ -93,7 +94,7 @@ class NetEnv:
         """The variables alone, for the env file."""
         return {key: s.value for key, s in self.settings.items()}
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """A JSON-ready dict (``rtk env --json``)."""
         return {
             "requested": self.requested,

@@ -9,9 +9,9 @@ across, checked for type like every other field of the answer.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from toolkit.fields import Fields
+from toolkit.json_types import JsonObject
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class KernelLogFacts:
             error=f.text_or_none("error"),
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The object as ``facts.py`` prints it."""
         return {
             "source": self.source,
@@ -87,7 +87,7 @@ class DcgmFacts:
             error=f.text_or_none("error"),
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The object as ``facts.py`` prints it."""
         return {
             "level": self.level,

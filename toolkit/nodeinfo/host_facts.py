@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit.fields import Fields
+from toolkit.json_types import JsonObject
 from toolkit.nodeinfo.answer_errors import answer_fields
 from toolkit.nodeinfo.gpu_facts import GpuFacts
 from toolkit.nodeinfo.history_facts import DcgmFacts, KernelLogFacts
@@ -60,7 +61,7 @@ class HostFacts:
             ephemeral_ports=(span[0], span[1]) if span else None,
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The host fields as ``facts.py`` prints them."""
         return {
             "hostname": self.hostname,
@@ -115,7 +116,7 @@ class PortReach:
         """Read one entry of ``reach``."""
         return cls(f.flag("ok"), f.number_or_none("ms"), f.text_or_none("error"))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The entry as ``facts.py`` prints it."""
         if self.ok:
             return {"ok": True, "ms": self.ms}
@@ -177,7 +178,7 @@ class NodeFacts:
             ray_files=f.text_map("ray_files") if f.data.get("ray_files") is not None else None,
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The answer as ``facts.py`` prints it (``from_json`` reads it back)."""
         out = self.host.to_json() | {
             "versions": dict(self.software.versions),

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit.fields import Fields
+from toolkit.json_types import JsonObject
 from toolkit.nodeinfo.answer_errors import answer_fields
 from toolkit.nodeinfo.network_facts import NetworkFacts
 from toolkit.nodeinfo.start_facts import RayFacts, TempDirFacts
@@ -45,7 +46,7 @@ class RouteFacts:
             error=fields.text_or_none("error"),
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The ``route`` object as the agent sends it (``error`` alone on failure)."""
         if self.error is not None:
             return {"error": self.error}
@@ -96,9 +97,11 @@ class ContainerFacts:
             state=fields.text_or_none("state"),
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The ``container`` object as the agent sends it."""
-        hook = None if self.gpu_hook is None else {"found": self.gpu_hook, "via": self.gpu_hook_via}
+        hook: JsonObject | None = (
+            None if self.gpu_hook is None else {"found": self.gpu_hook, "via": self.gpu_hook_via}
+        )
         return {
             "runtime": self.runtime,
             "path": self.path,
@@ -190,9 +193,9 @@ class ProbeFacts:
             gpu_restore_file=fields.text_or_none("gpu_restore_file"),
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The answer as the agent sends it (``from_json`` reads it back)."""
-        out = {
+        out: JsonObject = {
             "hostname": self.hostname,
             "python": self.python_version,
             "route": self.route.to_json(),

@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from toolkit.json_types import JsonObject, JsonValue
+
 __all__ = ["PLACEHOLDER", "PeerPorts", "ReachRequest", "request_in", "script_with"]
 
 PLACEHOLDER = 'PEERS_JSON = ""\n'  # the line of facts.py the request replaces
@@ -64,11 +66,14 @@ class ReachRequest:
             for port in p.ports
         }
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The compact form sent to the node."""
         groups: dict[tuple[str, ...], int] = {}
-        rows = [[p.name, p.address, groups.setdefault(p.ports, len(groups))] for p in self.peers]
-        return {"ports": dict(self.ports), "groups": [list(g) for g in groups], "peers": rows}
+        rows: list[JsonValue] = [
+            [p.name, p.address, groups.setdefault(p.ports, len(groups))] for p in self.peers
+        ]
+        ports: JsonObject = {name: port for name, port in self.ports.items()}
+        return {"ports": ports, "groups": [[*g] for g in groups], "peers": rows}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ReachRequest:

@@ -13,6 +13,7 @@ from typing import Any
 
 from toolkit.fields import Fields
 from toolkit.inventory import Node
+from toolkit.json_types import JsonObject
 from toolkit.nodeinfo.answer_errors import answer_fields
 from toolkit.nodeinfo.script import NodeScript
 from toolkit.transport.base import Transport
@@ -48,7 +49,7 @@ class TempDirFacts:
     write_error: str | None = None
     other_hosts: tuple[str, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """As the node sends it (``read`` reads it back)."""
         return {
             "path": self.path,
@@ -90,7 +91,7 @@ class RayFacts:
     version: str | None = None
     error: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """As the node sends it (``read`` reads it back)."""
         return {"executable": self.executable, "version": self.version, "error": self.error}
 

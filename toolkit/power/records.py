@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from toolkit.json_types import JsonObject
 from toolkit.power.windows import Decision, GpuKey, GpuRange, Window
 
 START, WINDOW, DECISION, NOTE = "start", "window", "decision", "note"
@@ -45,7 +46,7 @@ def gpu_key(text: str) -> GpuKey:
     return GpuKey(node, int(index))
 
 
-def _per_gpu(values: Mapping[GpuKey, float]) -> dict[str, float]:
+def _per_gpu(values: Mapping[GpuKey, float]) -> JsonObject:
     return {gpu_text(k): round(float(v), 6) for k, v in sorted(values.items())}
 
 
@@ -88,7 +89,7 @@ class PowerLog:
     """
 
     policy: str
-    settings: Mapping[str, object]
+    settings: JsonObject
     gpus: Mapping[GpuKey, GpuRange]
     windows: tuple[WindowRecord, ...] = ()
     decisions: tuple[Decision, ...] = ()
@@ -102,7 +103,7 @@ class PowerRecorder:
         """Append to ``path`` (its folder is made when missing)."""
         self.path = Path(path)
 
-    def _append(self, line: dict[str, object]) -> None:
+    def _append(self, line: JsonObject) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         text = json.dumps(line, separators=(",", ":")) + "\n"
         with self.path.open("a", encoding="utf-8") as f:
@@ -111,11 +112,13 @@ class PowerRecorder:
             os.fsync(f.fileno())
 
     def start(
-        self, wall_s: float, policy: str, settings: Mapping[str, object],
+        self, wall_s: float, policy: str, settings: JsonObject,
         gpus: Mapping[GpuKey, GpuRange],
     ) -> None:  # fmt: skip
         """The policy starts on these GPUs."""
-        ranges = {gpu_text(k): [r.min_w, r.max_w, r.default_w] for k, r in sorted(gpus.items())}
+        ranges: JsonObject = {
+            gpu_text(k): [r.min_w, r.max_w, r.default_w] for k, r in sorted(gpus.items())
+        }
         self._append(
             {"kind": START, "wall_s": wall_s, "policy": policy, "settings": dict(settings),
              "gpus": ranges}
@@ -124,7 +127,7 @@ class PowerRecorder:
     def window(self, wall_s: float, first_step: int, window: Window, per_gpu: bool) -> None:
         """A measured window; ``per_gpu`` False keeps only its totals."""
         limits = list(window.limits_w.values())
-        line: dict[str, object] = {
+        line: JsonObject = {
             "kind": WINDOW,
             "wall_s": wall_s,
             "first_step": first_step,
@@ -142,7 +145,7 @@ class PowerRecorder:
 
     def decision(self, wall_s: float, decision: Decision, per_gpu: bool) -> None:
         """A decision; ``per_gpu`` False leaves its limits out (unchanged ones)."""
-        line: dict[str, object] = {
+        line: JsonObject = {
             "kind": DECISION,
             "wall_s": wall_s,
             "reason": decision.reason,

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from toolkit.json_types import JsonObject
+
 MEASURE, OPTIMIZE, STRAGGLERS = "measure", "optimize", "stragglers"
 POLICIES = (MEASURE, OPTIMIZE, STRAGGLERS)
 MAX_SLOWDOWN = 0.05  # Zeus's and Perseus's usual bound: 5% longer steps at most
@@ -69,7 +71,7 @@ class PowerSettings:
         """True when the policy changes power limits (not ``measure``)."""
         return self.policy != MEASURE
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> JsonObject:
         """A JSON-ready object (part of a job's configuration)."""
         return {
             "policy": self.policy,

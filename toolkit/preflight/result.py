@@ -7,8 +7,8 @@ The terminal gets a summary that fits a screen at any node count (``terminal_sum
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
+from toolkit.json_types import JsonObject
 from toolkit.preflight.exclusions import bad_links, exclusions
 from toolkit.preflight.terminal_summary import MAX_LINES, failed_nodes, summary_lines
 from toolkit.rundir.preflight import Check, Exclusion, PreflightRecord, ReachRecord, Status
@@ -96,7 +96,7 @@ class PreflightReport:
             record.reach,
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """A JSON-ready dict (``--json``, ``preflight.json``)."""
         return self.to_record().to_json()
 

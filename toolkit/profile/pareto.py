@@ -14,7 +14,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from toolkit.json_types import JsonObject
 
 if TYPE_CHECKING:
     from toolkit.profile.results import ConfigRow
@@ -70,7 +72,7 @@ class ParetoBasis:
             return None
         return (x if self.unit is None else -x, y)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """As results.json has it."""
         return {
             "label": self.label,

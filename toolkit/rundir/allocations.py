@@ -13,9 +13,9 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from toolkit.errors import RunDirError
+from toolkit.json_types import JsonObject
 from toolkit.rundir.layout import RunDir
 from toolkit.rundir.record_base import Record, record_fields
 from toolkit.rundir.train import TrainConfigRecord, metrics_step
@@ -94,7 +94,7 @@ class AllocationRecord(Record):
     requeued: bool
     reason: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The record as written."""
         return {
             "job_id": self.job_id,

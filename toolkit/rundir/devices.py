@@ -18,41 +18,42 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 from toolkit.fields import is_integer, is_number
+from toolkit.json_types import JsonObject, JsonValue
 
 
-def _text(data: Mapping[str, object], key: str) -> str | None:
+def _text(data: JsonObject, key: str) -> str | None:
     value = data.get(key)
     return value if isinstance(value, str) else None
 
 
-def _integer(data: Mapping[str, object], key: str) -> int | None:
+def _integer(data: JsonObject, key: str) -> int | None:
     value = data.get(key)
     return value if is_integer(value) else None
 
 
-def _number(data: Mapping[str, object], key: str) -> float | None:
+def _number(data: JsonObject, key: str) -> float | None:
     value = data.get(key)
     return float(value) if is_number(value) else None
 
 
-def _texts(data: Mapping[str, object], key: str) -> tuple[str, ...] | None:
+def _texts(data: JsonObject, key: str) -> tuple[str, ...] | None:
     value = data.get(key)
     if not isinstance(value, list):
         return None
     return tuple(v for v in value if isinstance(v, str))
 
 
-def _objects(data: Mapping[str, object], key: str) -> list[Mapping[str, object]]:
+def _objects(data: JsonObject, key: str) -> list[JsonObject]:
     value = data.get(key)
     if not isinstance(value, list):
         return []
-    return [v for v in value if isinstance(v, Mapping)]
+    return [v for v in value if isinstance(v, dict)]
 
 
-def _put(out: dict[str, object], key: str, value: object) -> None:
+def _put(out: JsonObject, key: str, value: JsonValue) -> None:
     """``out[key] = value``, unless ``value`` is None (left out)."""
     if value is not None:
         out[key] = value
@@ -91,9 +92,9 @@ class GpuInfo:
         """``gpu``."""
         return "gpu"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The entry as the NVML sensor writes it (fields not reported left out)."""
-        out: dict[str, object] = {"kind": self.kind}
+        out: JsonObject = {"kind": self.kind}
         _put(out, "uuid", self.uuid)
         _put(out, "nvml_index", self.nvml_index)
         _put(out, "name", self.name)
@@ -107,7 +108,7 @@ class GpuInfo:
         return out
 
     @classmethod
-    def from_json(cls, data: Mapping[str, object]) -> GpuInfo:
+    def from_json(cls, data: JsonObject) -> GpuInfo:
         """The inverse of ``to_json``; a wrong or missing field reads as None."""
         return cls(
             uuid=_text(data, "uuid"),
@@ -131,7 +132,7 @@ class RaplDomain:
     domain: str
     name: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """``{"zone": ..., "domain": ..., "name": ...}``."""
         return {"zone": self.zone, "domain": self.domain, "name": self.name}
 
@@ -150,7 +151,7 @@ class PowerModel:
     busy_w_per_cpu: float
     note: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """As the host sensor writes it."""
         return {
             "idle_w_per_cpu": self.idle_w_per_cpu,
@@ -191,9 +192,9 @@ class HostInfo:
         """``host``."""
         return "host"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The entry as the host sensor writes it."""
-        out: dict[str, object] = {"kind": self.kind}
+        out: JsonObject = {"kind": self.kind}
         _put(out, "cpus", self.cpus)
         _put(out, "model", None if self.model is None else self.model.to_json())
         out["power_source"] = self.power_source
@@ -206,7 +207,7 @@ class HostInfo:
         return out
 
     @classmethod
-    def from_json(cls, data: Mapping[str, object]) -> HostInfo:
+    def from_json(cls, data: JsonObject) -> HostInfo:
         """The inverse of ``to_json``; a wrong or missing field reads as None (or empty)."""
         model = data.get("model")
         power_model = None
@@ -241,6 +242,6 @@ def device_info(key: str, data: object) -> DeviceInfo:
 
     Its ``kind`` says which; without one, the key does (``host`` or a GPU's UUID).
     """
-    entry: Mapping[str, object] = data if isinstance(data, Mapping) else {}
+    entry: JsonObject = data if isinstance(data, dict) else {}
     kind = entry.get("kind") or ("host" if key == "host" else "gpu")
     return HostInfo.from_json(entry) if kind == "host" else GpuInfo.from_json(entry)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from toolkit.fields import Fields
+from toolkit.json_types import JsonObject
 from toolkit.rundir.record_base import Record, record_fields
 
 ClocksMhz = tuple[int, int]
@@ -38,9 +38,9 @@ class GpuApplied:
     gpu_clocks_mhz: ClocksMhz | None = None
     mem_clocks_mhz: ClocksMhz | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """As ``gpu_control.py`` prints it: the settings not asked left out."""
-        out: dict[str, object] = {"index": self.index}
+        out: JsonObject = {"index": self.index}
         if self.power_limit_w is not None:
             out["power_limit_w"] = self.power_limit_w
         if self.previous_power_limit_w is not None:
@@ -88,7 +88,7 @@ class NodeGpuSettings(Record):
     gpus: Mapping[str, GpuApplied] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """As ``gpu_control.py`` prints it."""
         return {
             "node": self.node,

@@ -53,9 +53,9 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
-from toolkit.json_types import JsonValue
+from toolkit.json_types import JsonObject, JsonValue
 from toolkit.rundir.layout import RunDir
 from toolkit.rundir.record_base import Record, check_version, record_fields
 from toolkit.wallclock import wall_s
@@ -104,7 +104,7 @@ class Marker(Record):
     pid: int
     fields: Mapping[str, JsonValue] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The record as written: one flat object."""
         return {
             "v": SCHEMA_VERSION,

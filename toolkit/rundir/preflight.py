@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
 from toolkit.fields import Fields
+from toolkit.json_types import JsonObject
 from toolkit.rundir.record_base import Record, record_fields
 
 Status = Literal["pass", "warn", "fail"]
@@ -48,7 +49,7 @@ class Check(Record):
     threshold: str = ""
     hint: str = ""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The check as written."""
         return {
             "name": self.name,
@@ -88,7 +89,7 @@ class Exclusion(Record):
     reasons: tuple[str, ...]
     head: bool = False
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The exclusion as written."""
         return {"node": self.node, "reasons": list(self.reasons), "head": self.head}
 
@@ -118,7 +119,7 @@ class BadLink(Record):
     pair: str
     reasons: tuple[str, ...]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The link as written."""
         return {"pair": self.pair, "reasons": list(self.reasons)}
 
@@ -151,7 +152,7 @@ class PortFailures(Record):
     sources_more: int = 0
     errors: Mapping[str, int] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The entry as written."""
         return {
             "dst": self.dst,
@@ -206,7 +207,7 @@ class ReachRecord(Record):
     failures: tuple[PortFailures, ...] = ()
     failures_more: int = 0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The record as written."""
         return {
             "mode": self.mode,
@@ -277,7 +278,7 @@ class PreflightRecord(Record):
     excluded: tuple[Exclusion, ...] = ()
     reach: ReachRecord | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The record as written (``exclude``, ``links`` and ``excluded`` always there)."""
         return {
             "cluster": self.cluster,

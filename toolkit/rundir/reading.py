@@ -14,9 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
 
-NO_EXTRA: Mapping[str, object] = MappingProxyType({})
+from toolkit.json_types import JsonObject, JsonValue
+
+NO_EXTRA: Mapping[str, JsonValue] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,11 +55,11 @@ class Reading:
     nvlink_tx_kib: int | None = None
     nvlink_rx_kib: int | None = None
     cpu_util_pct: float | None = None
-    extra: Mapping[str, object] = field(default_factory=lambda: NO_EXTRA)
+    extra: Mapping[str, JsonValue] = field(default_factory=lambda: NO_EXTRA)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The reading as the sensors' dicts were: fields that are None left out."""
-        out: dict[str, object] = {"device": self.device, "kind": self.kind}
+        out: JsonObject = {"device": self.device, "kind": self.kind}
         for name in OPTIONAL_FIELDS:
             value = getattr(self, name)
             if value is not None:

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Self
 
 from toolkit.errors import RunDirError
 from toolkit.fields import MISSING, Errors, FieldPath, Fields, Words
+from toolkit.json_types import JsonObject
 
 
 class RecordErrors(Errors):
@@ -94,7 +95,7 @@ def write_object(path: Path, data: Mapping[str, Any]) -> None:
 class Record:
     """A typed record of one JSON file; subclasses define ``to_json`` and ``from_json``."""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The record as a JSON-ready dict."""
         raise NotImplementedError
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import cast
 
 from toolkit.fields import Fields, is_number
+from toolkit.json_types import JsonObject
 from toolkit.rundir.gpu_settings import NodeGpuSettings
 from toolkit.rundir.record_base import Record, check_version, record_fields
 
@@ -31,7 +32,7 @@ class CommandRecord(Record):
     exit_code: int
     duration_s: float
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The record as written."""
         return {
             "command": list(self.command),
@@ -64,7 +65,7 @@ class IdleBaseline(Record):
     temperature_c: float | None = None
     per_node_power_w: dict[str, float | None] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The record as written."""
         return {
             "duration_s": self.duration_s,
@@ -109,7 +110,7 @@ class IdleCooldown(Record):
     baseline_power_w: float | None = None
     max_s: float | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The record as written."""
         return {
             "duration_s": self.duration_s,
@@ -151,9 +152,9 @@ class IdleRecord(Record):
     baseline: IdleBaseline | None = None
     cooldown: IdleCooldown | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The record as written: only the phases that ran."""
-        out: dict[str, object] = {}
+        out: JsonObject = {}
         if self.baseline is not None:
             out["baseline"] = self.baseline.to_json()
         if self.cooldown is not None:
@@ -188,7 +189,7 @@ class ProfileRunRecord(Record):
 
     run_id: str
     config_id: str
-    axes: dict[str, object]
+    axes: JsonObject
     repeat: int
     status: str
     error: str | None = None
@@ -199,9 +200,9 @@ class ProfileRunRecord(Record):
     cooldown: IdleCooldown | None = None
     gpu_settings: Mapping[str, NodeGpuSettings] | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The record as written."""
-        out: dict[str, object] = {
+        out: JsonObject = {
             "v": SCHEMA_VERSION,
             "run_id": self.run_id,
             "config_id": self.config_id,
@@ -228,7 +229,7 @@ class ProfileRunRecord(Record):
         return cls(
             run_id=f.text("run_id"),
             config_id=f.text("config_id"),
-            axes=f.obj("axes"),
+            axes=cast(JsonObject, f.obj("axes")),  # read from the JSON file as it is
             repeat=repeat if isinstance(repeat, int) and not isinstance(repeat, bool) else 0,
             status=f.text("status"),
             error=None if f.data.get("error") is None else str(f.data["error"]),

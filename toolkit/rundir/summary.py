@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from toolkit.json_types import JsonObject
 from toolkit.rundir.record_base import Record, check_version, read_object, record_fields
 
 SCHEMA_VERSION = 1  # of summary.json
@@ -58,7 +58,7 @@ class RunSummary(Record):
         """``energy_j`` in watt-hours."""
         return None if self.energy_j is None else self.energy_j / 3600.0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The section as written (``energy_wh`` after ``energy_j``)."""
         return {
             "duration_s": self.duration_s,

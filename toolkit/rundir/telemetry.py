@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from toolkit.errors import RunDirError
 from toolkit.fields import is_integer, is_number
+from toolkit.json_types import JsonObject
 from toolkit.rundir.devices import DeviceInfo, device_info
 from toolkit.rundir.record_base import Record, record_fields
 
@@ -48,7 +48,7 @@ class ClockOffset:
     rounds: int
     rtt_min_s: float
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """A JSON-ready dict."""
         return {
             "offset_s": self.offset_s,
@@ -91,7 +91,7 @@ class ClockEntry:
         """Whether either estimate was taken."""
         return self.start is not None or self.end is not None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """As written: both estimates, null where not taken."""
         return {
             "offset_s": self.offset_s,
@@ -138,9 +138,9 @@ class SamplerSummary:
     stop: SamplerStop | None = None
     truncated: tuple[str, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """As written: the sampler's statistics in their order, ``truncated`` when any."""
-        out: dict[str, object] = {"samples": self.samples}
+        out: JsonObject = {"samples": self.samples}
         stop = self.stop
         if stop is not None:
             out.update(
@@ -222,7 +222,7 @@ class NodeManifest(Record):
     last_wall_s: float | None = None
     sampler: SamplerSummary | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The entry as written (its name is its key in ``nodes``)."""
         clock = self.clock
         return {
@@ -350,7 +350,7 @@ class Manifest(Record):
     ended_wall_s: float | None = None
     notes: list[str] = field(default_factory=list, compare=False, repr=False)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The manifest as written."""
         return {
             "v": MANIFEST_VERSION,

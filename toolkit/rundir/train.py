@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from toolkit.errors import RunDirError
+from toolkit.json_types import JsonObject
 from toolkit.rundir.record_base import Record, record_fields
 
 
@@ -42,9 +42,9 @@ class MetricsLine(Record):
     mfu: float | None = None
     compile_s: float | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The line as written (``mfu`` and ``compile_s`` only when known)."""
-        out: dict[str, object] = {
+        out: JsonObject = {
             "step": self.step,
             "loss": self.loss,
             "step_time_s": self.step_time_s,
@@ -192,10 +192,10 @@ class TrainConfigRecord(Record):
             ``use_gpu``, ``placement_strategy``.
     """
 
-    options: Mapping[str, object]
-    layout: Mapping[str, object] = field(default_factory=dict)
+    options: JsonObject
+    layout: JsonObject = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The record as written: the options, and the layout under ``layout``."""
         return {**self.options, "layout": self.layout}
 

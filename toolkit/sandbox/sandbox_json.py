@@ -6,9 +6,9 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from toolkit.errors import SandboxError
+from toolkit.json_types import JsonObject
 
 
 @dataclass
@@ -64,7 +64,7 @@ class SandboxRecord:
     munged_pid: int | None = None
     slurmctld_pid: int | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The record as plain data."""
         return asdict(self)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from toolkit.errors import SandboxError
+from toolkit.json_types import JsonObject
 from toolkit.sandbox import network, procs
 from toolkit.sandbox.layout import (
     DIR_PREFIX,
@@ -130,7 +130,7 @@ class SandboxStatus:
         nodes_ok = bool(self.nodes) and all(n.running and n.sshd_listening for n in self.nodes)
         return nodes_ok and (self.slurm is None or self.slurm.healthy)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """Plain data, for ``--json``."""
         data = {**asdict(self), "healthy": self.healthy}
         if self.slurm is not None:

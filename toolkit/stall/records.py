@@ -16,10 +16,10 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from toolkit.errors import RunDirError
 from toolkit.fields import Fields
+from toolkit.json_types import JsonObject
 from toolkit.rundir.record_base import Record, check_version, record_fields
 
 SCHEMA_VERSION = 1
@@ -61,7 +61,7 @@ class Frame:
         """``train.py:88``: the file's name and the line."""
         return f"{os.path.basename(self.file) or self.file}:{self.line}"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """A JSON object."""
         return {"function": self.function, "file": self.file, "line": self.line}
 
@@ -109,7 +109,7 @@ class RankEvidence(Record):
     gpu_util_pct: float | None = None
     power_w: float | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The record as written."""
         return {
             "rank": self.rank,
@@ -182,7 +182,7 @@ class NodeEvidence(Record):
         """True when the node gave its evidence."""
         return self.error is None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The record as written."""
         return {
             "node": self.node,
@@ -220,7 +220,7 @@ class Suspect(Record):
     rank: int | None = None
     frame: Frame | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The record as written."""
         return {
             "rank": self.rank,
@@ -276,7 +276,7 @@ class StallRecord(Record):
     action: str = "report"
     excluded: tuple[str, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The record as written."""
         return {
             "v": SCHEMA_VERSION,

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from toolkit.json_types import JsonObject
 from toolkit.stall.detector import FLOOR_S, STARTUP_TIMEOUT_S
 
 # Each node's time to give its evidence (the watchdog's collection).
@@ -41,7 +42,7 @@ class WatchSettings:
     startup_timeout_s: float = STARTUP_TIMEOUT_S
     per_node_timeout_s: float = PER_NODE_TIMEOUT_S
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> JsonObject:
         """A JSON-ready object (part of a job's configuration)."""
         return {
             "policy": self.policy,
@@ -102,7 +103,7 @@ class CheckOptions:
     per_node_timeout_s: float = PER_NODE_TIMEOUT_S
     as_json: bool = False
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> JsonObject:
         """The job's argument, as a JSON-ready object."""
         return {
             "run_dir": self.run_dir,

@@ -57,7 +57,7 @@ class RecordedRun:
     run_dir: str
     at_wall_s: float
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The entry as written."""
         return {"run_id": self.run_id, "run_dir": self.run_dir, "at": self.at_wall_s}
 
@@ -114,7 +114,7 @@ class ClusterState:
         kept = tuple(r for r in self.runs if r.run_id != run.run_id)
         return dataclasses.replace(self, runs=(*kept, run))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The record as written: unknown keys as read, then the known ones set."""
         scalars = {
             "cluster": self.cluster,

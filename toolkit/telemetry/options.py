@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolkit.errors import RtkError
+from toolkit.json_types import JsonObject
 from toolkit.telemetry.sensors.base import (
     DEFAULT_ENERGY_RATE_HZ,
     MAX_POWER_RATE_HZ,
@@ -87,7 +88,7 @@ class TelemetryOptions:
             raise RtkError("; ".join(found))
         return self
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """A JSON-ready dict."""
         return dataclasses.asdict(self)
 

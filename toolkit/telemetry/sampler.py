@@ -24,9 +24,9 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from toolkit import wallclock
+from toolkit.json_types import JsonObject
 from toolkit.rundir.telemetry import SamplerStop, SamplerSummary
 from toolkit.rundir.traces import TraceWriter
 from toolkit.telemetry.sensors.base import DEFAULT_ENERGY_RATE_HZ, MAX_POWER_RATE_HZ, Sensor
@@ -50,7 +50,7 @@ class SamplerStats:
     last_wall_s: float | None = None
     last_error: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """A JSON-ready dict."""
         return dict(vars(self))
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from toolkit.json_types import JsonObject
 from toolkit.power.settings import PowerSettings
 from toolkit.rundir.record_base import record_fields
 from toolkit.stall.settings import WatchSettings
@@ -56,7 +57,7 @@ class TorchrunSpec:
     stall: WatchSettings = field(default_factory=WatchSettings)
     power: PowerSettings = field(default_factory=PowerSettings)
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> JsonObject:
         """A JSON-ready object (the driver's argument)."""
         power = {"power": self.power.to_json()} if self.power.acts else {}
         return {

@@ -10,8 +10,8 @@ keys, so they stay as they are.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from toolkit.json_types import JsonObject
 from toolkit.rundir.record_base import record_fields
 
 
@@ -33,7 +33,7 @@ class CheckpointMeta:
     world_size: int
     strategy: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The metadata as saved (the keys of ``state.pt`` beside the state)."""
         return {
             "step": self.step,

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit.errors import RtkError
+from toolkit.json_types import JsonObject
 from toolkit.power.settings import MAX_SLOWDOWN, MEASURE, PowerSettings
 from toolkit.stall.detector import FLOOR_S
 from toolkit.stall.settings import REPORT, WatchSettings
@@ -253,7 +254,7 @@ class TrainConfig:
         """How the driver's power policy sets this run's GPU limits."""
         return PowerSettings(policy=self.power_policy, max_slowdown=self.max_slowdown, eta=self.eta)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """A JSON-ready dict."""
         return dataclasses.asdict(self)
 

@@ -7,9 +7,9 @@ job's one argument; the job (``job``) reads it back once (``from_json``).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from toolkit.fields import Fields
+from toolkit.json_types import JsonObject
 from toolkit.preflight.checks import Thresholds
 from toolkit.rundir.record_base import record_fields
 
@@ -34,7 +34,7 @@ class BandwidthJobOptions:
     sizes_bytes: tuple[int, ...] | None = None
     busbw_expected_min_gb_s: float | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """As the job's argument."""
         return {
             "nodes": list(self.nodes),

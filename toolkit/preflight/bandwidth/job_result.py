@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from toolkit.fields import Fields
+from toolkit.json_types import JsonObject
 from toolkit.preflight.bandwidth.localise_section import LocaliseSection
 from toolkit.preflight.bandwidth.measure import TcpSendResult
 from toolkit.preflight.load.job_result import SweepPoint
@@ -55,7 +55,7 @@ class TcpPair:
         """``(src, dst)``."""
         return self.src, self.dst
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """As written in the job's result (what was not measured left out)."""
         # The measured part is written as a stream's: one owner of those keys.
         stream = TcpSendResult(
@@ -91,7 +91,7 @@ class Plateau:
     busbw_gb_s: float
     best_gb_s: float
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """As written in the job's result."""
         return {
             "bytes": self.size_bytes,
@@ -148,9 +148,9 @@ class AllreduceResult:
         """It failed, or measured nothing."""
         return self.error is not None or not self.sizes
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """As written in the job's result."""
-        out: dict[str, object] = {
+        out: JsonObject = {
             "backend": self.backend,
             "ranks": self.ranks,
             "floor_gb_s": self.floor_gb_s,
@@ -206,7 +206,7 @@ class BandwidthResult:
     allreduce: AllreduceResult | None = None
     localise: Mapping[str, LocaliseSection] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The result as the job prints it."""
         return {
             "nodes": list(self.nodes),

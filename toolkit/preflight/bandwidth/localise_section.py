@@ -14,9 +14,9 @@ field of the wrong type is an error that names it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from toolkit.fields import Fields
+from toolkit.json_types import JsonObject
 from toolkit.preflight.bandwidth.measure import TcpSendResult
 
 
@@ -50,9 +50,9 @@ class ShownReading:
     bad: bool | None
     error: str = ""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """As written in the section (no ``error`` when there was none)."""
-        out: dict[str, object] = {
+        out: JsonObject = {
             "round": self.round,
             "group": list(self.group),
             "role": self.role,
@@ -92,7 +92,7 @@ class ShownCulprit:
     summary: str = ""
     evidence: tuple[ShownReading, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """As written in the section."""
         return {
             "kind": self.kind,
@@ -124,7 +124,7 @@ class ShownFlake:
     nodes: tuple[str, ...]
     evidence: tuple[ShownReading, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """As written in the section."""
         return {"nodes": list(self.nodes), "evidence": [r.to_json() for r in self.evidence]}
 
@@ -153,7 +153,7 @@ class TcpTest:
     dst: str
     sent: TcpSendResult
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """As written in the section: the round, the ends, then what was measured."""
         return {"round": self.round, "src": self.src, "dst": self.dst, **self.sent.to_json()}
 
@@ -185,9 +185,9 @@ class GroupTest:
     busbw_gb_s: float | None = None
     error: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """As written in the section: ``error`` when it failed, else ``busbw_gb_s``."""
-        shown: dict[str, object] = (
+        shown: JsonObject = (
             {"error": self.error} if self.error is not None else {"busbw_gb_s": self.busbw_gb_s}
         )
         return {"round": self.round, "nodes": list(self.nodes), **shown}
@@ -237,9 +237,9 @@ class LocaliseSection:
     pairs: tuple[TcpTest, ...] | None = None
     groups: tuple[GroupTest, ...] | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """As written in the job's result: what was found (or the error), then the tests."""
-        out: dict[str, object]
+        out: JsonObject
         if self.error is not None:
             out = {"error": self.error}
         else:

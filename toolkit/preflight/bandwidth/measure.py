@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from toolkit.json_types import JsonObject
+
 RESULT_PREFIX = "rtk-bandwidth: "  # the job's last line: this, then the result as JSON
 PROGRESS_PREFIX = "rtk bandwidth: "  # the job's progress lines, shown to the user
 CHUNK_BYTES = 1 << 20
@@ -136,9 +138,9 @@ class TcpSendResult:
     gbit_s: float | None = None
     error: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """As a localisation stream shows it (what was not measured left out)."""
-        out: dict[str, str | int | float] = {}
+        out: JsonObject = {}
         if self.error is not None:
             out["error"] = self.error
         if self.sent_bytes is not None:

@@ -7,8 +7,8 @@ argument; the job (``job``) reads it back once (``from_json``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from toolkit.json_types import JsonObject
 from toolkit.rundir.record_base import record_fields
 
 
@@ -30,9 +30,9 @@ class LoadJobOptions:
     gpu_sizes_bytes: tuple[int, ...] | None = None
     cpu_sizes_bytes: tuple[int, ...] | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """As the job's argument (sizes not given left out)."""
-        out: dict[str, object] = {
+        out: JsonObject = {
             "nodes": list(self.nodes),
             "precision": self.precision,
             "duration_s": self.duration_s,

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from toolkit.fields import Fields
+from toolkit.json_types import JsonObject
 from toolkit.preflight.load.node import NodeLoad
 from toolkit.rundir.record_base import record_fields
 
@@ -29,7 +29,7 @@ class SweepPoint:
     algbw_gb_s: float
     busbw_gb_s: float
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """As ``measure.allreduce_sweep`` writes it."""
         return {
             "bytes": self.size_bytes,
@@ -69,7 +69,7 @@ class IntraAllReduce:
         """The size with the highest bus bandwidth; None when nothing was measured."""
         return max(self.sizes, key=lambda p: p.busbw_gb_s) if self.sizes else None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """As written in the job's result."""
         return {
             "backend": self.backend,
@@ -105,7 +105,7 @@ class NodeResult:
     load_error: str = ""
     intra: IntraAllReduce | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """As written in the job's result."""
         return {
             "load": self.load.to_json() if self.load else None,
@@ -126,7 +126,7 @@ class LoadResult:
     nodes: Mapping[str, NodeResult] = field(default_factory=dict)
     missing: tuple[str, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The result as the job prints it."""
         return {
             "nodes": {name: r.to_json() for name, r in self.nodes.items()},

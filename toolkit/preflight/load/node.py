@@ -28,6 +28,7 @@ from typing import Any
 
 from toolkit.errors import PreflightError
 from toolkit.fields import Fields
+from toolkit.json_types import JsonObject
 from toolkit.rundir.record_base import record_fields
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ class Spread:
             return None
         return cls(min(values), statistics.median(values), max(values))
 
-    def to_json(self) -> dict[str, float]:
+    def to_json(self) -> JsonObject:
         """The spread as written."""
         return {"min": self.min, "median": self.median, "max": self.max}
 
@@ -103,7 +104,7 @@ class DeviceLoad:
     power_w: Spread | None = None
     clocks_events: Mapping[int, int] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The device's figures as written (reason bits as ``0x80``)."""
         return {
             "device": self.device,
@@ -164,7 +165,7 @@ class NodeLoad:
     devices: tuple[DeviceLoad, ...]
     sampling_skipped: str = ""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The node's test as written."""
         return {
             "hostname": self.hostname,
