@@ -18,6 +18,7 @@ from toolkit.cluster.plan_summary import (
     group_nodes,
 )
 from toolkit.netenv import describe_profile
+from toolkit.node.common import GPU_RESTORE_FILE
 from toolkit.resources import render
 from toolkit.rundir.preflight import Exclusion
 from toolkit.shell import join
@@ -116,6 +117,8 @@ def _up_header(plan: ClusterPlan) -> list[str]:
         f"  dashboard  {plan.dashboard_url}",
         f"  wait       until {inv.min_nodes} of {len(plan.nodes)} node(s) are alive with their "
         f"GPUs and resources, at most {inv.ray.wait_timeout_s:g} s",
+        "  preflight  the fast checks, on each node as it joins, during the wait (--no-preflight"
+        " skips them)",
     ]
 
 
@@ -206,6 +209,13 @@ def _render_node(plan: ClusterPlan, node_plan: NodePlan) -> list[str]:
         else ""
     )
     lines.append(f"  1. probe: {node_plan.probe_command}  {AGENT_NOTE[:-1]}{checks})")
+    what_ran = "Ray" if container is None else "container"
+    lines += [
+        f"       then, by what it finds: this cluster's {what_ran} already running there is left",
+        "       as it is (the steps below skipped); GPU settings an earlier run left",
+        f"       ({plan.paths.temp_dir}/{GPU_RESTORE_FILE}) are put back; what an earlier run of",
+        "       this cluster left running is stopped",
+    ]
     step = 2
     if plan.auth:
         lines.append(f"  {step}. write {plan.paths.token_file} (0600): the cluster's token")
