@@ -121,14 +121,15 @@ for dir in "${path_dirs[@]}"; do
   test_path="${test_path:+$test_path:}$dir"
 done
 # GPU tests run on a GPU machine (pytest -m gpu); this machine class has none.
-# Two workers (pytest-xdist; RTK_TEST_WORKERS sets how many, 0 for one process): most
+# Three workers (pytest-xdist; RTK_TEST_WORKERS sets how many, 0 for one process): most
 # integration tests wait on Ray, sshd and SLURM, not on a core. Tests that share a sandbox or the host's Ray stay on one worker
-# (XDIST_GROUPS in tests/conftest.py). No test asserts a rate or a duration, so none
+# (XDIST_GROUPS in tests/conftest.py), and at most two heavy groups run at once
+# (MAX_HEAVY_AT_ONCE there). No test asserts a rate or a duration, so none
 # needs the machine to itself: one pass, whatever else the machine runs (rates and
 # durations are benchmarks/). The slowest 30 tests are listed at the end.
 run_pytest() { PATH="$test_path" RTK_TEST_CLEAN_PATH=1 .venv/bin/python -m pytest "$@"; }
 status=0
-run_pytest -m "not gpu" -n "${RTK_TEST_WORKERS:-2}" --durations=30 \
+run_pytest -m "not gpu" -n "${RTK_TEST_WORKERS:-3}" --durations=30 \
   --junitxml="$junit" "$@" || status=$?
 phase "pytest (unit + integration)"
 exit "$status"

@@ -15,7 +15,14 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
-from conftest import MODULE_SECONDS, REPO, longest_groups_first, xdist_group
+from conftest import (
+    MAX_HEAVY_AT_ONCE,
+    MODULE_SECONDS,
+    REPO,
+    longest_groups_first,
+    next_light,
+    xdist_group,
+)
 
 
 def _constants(tree: ast.Module) -> dict[str, str]:
@@ -140,3 +147,12 @@ def test_the_recorded_seconds_name_modules_that_exist() -> None:
     assert recorded["tests/integration/test_train_cluster.py"] > 60
     missing = [m for m in recorded if not (REPO / m).is_file()]
     assert not missing, f"refresh tests/module_seconds.json (scripts/test_times.py): {missing}"
+
+
+def test_a_light_group_goes_ahead_only_while_enough_heavy_ones_run() -> None:
+    queue = ["train", "torchrun", "tests/unit/test_a.py", "tests/unit/test_b.py"]
+    heavy = {"train", "torchrun"}
+    assert next_light(queue, heavy, heavy_running=MAX_HEAVY_AT_ONCE - 1) is None
+    assert next_light(queue, heavy, heavy_running=MAX_HEAVY_AT_ONCE) == "tests/unit/test_a.py"
+    # Nothing light left: the heavy ones go out after all.
+    assert next_light(["train", "torchrun"], heavy, heavy_running=MAX_HEAVY_AT_ONCE) is None
