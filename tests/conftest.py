@@ -80,13 +80,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
         def _assign_work_unit(self, node: Any) -> None:
             if self.heavy is None:
-                import json
-
-                known = {
-                    str(k): float(v) for k, v in json.loads(MODULE_SECONDS.read_text()).items()
-                }
                 modules = [n.split("::", 1)[0] for n in self.collection or []]
-                totals = group_seconds(modules, known)
+                totals = group_seconds(modules, recorded_seconds())
                 self.heavy = {g for g, sec in totals.items() if sec >= HEAVY_S}
             running = sum(
                 1
@@ -156,14 +151,19 @@ def longest_groups_first(modules: list[str], known: dict[str, float]) -> list[st
     )
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Run the longest groups first (see ``pytest_xdist_make_scheduler``)."""
+def recorded_seconds() -> dict[str, float]:
+    """``MODULE_SECONDS`` as read (empty when missing or unreadable: order costs no result)."""
     import json
 
     try:
-        known = {str(k): float(v) for k, v in json.loads(MODULE_SECONDS.read_text()).items()}
+        return {str(k): float(v) for k, v in json.loads(MODULE_SECONDS.read_text()).items()}
     except (OSError, ValueError, AttributeError):
-        known = {}
+        return {}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the longest groups first (see ``pytest_xdist_make_scheduler``)."""
+    known = recorded_seconds()
     module_of = {id(item): str(item.path.relative_to(REPO)) for item in items}
     rank = {m: i for i, m in enumerate(longest_groups_first(list(module_of.values()), known))}
     items.sort(key=lambda item: rank[module_of[id(item)]])
