@@ -193,7 +193,7 @@ def stall_check_cmd(
     # Imported here: they would slow rtk report's start.
     from toolkit.cli.output.stall_check import CheckLog
     from toolkit.flows import Session
-    from toolkit.flows.workload import stall_check_request
+    from toolkit.flows.job_requests import stall_check_request
     from toolkit.jobs.shipped_code import known_same
 
     inventory, run = inventory_and_run(inventory, run, local)

@@ -20,10 +20,10 @@ from toolkit.cli.options.stall_options import stall_options, stall_settings
 from toolkit.cli.output.run_report import record_and_report
 from toolkit.flows import Session
 from toolkit.flows.recorded import default_run_id
-from toolkit.flows.workload import TorchrunWorkload
 from toolkit.jobs.runtime_env import RuntimeEnvError, parse_env_pairs
 from toolkit.torchrun.checks import check_port, check_request
 from toolkit.torchrun.spec import TorchrunSpec
+from toolkit.workloads import TorchrunWorkload
 
 TORCHRUN_HELP = """Run a torchrun script on every node of INVENTORY's cluster, then report.
 

@@ -7,6 +7,7 @@ first (``--dry-run``).
 
 from __future__ import annotations
 
+from toolkit.flows.job_requests import ExecRequest, job_request
 from toolkit.flows.outcome import (
     BringUpOutcome,
     CollectOutcome,
@@ -19,16 +20,8 @@ from toolkit.flows.outcome import (
 from toolkit.flows.run_plan import RunPlan
 from toolkit.flows.session import Session
 from toolkit.flows.stand_ins import TransportFactory, transports_from
-from toolkit.flows.workload import (
-    CommandWorkload,
-    Driver,
-    ExecRequest,
-    JobRequest,
-    TrainWorkload,
-    VllmWorkload,
-    Workload,
-    job_request,
-)
+from toolkit.jobs.request import Driver, JobRequest
+from toolkit.workloads import CommandWorkload, TrainWorkload, VllmWorkload, Workload
 
 __all__ = [
     "BringUpOutcome",

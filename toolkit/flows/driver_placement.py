@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 from toolkit.cluster.plan import ClusterPlan
 from toolkit.errors import JobError
-from toolkit.flows.workload import Driver, JobRequest, TrainWorkload, Workload
 from toolkit.jobs.local_driver import LocalDriver, is_local_address
+from toolkit.jobs.request import Driver, JobRequest
+from toolkit.workloads import Workload
 
 
 def place_driver(
@@ -62,4 +63,4 @@ class DriverAhead:
 
 def gated(workload: Workload, request: JobRequest) -> bool:
     """Whether ``request``'s driver can start ahead: the trainer's, run locally."""
-    return isinstance(workload, TrainWorkload) and request.driver is Driver.LOCAL
+    return workload.starts_ahead and request.driver is Driver.LOCAL

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolkit.errors import PreflightError, RtkError
-from toolkit.flows.workload import JobRequest
 from toolkit.jobs.client import JobOutcome
+from toolkit.jobs.request import JobRequest
 from toolkit.lifecycle.start import NodeOutcome, UpResult
 from toolkit.preflight.result import PreflightReport
 

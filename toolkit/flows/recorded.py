@@ -13,8 +13,8 @@ from collections.abc import Callable
 from toolkit.flows.outcome import PreflightPolicy
 from toolkit.flows.run import RunEvents, RunResult, execute
 from toolkit.flows.session import Session
-from toolkit.flows.workload import Workload
 from toolkit.inventory import Inventory
+from toolkit.workloads import Workload
 
 # Refuses what is wrong before the run starts: (session, dry_run) -> None or raises.
 RunCheck = Callable[[Session, bool], None]

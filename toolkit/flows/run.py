@@ -27,8 +27,8 @@ from toolkit.flows.outcome import (
 from toolkit.flows.run_plan import RunPlan, Step
 from toolkit.flows.session import Session
 from toolkit.flows.timings import TrainClock
-from toolkit.flows.workload import Workload
 from toolkit.lifecycle.down import DownResult
+from toolkit.workloads import Workload
 
 # Sees every run's plan and result when it ends (``observe_runs``): a test holds the
 # steps that ran to the steps the plan printed.

@@ -12,7 +12,7 @@ import enum
 from dataclasses import dataclass
 
 from toolkit.flows.outcome import PreflightPolicy
-from toolkit.flows.workload import JobRequest
+from toolkit.jobs.request import JobRequest
 from toolkit.rundir.preflight import Exclusion
 
 

@@ -26,6 +26,7 @@ from toolkit.cluster.ray_status import ClusterStatus, cluster_status
 from toolkit.errors import JobError, RtkError
 from toolkit.flows import bringup
 from toolkit.flows.driver_placement import DriverAhead, gated, place_driver
+from toolkit.flows.job_requests import ExecRequest, job_request
 from toolkit.flows.outcome import (
     BringUpOutcome,
     CollectOutcome,
@@ -40,25 +41,18 @@ from toolkit.flows.stand_ins import (
     current_job_runner,
     current_transport_factory,
 )
-from toolkit.flows.workload import (
-    Driver,
-    ExecRequest,
-    JobRequest,
-    TrainWorkload,
-    Workload,
-    job_request,
-)
 from toolkit.inventory import Inventory
 from toolkit.jobs import shipped_code
 from toolkit.jobs.client import JobOutcome, job_client, run_job, submit_job
 from toolkit.jobs.local_driver import LocalDriver, run_local_driver
+from toolkit.jobs.request import Driver, JobRequest
 from toolkit.lifecycle.down import DownResult, down
 from toolkit.rundir import RunDir
 from toolkit.rundir.preflight import Exclusion
 from toolkit.state.store import StateStore
 from toolkit.telemetry.fetch import fetch_run
-from toolkit.train.job_spec import remember_run
 from toolkit.transport.base import Transport
+from toolkit.workloads import Workload
 
 Log = Callable[[str], None]
 
@@ -328,16 +322,12 @@ class Session:
                 Jobs API cannot be reached, or the driver cannot run where asked.
             KeyboardInterrupt: Interrupted; the job was stopped first.
         """
-        if isinstance(workload, TrainWorkload):
-            workload.config.check()
-        elif workload.telemetry is not None:
-            workload.telemetry.check()
+        workload.check()
         if ahead is not None:
             request = ahead.request
         elif request is None:
             request = self.job_request(workload, driver)
-        if isinstance(workload, TrainWorkload):
-            remember_run(self.store, workload.run_id, workload.config.run_dir)
+        workload.remember(self.store)
         if ahead is not None:
             try:
                 ahead.driver.release()

@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from toolkit.flows.workload import JobRequest
 from toolkit.inventory import Inventory
 from toolkit.jobs.client import JobOutcome
+from toolkit.jobs.request import JobRequest
 from toolkit.transport.base import Transport
 
 TransportFactory = Callable[[Inventory], Transport]

@@ -20,21 +20,13 @@ from pathlib import Path
 from toolkit.cluster.plan import build_plan
 from toolkit.cluster.progress_reporter import Reporter
 from toolkit.errors import ExperimentError, Problem, RtkError, RunDirError
-from toolkit.flows import (
-    CommandWorkload,
-    JobRequest,
-    PreflightPolicy,
-    Session,
-    TrainWorkload,
-    VllmWorkload,
-    Workload,
-    job_request,
-)
+from toolkit.flows import JobRequest, PreflightPolicy, Session, job_request
 from toolkit.inventory import Inventory, load_inventory
 from toolkit.profile.experiment import Experiment, train_config
 from toolkit.profile.run_spec import GpuRequest, RunSpec
 from toolkit.rundir import IdleRecord, ProfileRunRecord, RunDir
 from toolkit.telemetry.options import TelemetryOptions
+from toolkit.workloads import CommandWorkload, TrainWorkload, VllmWorkload, Workload
 
 Echo = Callable[[str], None]
 

@@ -24,8 +24,8 @@ from conftest import REPO
 from toolkit.cli import cli, main
 from toolkit.cli.options.stall_options import run_dir_of
 from toolkit.flows import Session
-from toolkit.flows.workload import JobRequest
 from toolkit.jobs.client import JobOutcome
+from toolkit.jobs.request import JobRequest
 from toolkit.rundir import RunDir
 from toolkit.rundir.markers import Marker
 from toolkit.stall.check_job import check

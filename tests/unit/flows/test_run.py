@@ -22,9 +22,9 @@ from toolkit.errors import JobError
 from toolkit.flows.run import RunResult, observe_runs
 from toolkit.flows.run_plan import RunPlan, Step
 from toolkit.flows.stand_ins import jobs_from, transports_from
-from toolkit.flows.workload import JobRequest
 from toolkit.inventory import Inventory
 from toolkit.jobs.client import JobOutcome
+from toolkit.jobs.request import JobRequest
 from toolkit.simulation import LatencyModel, SimulatedCluster, SimulatedTransport
 
 STEP_LINE = re.compile(r"^(\d+)\. (\w+)[: ]")

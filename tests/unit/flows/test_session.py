@@ -24,13 +24,9 @@ from toolkit.cli import cli
 from toolkit.cli.output.run_report import render_collect, render_report
 from toolkit.errors import PreflightError, RtkError
 from toolkit.flows import (
-    CommandWorkload,
     PreflightFailedError,
     PreflightPolicy,
     Session,
-    TrainWorkload,
-    VllmWorkload,
-    job_request,
 )
 from toolkit.inventory import default_inventory, load_inventory
 from toolkit.stall.settings import WatchSettings
@@ -302,27 +298,6 @@ def test_a_sensor_typo_is_a_usage_error_naming_the_valid_sensors(
     assert done.exit_code == 2
     assert "Invalid value for '--sensors'" in done.output
     assert "'nvm'" in done.output and "host, nvml" in done.output
-
-
-# ---- workloads become job requests (pure) ------------------------------------------------
-
-
-def test_each_workload_becomes_a_printable_job_request() -> None:
-    plan = Session(default_inventory()).plan
-    telemetry = TelemetryOptions(baseline_s=5)
-    train = job_request(plan, TrainWorkload(TrainConfig(run_dir="/r/t"), "t"), now_s=7)
-    assert (train.kind, train.submission_id, train.run_dir) == ("train", "rtk-train-t-7", "/r/t")
-    vllm = job_request(plan, VllmWorkload({"model": "m"}, "/r/v", telemetry), now_s=7)
-    argv = shlex.split(vllm.entrypoint)
-    assert argv[argv.index("toolkit.telemetry.record_job") + 2 :][1:3] == [
-        "-m",
-        "toolkit.profile.vllm_bench",
-    ]
-    assert vllm.submission_id == "rtk-record-v-7"
-    command = CommandWorkload(("true",), env={"RTK_AXIS_X": "1"}, run_dir="/r/c")
-    plain = job_request(plan, command, now_s=7)
-    assert plain.kind == "command" and plain.runtime_env["env_vars"] == {"RTK_AXIS_X": "1"}
-    assert "entrypoint: true" in plain.render()
 
 
 # ---- preflight policies, with real checks on this machine --------------------------------

@@ -17,7 +17,6 @@ import yaml
 
 from toolkit.flows.outcome import PreflightPolicy
 from toolkit.flows.session import Session
-from toolkit.flows.workload import TrainWorkload
 from toolkit.inventory import load_inventory
 from toolkit.jobs.shipped_code import (
     code_env,
@@ -37,6 +36,7 @@ from toolkit.simulation import (
 from toolkit.state.cluster_state import ClusterState
 from toolkit.state.store import StateStore
 from toolkit.train.config import TrainConfig
+from toolkit.workloads import TrainWorkload
 
 WORKLOAD = TrainWorkload(TrainConfig(run_dir="/tmp/run"), "run1")
 

@@ -11,8 +11,8 @@ from toolkit.cli.output.jobs import outcome_lines
 from toolkit.flows import CollectOutcome, ReportOutcome, WorkloadOutcome
 from toolkit.flows.recorded import RunCheck, run_recorded
 from toolkit.flows.run import RunEvents
-from toolkit.flows.workload import Workload
 from toolkit.inventory import Inventory
+from toolkit.workloads import Workload
 
 
 def render_collect(collected: CollectOutcome, fetched: bool = True) -> None:
