@@ -363,6 +363,32 @@ def test_no_packages_import_each_other(toolkit_modules: dict[str, str]) -> None:
     assert cycles == [], "\n".join(cycles)
 
 
+def command_cross_imports(modules: Mapping[str, str]) -> list[str]:
+    """Imports of one command module (``toolkit.cli.cmd_*``) by another."""
+    found = []
+    for name, imports in sorted(all_imports(modules).items()):
+        if not name.startswith("toolkit.cli.cmd_"):
+            continue
+        for imp in imports:
+            target = resolve(imp.target, modules)
+            if target and target.startswith("toolkit.cli.cmd_") and target != name:
+                found.append(f"{name}:{imp.line} imports {target}")
+    return found
+
+
+def test_no_command_module_imports_another(toolkit_modules: dict[str, str]) -> None:
+    assert command_cross_imports(toolkit_modules) == []
+    # The check sees one, however it is spelled: in a function, relative or absolute.
+    planted = {
+        "toolkit.cli.cmd_a": "def f():\n    from toolkit.cli.cmd_b import b_cmd\n",
+        "toolkit.cli.cmd_b": "from .cmd_a import f\n",
+    }
+    assert command_cross_imports(planted) == [
+        "toolkit.cli.cmd_a:2 imports toolkit.cli.cmd_b",
+        "toolkit.cli.cmd_b:1 imports toolkit.cli.cmd_a",
+    ]
+
+
 def test_the_order_lists_each_package_once_and_the_architecture_shows_it() -> None:
     packages = {"", "__main__"} | {
         p.name for p in (REPO / PACKAGE).iterdir() if p.is_dir() and (p / "__init__.py").exists()

@@ -333,10 +333,22 @@ def _script_and_names(
     return script, options.job_name, options.job_output
 
 
+def _rtk_command(name: str) -> click.Command:
+    """Rtk's ``name`` command, as the top-level group loads it for ``rtk name``.
+
+    Through the group, not an import: no command module imports another.
+    """
+    root = click.get_current_context().find_root()
+    group = root.command
+    command = group.get_command(root, name) if isinstance(group, click.Group) else None
+    if command is None:
+        raise click.UsageError(f"rtk sbatch runs outside rtk's command line: no {name!r}")
+    return command
+
+
 def _check_torchrun_words(args: tuple[str, ...]) -> None:
     """Parse the words as rtk torchrun would, so a typo fails now, not in the queue."""
-    from toolkit.cli.cmd_torchrun import torchrun_cmd
-
+    torchrun_cmd = _rtk_command("torchrun")
     if "--" not in args:
         raise click.UsageError(
             "--template torchrun: give the script after rtk torchrun's options and --, "
@@ -350,8 +362,7 @@ def _check_torchrun_words(args: tuple[str, ...]) -> None:
 
 def _check_train_options(args: tuple[str, ...]) -> None:
     """Parse the words after -- as rtk train would, so a typo fails now, not in the queue."""
-    from toolkit.cli.cmd_train import train_cmd
-
+    train_cmd = _rtk_command("train")
     for arg in args:
         name = arg.split("=", 1)[0]
         if name in _TRAIN_OWN:
