@@ -133,7 +133,7 @@ def train_cmd(
 ) -> None:
     """Run the built-in trainer (help: TRAIN_HELP); ``trainer``: ``TrainConfig``'s fields."""
     asked = TrainAsked(
-        trainer=TrainConfig(run_dir="", **trainer),
+        trainer=TrainConfig.from_json({"run_dir": "", **trainer}),
         resources_per_worker=resources_per_worker,
         run_id=run_id,
         output_dir=output_dir,
@@ -185,7 +185,7 @@ def _train_in(session: Session, clock: TrainClock, asked: TrainAsked) -> None:
         run_dir=f"{output_dir}/{run_id}",
         resources_per_worker=resources,
         # restart-excluding goes on without the suspect nodes, down to min_nodes.
-        min_nodes=inv.min_nodes if asked.trainer.on_stall == RESTART_EXCLUDING else 0,
+        min_nodes=inv.min_nodes if asked.trainer.stall.policy == RESTART_EXCLUDING else 0,
     ).check()
     containers = [n.container for n in session.plan.nodes if n.container is not None]
     check_path_mounted(containers, config.run_dir, "the run directory")

@@ -20,7 +20,6 @@ max]`` or one value for both).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import itertools
 import os
@@ -28,7 +27,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeGuard, get_type_hints
+from typing import Any, TypeGuard
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -42,7 +41,7 @@ from toolkit.inventory.problems import (
 from toolkit.inventory.yaml_text import restore_written_text
 from toolkit.json_types import JsonValue
 from toolkit.profile.run_spec import RunSpec, config_id, safe_name, value_text
-from toolkit.train.config import TrainConfig
+from toolkit.train.config import TrainConfig, option_names, option_type
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 AXIS_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -75,7 +74,7 @@ class VllmSpec(_Strict):
 class WorkloadSpec(_Strict):
     """What each run runs: exactly one of these."""
 
-    # Checked against TrainConfig's fields and types by _check, not here.
+    # Checked against the trainer's options and their types by _check, not here.
     train: dict[str, object] | None = Field(None, description="rtk train options.")
     command: list[str] | None = Field(None, description="Any command.")
     vllm: VllmSpec | None = None
@@ -209,7 +208,7 @@ def _check(spec: ExperimentSpec, source: str, line_of: Any) -> list[Problem]:
         problem(("workload",), f"give exactly one of train:, command: or vllm: (got {got})")
     if workload.command == []:
         problem(("workload", "command"), "give the command and its arguments, e.g. [python, a.py]")
-    train_fields = [f.name for f in dataclasses.fields(TrainConfig)]
+    train_fields = option_names()
     for key, value in (workload.train or {}).items():
         if key in OWNED or key not in train_fields:
             problem(("workload", "train", key), _not_an_option(key, train_fields))
@@ -328,7 +327,7 @@ def _cluster_value_problem(name: str, value: Any) -> str | None:
 
 @functools.cache
 def _train_option_type(name: str) -> TypeAdapter[Any]:
-    return TypeAdapter(get_type_hints(TrainConfig)[name])
+    return TypeAdapter(option_type(name))
 
 
 def _train_value_problem(name: str, value: Any) -> str | None:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, get_type_hints
 
 from toolkit.errors import RtkError
 from toolkit.json_types import JsonObject
-from toolkit.power.settings import MAX_SLOWDOWN, MEASURE, PowerSettings
-from toolkit.stall.detector import FLOOR_S
-from toolkit.stall.settings import REPORT, WatchSettings
+from toolkit.power.settings import PowerSettings
+from toolkit.stall.settings import WatchSettings
 from toolkit.telemetry.options import TelemetryOptions
 
 STRATEGIES = ("ddp", "fsdp2", "deepspeed")
@@ -96,19 +96,15 @@ class TrainConfig:
     # report's straggler analysis can be seen to name it.
     straggle: str = ""
     max_failures: int = 0
-    # The stall watchdog (toolkit.stall): what to do on a stall, and a fixed timeout
-    # (None: learned from the run's steps).
-    on_stall: str = REPORT
-    stall_timeout_s: float | None = None
-    stall_floor_s: float = FLOOR_S
+    # How the driver's watchdog (toolkit.stall) watches the run: what to do on a stall,
+    # and a fixed timeout (None: learned from the run's steps).
+    stall: WatchSettings = field(default_factory=WatchSettings)
     # With --on-stall restart-excluding, the fewest nodes the run may go on with (the
     # inventory's min_nodes; 0: all of them): the worker group is elastic down to it.
     min_nodes: int = 0
     restart_wait_s: float = 600.0
-    # The power policy (toolkit.power): GPU limits chosen while the run goes.
-    power_policy: str = MEASURE
-    max_slowdown: float = MAX_SLOWDOWN
-    eta: float | None = None
+    # How the driver's power policy (toolkit.power) sets the GPUs' limits as it goes.
+    power: PowerSettings = field(default_factory=PowerSettings)
     seed: int = 0
     data: str | None = None
     telemetry: bool = True
@@ -184,12 +180,7 @@ class TrainConfig:
         if self.restart_wait_s <= 0:
             problems.append("--restart-wait-s must be more than 0")
         try:
-            self.stall()
-            WatchSettings.from_json(self.stall().to_json())
-        except ValueError as e:
-            problems.append(str(e))
-        try:
-            self.power()
+            WatchSettings.from_json(self.stall.to_json())
         except ValueError as e:
             problems.append(str(e))
         problems += self.telemetry_options().problems()
@@ -244,25 +235,77 @@ class TrainConfig:
             energy_rate_hz=self.energy_rate_hz,
         )
 
-    def stall(self) -> WatchSettings:
-        """How the driver's watchdog watches this run."""
-        return WatchSettings(
-            policy=self.on_stall, timeout_s=self.stall_timeout_s, floor_s=self.stall_floor_s
-        )
-
-    def power(self) -> PowerSettings:
-        """How the driver's power policy sets this run's GPU limits."""
-        return PowerSettings(policy=self.power_policy, max_slowdown=self.max_slowdown, eta=self.eta)
-
     def to_json(self) -> JsonObject:
-        """A JSON-ready dict."""
-        return dataclasses.asdict(self)
+        """A JSON-ready dict: the options, the settings objects as their own JSON."""
+        data: JsonObject = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name not in ("stall", "power")
+        }
+        data["resources_per_worker"] = dict(self.resources_per_worker)
+        data["stall"] = self.stall.to_json()
+        data["power"] = self.power.to_json()
+        return data
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> TrainConfig:
-        """The inverse of ``to_json``; unknown keys are an error."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names)
+    def from_json(cls, data: Mapping[str, Any]) -> TrainConfig:
+        """The inverse of ``to_json``.
+
+        The settings' options may also come flat, as the command line and a sweep's
+        ``train:`` spell them (``on_stall``, ``power_policy``...: ``SETTINGS_OPTIONS``).
+
+        Raises:
+            RtkError: An unknown key, or a setting its settings object refuses.
+        """
+        options = dict(data)
+        nested: dict[str, dict[str, Any]] = {
+            name: dict(options.pop(name, None) or {}) for name in SETTINGS
+        }
+        for flat, (name, key) in SETTINGS_OPTIONS.items():
+            if flat in options:
+                nested[name][key] = options.pop(flat)
+        unknown = sorted(set(options) - _PLAIN_FIELDS)
         if unknown:
             raise RtkError(f"unknown trainer option(s): {', '.join(unknown)}")
-        return cls(**data)
+        try:
+            stall = WatchSettings.from_json(nested["stall"])
+            power = PowerSettings.from_json(nested["power"])
+        except ValueError as e:
+            raise RtkError(str(e)) from e
+        return cls(**options, stall=stall, power=power)
+
+
+# The settings objects a TrainConfig holds, and their options as the command line and a
+# sweep's ``train:`` spell them, flat: option -> (field, the settings object's key).
+SETTINGS: dict[str, type[WatchSettings] | type[PowerSettings]] = {
+    "stall": WatchSettings,
+    "power": PowerSettings,
+}
+SETTINGS_OPTIONS: dict[str, tuple[str, str]] = {
+    "on_stall": ("stall", "policy"),
+    "stall_timeout_s": ("stall", "timeout_s"),
+    "stall_floor_s": ("stall", "floor_s"),
+    "power_policy": ("power", "policy"),
+    "max_slowdown": ("power", "max_slowdown"),
+    "eta": ("power", "eta"),
+}
+_PLAIN_FIELDS = {f.name for f in dataclasses.fields(TrainConfig)} - set(SETTINGS)
+
+
+def option_names() -> list[str]:
+    """Every trainer option, flat, as the command line and a sweep's ``train:`` name them."""
+    return [*sorted(_PLAIN_FIELDS | {"run_dir"}), *SETTINGS_OPTIONS]
+
+
+def option_type(name: str) -> Any:
+    """The type an option's value must have (``option_names``).
+
+    Raises:
+        KeyError: No such option.
+    """
+    if name in SETTINGS_OPTIONS:
+        field_name, key = SETTINGS_OPTIONS[name]
+        return get_type_hints(SETTINGS[field_name])[key]
+    if name not in _PLAIN_FIELDS:
+        raise KeyError(name)
+    return get_type_hints(TrainConfig)[name]

@@ -76,7 +76,7 @@ def main(argv: list[str]) -> int:
     # SIGINT is the run's own: Ray Train's, or the stop request of a run that stops
     # with a checkpoint (toolkit.train.stop).
     options = DriverOptions(
-        config.run_dir, say, config.stall(), config.power(), signals=(signal.SIGTERM,)
+        config.run_dir, say, config.stall, config.power, signals=(signal.SIGTERM,)
     )
     return JobDriver(options, run, RunTelemetry(config.run_dir, session, idle)).run()
 

@@ -54,7 +54,7 @@ EXCLUDING_START_WAIT_S = 60.0
 
 def start_wait_s(config: TrainConfig) -> float:
     """How long a worker group's start may wait for its resources."""
-    if config.on_stall == RESTART_EXCLUDING and config.min_nodes:
+    if config.stall.policy == RESTART_EXCLUDING and config.min_nodes:
         return min(config.restart_wait_s, EXCLUDING_START_WAIT_S)
     return config.restart_wait_s
 
