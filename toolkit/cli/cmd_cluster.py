@@ -105,7 +105,8 @@ def up_cmd(
         reporter.expect(len(session.plan.nodes))
         if dry_run:
             # --json keeps every node: there is no summary to parse.
-            click.echo(session.up_plan(full=full or as_json), nl=False)
+            plan = session.up_plan(full or as_json, policy, rotate_credentials)
+            click.echo(plan, nl=False)
             return
         failed: PreflightFailedError | None = None
         try:

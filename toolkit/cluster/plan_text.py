@@ -17,6 +17,7 @@ from toolkit.cluster.plan_summary import (
     cut_hostlist,
     group_nodes,
 )
+from toolkit.cluster.up_steps import NodeStep, UpStep, node_steps, up_steps
 from toolkit.netenv import describe_profile
 from toolkit.node.common import GPU_RESTORE_FILE
 from toolkit.resources import render
@@ -27,6 +28,10 @@ WORKERS_AFTER_HEAD = "workers start in parallel once the head is up"
 AGENT_NOTE = "(rtk node agent on stdin)"
 # Reasons to exclude nodes are shown one line each, up to this many.
 MAX_EXCLUDED_LINES = 8
+
+
+# The bring-up's steps as ``rtk up`` takes them by default: the checks beside the wait.
+DEFAULT_UP = up_steps(rotate=False, preflight=True)
 
 
 def env_file(plan: ClusterPlan, node_plan: NodePlan, env: Mapping[str, str]) -> str:
@@ -52,9 +57,12 @@ def python_bin_dir(python: str) -> str:
     return posixpath.dirname(python) if posixpath.isabs(python) else ""
 
 
-def render_up(plan: ClusterPlan) -> str:
-    """The bring-up plan, node by node, in the order rtk runs it (``--dry-run --full``)."""
-    lines = _up_header(plan)
+def render_up(plan: ClusterPlan, steps: Sequence[UpStep] = DEFAULT_UP) -> str:
+    """The bring-up plan, node by node, in the order rtk runs it (``--dry-run --full``).
+
+    ``steps``: the bring-up's own (``up_steps``), numbered in the header.
+    """
+    lines = _up_header(plan, steps)
     lines += [f"  excluded   {e.describe()}" for e in plan.excluded]
     for index, node_plan in enumerate(plan.nodes):
         if index == 1:
@@ -63,7 +71,7 @@ def render_up(plan: ClusterPlan) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_up_summary(plan: ClusterPlan) -> str:
+def render_up_summary(plan: ClusterPlan, steps: Sequence[UpStep] = DEFAULT_UP) -> str:
     """The bring-up plan in one block per command shape (``--dry-run``): a screen at any N.
 
     Nodes whose commands differ only in their own name, address and SSH port share a
@@ -71,7 +79,7 @@ def render_up_summary(plan: ClusterPlan) -> str:
     block of its own. Then the excluded nodes, grouped by reason, and a total.
     """
     blocks = group_nodes([_rendered_up(plan, n) for n in plan.nodes])
-    lines = _up_header(plan)
+    lines = _up_header(plan, steps)
     for index, block in enumerate(blocks, start=1):
         if block.role != "head" and all(b.role == "head" for b in blocks[: index - 1]):
             lines += ["", WORKERS_AFTER_HEAD]
@@ -87,7 +95,7 @@ def render_up_summary(plan: ClusterPlan) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _up_header(plan: ClusterPlan) -> list[str]:
+def _up_header(plan: ClusterPlan, steps: Sequence[UpStep]) -> list[str]:
     inv = plan.inventory
     p = inv.ports
     return [
@@ -115,11 +123,31 @@ def _up_header(plan: ClusterPlan) -> list[str]:
         f"{p.dashboard_agent_grpc}/{p.dashboard_agent_listen}, metrics {p.metrics_export}, "
         f"workers {p.min_worker}-{p.max_worker}",
         f"  dashboard  {plan.dashboard_url}",
-        f"  wait       until {inv.min_nodes} of {len(plan.nodes)} node(s) are alive with their "
-        f"GPUs and resources, at most {inv.ray.wait_timeout_s:g} s",
-        "  preflight  the fast checks, on each node as it joins, during the wait (--no-preflight"
-        " skips them)",
+        *(
+            f"  {'steps' if n == 1 else '':<10} {n}. {step.value}: {_describe_up(plan, step)}"
+            for n, step in enumerate(steps, 1)
+        ),
     ]
+
+
+def _describe_up(plan: ClusterPlan, step: UpStep) -> str:
+    inv = plan.inventory
+    if step is UpStep.ROTATE:
+        return "a new token, CA and certificates, made here (refused while the cluster runs)"
+    if step is UpStep.NODES:
+        ray = inv.ray
+        return (
+            "each node's steps (below), the head first, then the workers "
+            f"{ray.start_wave} at a time every {ray.start_wave_interval_s:g} s"
+        )
+    if step is UpStep.WAIT:
+        return (
+            f"until {inv.min_nodes} of {len(plan.nodes)} node(s) are alive with their GPUs and "
+            f"resources, at most {inv.ray.wait_timeout_s:g} s"
+        )
+    if step is UpStep.PREFLIGHT:
+        return "the fast checks on the nodes started, beside the wait (--no-preflight skips them)"
+    return "what this machine keeps of the cluster (its state.json), read until rtk down"
 
 
 def _rendered_up(plan: ClusterPlan, node_plan: NodePlan) -> RenderedNode:
@@ -192,10 +220,6 @@ def _excluded_lines(excluded: Sequence[Exclusion]) -> list[str]:
 
 def _render_node(plan: ClusterPlan, node_plan: NodePlan) -> list[str]:
     node = node_plan.node
-    env_shown = {
-        key: f"<{value.description}>" if isinstance(value, Detect) else value
-        for key, value in node_plan.env.items()
-    }
     gpus = f"{node.gpus} GPU(s) expected, detected by Ray" if node.gpus else "no GPU expected"
     container = node_plan.container
     lines = [f"[{node.name}] {node_plan.role} at {node.address}, {gpus}"]
@@ -208,44 +232,56 @@ def _render_node(plan: ClusterPlan, node_plan: NodePlan) -> list[str]:
         if container is not None
         else ""
     )
-    lines.append(f"  1. probe: {node_plan.probe_command}  {AGENT_NOTE[:-1]}{checks})")
     what_ran = "Ray" if container is None else "container"
-    lines += [
-        f"       then, by what it finds: this cluster's {what_ran} already running there is left",
-        "       as it is (the steps below skipped); GPU settings an earlier run left",
-        f"       ({plan.paths.temp_dir}/{GPU_RESTORE_FILE}) are put back; what an earlier run of",
-        "       this cluster left running is stopped",
-    ]
-    step = 2
-    if plan.auth:
-        lines.append(f"  {step}. write {plan.paths.token_file} (0600): the cluster's token")
-        step += 1
-    if plan.tls:
-        paths = plan.paths
-        lines += [
-            f"  {step}. write {paths.tls_ca_file}, {paths.tls_key_file}, {paths.tls_cert_file}"
-            " (0600):",
-            "       the cluster's CA certificate, this node's key and its certificate, signed",
-            "       by the CA for the node's address, name, host name, Ray address and loopback",
-        ]
-        step += 1
-    lines.append(f"  {step}. write {plan.paths.env_file} (0600):")
-    env_lines = env_file(plan, node_plan, env_shown).splitlines()
-    after = next(
-        (i + 1 for i, line in enumerate(env_lines) if line.startswith(f"{NETWORK_AFTER}=")),
-        len(env_lines),
-    )
-    env_lines[after:after] = describe_profile(plan.inventory.network.profile).splitlines()
-    lines += [f"       {line}" for line in env_lines]
-    what = "Ray" if container is None else "container"
-    lines.append(
-        f"  {step + 1}. start{' the container' if container else ''} (skipped when this "
-        f"cluster's {what} already runs there):"
-    )
-    if node_plan.start_step_options:
-        lines.append(f"       as an srun step with: {join(node_plan.start_step_options)}")
-    lines.append(f"       {node_plan.start_command}")
+    for number, step in enumerate(node_steps(plan, node_plan), 1):
+        text = _describe_node_step(plan, node_plan, step, what_ran, checks)
+        lines += [f"  {number}. {text[0]}", *(f"       {line}" for line in text[1:])]
     return lines
+
+
+def _describe_node_step(
+    plan: ClusterPlan, node_plan: NodePlan, step: NodeStep, what_ran: str, checks: str
+) -> list[str]:
+    """One step of a node's bring-up: its first line, then the lines under it."""
+    paths = plan.paths
+    if step is NodeStep.PROBE:
+        return [
+            f"probe: {node_plan.probe_command}  {AGENT_NOTE[:-1]}{checks})",
+            f"where this cluster's {what_ran} already runs, it is left as it is: the steps",
+            "below are skipped",
+        ]
+    if step is NodeStep.PUT_BACK:
+        return [
+            f"put back: GPU settings an earlier run left ({paths.temp_dir}/{GPU_RESTORE_FILE}),",
+            "when the probe finds them (a failure is one line; the file stays)",
+        ]
+    if step is NodeStep.STOP_LEFTOVERS:
+        return ["stop leftovers: what an earlier run of this cluster left, when the probe finds it"]
+    if step is NodeStep.TOKEN:
+        return [f"token: write {paths.token_file} (0600): the cluster's token"]
+    if step is NodeStep.TLS:
+        return [
+            f"tls: write {paths.tls_ca_file}, {paths.tls_key_file}, {paths.tls_cert_file} (0600):",
+            "the cluster's CA certificate, this node's key and its certificate, signed",
+            "by the CA for the node's address, name, host name, Ray address and loopback",
+        ]
+    if step is NodeStep.ENV:
+        env_shown = {
+            key: f"<{value.description}>" if isinstance(value, Detect) else value
+            for key, value in node_plan.env.items()
+        }
+        env_lines = env_file(plan, node_plan, env_shown).splitlines()
+        after = next(
+            (i + 1 for i, line in enumerate(env_lines) if line.startswith(f"{NETWORK_AFTER}=")),
+            len(env_lines),
+        )
+        env_lines[after:after] = describe_profile(plan.inventory.network.profile).splitlines()
+        return [f"env: write {paths.env_file} (0600):", *env_lines]
+    container = " the container" if node_plan.container else ""
+    lines = [f"start{container}:"]
+    if node_plan.start_step_options:
+        lines.append(f"as an srun step with: {join(node_plan.start_step_options)}")
+    return [*lines, node_plan.start_command]
 
 
 def _down_commands(node_plan: NodePlan) -> tuple[str, ...]:

@@ -23,6 +23,7 @@ from toolkit.cluster.plan import build_plan
 from toolkit.cluster.plan_text import render_down, render_down_summary, render_up, render_up_summary
 from toolkit.cluster.progress_reporter import QuietReporter, Reporter
 from toolkit.cluster.ray_status import ClusterStatus, cluster_status
+from toolkit.cluster.up_steps import up_steps
 from toolkit.errors import JobError, RtkError
 from toolkit.flows import bringup
 from toolkit.flows.driver_placement import DriverAhead, gated, place_driver
@@ -151,14 +152,22 @@ class Session:
 
     # Plans: pure, printable, nothing touched.
 
-    def up_plan(self, full: bool = False) -> str:
+    def up_plan(
+        self,
+        full: bool = False,
+        preflight: PreflightPolicy = PreflightPolicy.SKIP,
+        rotate: bool = False,
+    ) -> str:
         """What ``bring_up`` would run, as text: a block per command shape, or every node.
+
+        ``preflight`` and ``rotate`` as ``bring_up`` takes them: the steps they add.
 
         Raises:
             ClusterError: A node's container runs only under SLURM (apptainer, pyxis).
         """
         check_startable(self.inventory, [n.node for n in self.plan.nodes])
-        return render_up(self.plan) if full else render_up_summary(self.plan)
+        steps = up_steps(rotate, preflight is not PreflightPolicy.SKIP)
+        return render_up(self.plan, steps) if full else render_up_summary(self.plan, steps)
 
     def down_plan(self, full: bool = False) -> str:
         """What ``tear_down`` would run, as text: a line per command shape, or every node."""

@@ -10,12 +10,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from toolkit.cluster.plan import RAY_READY_TEXT, ClusterPlan, NodePlan, fill_env
 from toolkit.cluster.plan_text import env_file
 from toolkit.cluster.progress_reporter import Reporter
 from toolkit.cluster.ray_status import ClusterStatus, cluster_status
+from toolkit.cluster.up_steps import NodeStep
 from toolkit.errors import ClusterError, RtkError, TransportError, WaitTimeoutError
 from toolkit.gpu.settings import call_control, control_command, restore_file
 from toolkit.lifecycle.down import stop_node
@@ -50,6 +51,7 @@ class NodeOutcome:
     rtk_digest: str | None = None  # of the rtk source the node's Python imports
     ray_version: str | None = None  # of the node's Python (None: in a container, or unknown)
     detail: str | None = None  # what a failure's cause was read from (--verbose)
+    ran: list[NodeStep] = field(default_factory=list)  # the plan's steps taken, in order
 
 
 def prepare_node(
@@ -86,6 +88,7 @@ def prepare_node(
     node = node_plan.node
     reporter.node(node.name, "probing")
     answer = call_agent(transport, node, node_plan.probe_command, PROBE_TIMEOUT_S)
+    outcome.ran.append(NodeStep.PROBE)
     facts = ProbeFacts.from_json(node.name, answer)
     if facts.route.error:
         raise ClusterError(f"{node.name}: {facts.route.error}")
@@ -111,6 +114,7 @@ def prepare_node(
             )
         return False
     if facts.gpu_restore_file is not None:
+        outcome.ran.append(NodeStep.PUT_BACK)
         put_back_gpu_settings(node_plan, plan, transport, reporter)
     if node_plan.container is not None and container is not None:
         spec = node_plan.container
@@ -127,6 +131,7 @@ def prepare_node(
         raise ClusterError(f"{node.name}: {blocker}")
     if facts.rtk_pids or (container is not None and container.state is not None):
         reporter.node(node.name, "stopping leftovers of an earlier run of this cluster")
+        outcome.ran.append(NodeStep.STOP_LEFTOVERS)
         stop_node(node_plan, transport)
     busy = facts.busy_ports
     if busy:
@@ -149,14 +154,17 @@ def prepare_node(
             f"route to the head; set network.interface in the inventory"
         ) from e
     if token is not None:
+        outcome.ran.append(NodeStep.TOKEN)
         transport.put(node, plan.paths.token_file, token.encode(), mode=0o600)
     if tls is not None:
+        outcome.ran.append(NodeStep.TLS)
         names = [node.address, node.name, facts.hostname, facts.route.source_ip]
         identity = tls.node(node.name, names)
         transport.put(node, plan.paths.tls_ca_file, tls.ca().cert_pem, mode=0o600)
         transport.put(node, plan.paths.tls_key_file, identity.key_pem, mode=0o600)
         transport.put(node, plan.paths.tls_cert_file, identity.cert_pem, mode=0o600)
     text = env_file(plan, node_plan, env)
+    outcome.ran.append(NodeStep.ENV)
     transport.put(node, plan.paths.env_file, text.encode(), mode=0o600)
     return True
 
@@ -214,6 +222,7 @@ def start_node(
     """
     node = node_plan.node
     reporter.node(node.name, f"starting Ray ({node_plan.role})")
+    outcome.ran.append(NodeStep.START)
     began = time.monotonic()
     timeout_s = plan.inventory.ray.start_timeout_s
     what = "ray start" if node_plan.container is None else "container start"

@@ -20,6 +20,7 @@ from toolkit.cluster.containers.docker import check_startable
 from toolkit.cluster.plan import ClusterPlan, NodePlan
 from toolkit.cluster.progress_reporter import Reporter
 from toolkit.cluster.ray_status import ClusterStatus, cluster_status
+from toolkit.cluster.up_steps import UpStep
 from toolkit.credentials.rotate import rotate_credentials
 from toolkit.errors import ClusterError, WaitTimeoutError
 from toolkit.jobs import shipped_code
@@ -56,6 +57,7 @@ class UpResult:
     duration_s: float = 0.0
     started: list[str] = field(default_factory=list)
     timings: UpTimings | None = None
+    ran: list[UpStep] = field(default_factory=list)  # the plan's steps taken, in order
 
     def to_json(self) -> JsonObject:
         """A JSON-ready dict (``rtk up --json``)."""
@@ -67,6 +69,7 @@ class UpResult:
             "nodes": [vars(n) for n in self.nodes],
             "status": self.status.to_json() if self.status else None,
             "timings": self.timings.to_json() if self.timings else None,
+            "ran": [str(step) for step in self.ran],
         }
 
 
@@ -112,10 +115,11 @@ def up(
     began = time.monotonic()
     inv = plan.inventory
     check_startable(inv, [n.node for n in plan.nodes])
-    if rotate:
-        rotate_credentials(plan, transport, store, reporter)
     outcomes = {n.node.name: NodeOutcome(n.node.name, n.role) for n in plan.nodes}
     result = UpResult(inv.name, plan.dashboard_url, list(outcomes.values()))
+    if rotate:
+        rotate_credentials(plan, transport, store, reporter)
+        result.ran.append(UpStep.ROTATE)
     token = store.token() if plan.auth else None
     tls = store.tls if plan.tls else None
     if tls is not None:
@@ -144,11 +148,14 @@ def up(
     head = plan.head
     try:
         waves = _start_all(plan, transport, reporter, outcomes, prepare, clocks, head_ready)
+        result.ran.append(UpStep.NODES)
         result.started = _started(outcomes)
         beside = _beside(alongside_wait, outcomes)
         result.status = _wait(plan, transport, reporter, outcomes, clocks.wait)
+        result.ran.append(UpStep.WAIT)
         if beside is not None:
             beside.result()
+            result.ran.append(UpStep.PREFLIGHT)  # what every caller runs beside the wait
     except (ClusterError, KeyboardInterrupt):
         # Not enough nodes, or Ctrl-C: what this call started is stopped again.
         _undo(plan, transport, reporter, _started(outcomes))
@@ -179,6 +186,7 @@ def up(
             ),
         )
     )
+    result.ran.append(UpStep.STATE)
     return result
 
 

@@ -198,6 +198,10 @@ class SimulatedCluster:
             "busy_ports": [],
             "rtk_source": None if node.name in self.faults.other_rtk else _this_rtk(),
         }
+        if node.name in self.faults.gpu_settings_left:
+            answer["gpu_restore_file"] = (
+                f"{args[1] if len(args) > 1 else '/tmp'}/rtk/gpu-restore.json"
+            )
         if request is not None:
             with self.lock:
                 boxed = node.name in self.containers

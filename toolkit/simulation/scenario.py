@@ -59,6 +59,8 @@ class Faults:
             that refuse every connection there.
         pairs_cut: (source, target) pairs whose connections to any port time out.
         other_rtk: Nodes whose Python imports no rtk (the others import this one).
+        gpu_settings_left: Nodes where an earlier run left GPU settings to put back
+            (their probe names the restore file).
     """
 
     unreachable: frozenset[str] = frozenset()
@@ -67,6 +69,7 @@ class Faults:
     ports_closed: Mapping[str, frozenset[str]] = field(default_factory=dict)
     pairs_cut: frozenset[tuple[str, str]] = frozenset()
     other_rtk: frozenset[str] = frozenset()
+    gpu_settings_left: frozenset[str] = frozenset()
 
 
 def pick_nodes(names: Sequence[str], rate: float, seed: int = 0) -> frozenset[str]:
