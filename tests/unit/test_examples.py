@@ -23,7 +23,7 @@ from conftest import REPO
 from toolkit.cli import cli
 from toolkit.cluster.plan import build_plan
 from toolkit.cluster.plan_text import render_up
-from toolkit.flows.sweep import subset
+from toolkit.flows.sweep_plan import subset
 from toolkit.inventory import Inventory, load_inventory
 from toolkit.profile.experiment import CLUSTER_AXES, load_experiment
 from toolkit.slurm.allocation import Allocation, slurm_inventory

@@ -9,7 +9,8 @@ import click
 from toolkit.cli.options.decorators import dry_run_option, verbose_option
 from toolkit.cli.output.progress import progress_reporter
 from toolkit.flows import Session
-from toolkit.flows.sweep import plan_sweep, run_sweep
+from toolkit.flows.sweep import run_sweep
+from toolkit.flows.sweep_plan import plan_sweep
 from toolkit.inventory import load_inventory
 from toolkit.profile.experiment import load_experiment
 from toolkit.profile.files import write_results
@@ -86,7 +87,7 @@ def profile_cmd(
         click.echo(f"rtk profile: GPU settings restored on {len(done)} node(s)")
         return
     if dry_run:
-        click.echo(plan_sweep(exp, max_runs).render(), nl=False)
+        click.echo(plan_sweep(exp, max_runs, keep_cluster).render(), nl=False)
         return
     failed = 0
     if not results_only:
@@ -95,7 +96,8 @@ def profile_cmd(
         # bound, enough to choose between per-node lines and counts.
         total = len(load_inventory(exp.inventory_path).nodes)
         with progress_reporter(verbose, total, live=False) as reporter:
-            outcome = run_sweep(exp, reporter, click.echo, max_runs, keep_cluster)
+            plan = plan_sweep(exp, max_runs, keep_cluster)
+            outcome = run_sweep(exp, plan, reporter, click.echo)
         failed = len(outcome.failed)
         click.echo(
             f"rtk profile: {len(outcome.ran)} run(s) this time ({failed} failed), "

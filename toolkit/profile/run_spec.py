@@ -1,7 +1,7 @@
 """The runs of a sweep: each configuration's axes, its id, and what it asks of the cluster.
 
 ``Experiment.runs`` (``experiment.py``) makes a ``RunSpec`` per configuration and
-repeat from the experiment's checked axes; the sweep (``toolkit.flows.sweep``) reads
+repeat from the experiment's checked axes; the sweep (``toolkit.flows.sweep_plan``) reads
 its node count and GPU settings from it, and records its axes as given.
 """
 

@@ -274,8 +274,13 @@ def test_profile_dry_run_lists_the_runs_to_do(state: Path, tmp_path: Path) -> No
     assert done.exit_code == 0, done.output
     lines = done.output.splitlines()
     assert re.match(r"sweep 'tiny' in .*: 1 run\(s\) to do, 0 finished earlier", lines[0])
-    assert lines[1] == "run batch_size=4,power_limit_w=250#1: 1 node(s); power_limit_w=250"
-    assert "train job rtk-train-batch_size=4" in lines[2]
+    assert lines[1] == "1. up: the cluster on 1 node(s) (localhost), no checks"
+    assert lines[2] == (
+        "2. run batch_size=4,power_limit_w=250#1: on 1 node(s); power_limit_w=250, "
+        "put back after the run; its report after the job"
+    )
+    assert "train job rtk-train-batch_size=4" in lines[3]
+    assert lines[-1] == "3. down: the cluster of 1 node(s), also when a run failed"
     assert not state.exists() and not (tmp_path / "profile-runs").exists()
     restore = _rtk("profile", str(tmp_path / "sweep.yaml"), "--restore", "--dry-run")
     assert restore.output == "rtk profile: would restore GPU settings on localhost\n"

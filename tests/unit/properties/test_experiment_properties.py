@@ -27,7 +27,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from toolkit.errors import ExperimentError, RtkError
-from toolkit.flows.sweep import workload_of
+from toolkit.flows.sweep_plan import workload_of
 from toolkit.profile.experiment import Experiment, load_experiment
 
 TRAIN: dict[str, Any] = {
