@@ -25,7 +25,7 @@ from pathlib import Path
 
 from toolkit.power.optimize import OptimizeController, OptimizeSettings
 from toolkit.power.records import PowerRecorder
-from toolkit.power.stragglers import StragglerController, StragglerSettings
+from toolkit.power.straggler_policy import StragglerController, StragglerSettings
 from toolkit.power.waits import window_waits
 from toolkit.power.windows import Controller, Decision, GpuKey, GpuRange, Window
 from toolkit.stall.slow import RankSteps

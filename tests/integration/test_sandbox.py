@@ -14,7 +14,7 @@ from conftest import REPO, require_sandbox_host, rtk
 
 from toolkit.sandbox import Sandbox, SandboxError, check_host, create, destroy
 from toolkit.sandbox.config_files import sshd_config
-from toolkit.sandbox.layout import Layout, validate_name, validate_subnet
+from toolkit.sandbox.names import Layout, validate_name, validate_subnet
 from toolkit.sandbox.network import list_links, list_netns
 
 

@@ -17,7 +17,7 @@ from conftest import require, require_sandbox_host, rtk
 from toolkit.sandbox import Sandbox, SandboxError, create, destroy
 from toolkit.sandbox.config_files import init_script
 from toolkit.sandbox.hostcheck import find_tools
-from toolkit.sandbox.layout import Layout
+from toolkit.sandbox.names import Layout
 from toolkit.sandbox.sandbox_json import NodeRecord, SandboxRecord
 from toolkit.sandbox.slurm.conf import cgroup_conf, node_init_lines, ports, slurm_conf
 from toolkit.sandbox.slurm.daemons import TOOLS, find_slurm_tools

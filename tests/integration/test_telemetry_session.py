@@ -21,7 +21,7 @@ def test_two_nodes_sharing_tmp_keep_separate_traces(tmp_path: Path) -> None:
     import ray
     from ray.cluster_utils import Cluster
 
-    from toolkit.telemetry.session import TelemetrySession
+    from toolkit.telemetry.cluster_session import TelemetrySession
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     try:

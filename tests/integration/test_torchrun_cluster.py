@@ -39,7 +39,7 @@ from conftest import (
 from fake_nvml import FakeGpu, FakeNvml
 
 from toolkit.cluster.plan import build_plan
-from toolkit.gpu.settings import restore_file
+from toolkit.gpu.limits_over_ssh import restore_file
 from toolkit.inventory import load_inventory
 from toolkit.power.records import read_power
 from toolkit.power.windows import GpuKey

@@ -27,7 +27,7 @@ from toolkit.flows.sweep_plan import subset
 from toolkit.inventory import Inventory, load_inventory
 from toolkit.profile.experiment import CLUSTER_AXES, load_experiment
 from toolkit.slurm.allocation import Allocation, slurm_inventory
-from toolkit.slurm.options import merge_options
+from toolkit.slurm.batch_options import merge_options
 from toolkit.slurm.sbatch_script import render_script
 from toolkit.train.config import TrainConfig
 

@@ -63,7 +63,7 @@ RUNS_ON: dict[str, str] = {
     "toolkit.node.common": NODE_SCRIPT,  # sent in front of each of them
     "toolkit.train.job": JOB_DRIVER,
     "toolkit.telemetry.record_job": JOB_DRIVER,
-    "toolkit.telemetry.session": JOB_DRIVER,  # the driver side: train.job and record_job
+    "toolkit.telemetry.cluster_session": JOB_DRIVER,  # the driver side: train.job and record_job
     "toolkit.preflight.bandwidth.job": JOB_DRIVER,
     "toolkit.preflight.load.job": JOB_DRIVER,
     "toolkit.profile.vllm_bench": JOB_DRIVER,
@@ -84,7 +84,7 @@ RUNS_ON: dict[str, str] = {
     "toolkit.stall.node_evidence": RAY_WORKER,  # a task on each node
     "toolkit.power.node_power": RAY_WORKER,  # a task on each node: GPU limits and energy
     "toolkit.stall.stacks": RAY_WORKER,  # in that task
-    "toolkit.stall.procs": RAY_WORKER,  # in that task
+    "toolkit.stall.proc_state": RAY_WORKER,  # in that task
     "toolkit.stall.slow": JOB_DRIVER,  # the watchdog's SlowWatch; node_steps in a task on each node
 }
 
@@ -435,7 +435,7 @@ def test_the_checker_sees_the_whole_package(toolkit_modules: dict[str, str]) -> 
     assert {"toolkit.cluster.plan", "toolkit.node.agent", "toolkit.cli"} <= set(toolkit_modules)
     graph = all_imports(toolkit_modules)
     loaded = reached("toolkit.train.job", graph, toolkit_modules)
-    assert {"ray", "toolkit.telemetry.session", "toolkit.train.loop", "torch"} <= loaded
+    assert {"ray", "toolkit.telemetry.cluster_session", "toolkit.train.loop", "torch"} <= loaded
     assert "toolkit.telemetry.node_sampler" in loaded  # through the session
 
 

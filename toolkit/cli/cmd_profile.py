@@ -76,7 +76,7 @@ def profile_cmd(
     """Run a sweep (help: PROFILE_HELP)."""
     exp = load_experiment(experiment)
     if restore:
-        from toolkit.gpu.settings import restore_all
+        from toolkit.gpu.limits_over_ssh import restore_all
 
         with Session(load_inventory(exp.inventory_path)) as session:
             if dry_run:

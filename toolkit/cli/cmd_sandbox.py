@@ -13,7 +13,7 @@ from toolkit.cli.output.progress import ProgressReporter, progress_reporter
 from toolkit.errors import SandboxError
 from toolkit.sandbox import SlurmStatus, create, destroy, sandbox_status
 from toolkit.sandbox.config_files import describe_up
-from toolkit.sandbox.layout import MAX_NODES, Layout
+from toolkit.sandbox.names import MAX_NODES, Layout
 
 NAME_HELP = "Sandbox name: 1-8 characters a-z 0-9 _ -."
 

@@ -15,7 +15,7 @@ from toolkit.cluster.containers.slurm_step import batch_script_note
 from toolkit.cluster.exclude import asked_exclusions
 from toolkit.inventory import load_inventory
 from toolkit.rundir import RunDir
-from toolkit.slurm.options import DEFAULT_MAX_RESTARTS, PREFLIGHT_MODES, merge_options
+from toolkit.slurm.batch_options import DEFAULT_MAX_RESTARTS, PREFLIGHT_MODES, merge_options
 from toolkit.slurm.requeue import ENDED_BY, Allocation, end_allocation
 from toolkit.slurm.sbatch_script import TEMPLATES, render_script, torchrun_words
 from toolkit.slurm.submit import exit_status, expand_output_pattern, follow, submit

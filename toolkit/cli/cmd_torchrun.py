@@ -21,7 +21,7 @@ from toolkit.cli.output.run_report import record_and_report
 from toolkit.flows import Session
 from toolkit.flows.recorded import default_run_id
 from toolkit.jobs.runtime_env import RuntimeEnvError, parse_env_pairs
-from toolkit.torchrun.checks import check_port, check_request
+from toolkit.torchrun.request_checks import check_port, check_request
 from toolkit.torchrun.spec import TorchrunSpec
 from toolkit.workloads import TorchrunWorkload
 

@@ -87,7 +87,7 @@ def run_sweep(
 
 def _run_one(experiment: Experiment, run: RunSpec, session: Session, echo: Echo) -> bool:
     """One run, recorded in its ``profile_run.json``; False when it failed."""
-    from toolkit.gpu.settings import gpu_settings
+    from toolkit.gpu.limits_over_ssh import gpu_settings
 
     run_dir = run_dir_of(experiment, run)
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,7 @@ from toolkit.cluster.progress_reporter import Reporter
 from toolkit.cluster.ray_status import ClusterStatus, cluster_status
 from toolkit.cluster.up_steps import NodeStep
 from toolkit.errors import ClusterError, RtkError, TransportError, WaitTimeoutError
-from toolkit.gpu.settings import call_control, control_command, restore_file
+from toolkit.gpu.limits_over_ssh import call_control, control_command, restore_file
 from toolkit.lifecycle.down import stop_node
 from toolkit.lifecycle.failures.causes import explain_start_failure, port_names, start_blocker
 from toolkit.netenv import env_for_node

@@ -34,7 +34,7 @@ from toolkit.power.ask import NodeReport, PowerNodes, RayPowerNodes
 from toolkit.power.optimize import OptimizeController, OptimizeSettings
 from toolkit.power.records import PowerRecorder, read_power
 from toolkit.power.settings import OPTIMIZE, STRAGGLERS, PowerSettings
-from toolkit.power.stragglers import StragglerController, StragglerSettings
+from toolkit.power.straggler_policy import StragglerController, StragglerSettings
 from toolkit.power.waits import gpu_of, window_waits
 from toolkit.power.windows import Controller, Decision, GpuKey, GpuRange, Window
 from toolkit.rundir import RunDir

@@ -1,7 +1,7 @@
 """The GPU settings a node took for a run: what ``gpu_control.py apply`` answered.
 
 The node script (``toolkit/node/gpu_control.py``, stdlib only) prints its answer as
-JSON; ``toolkit.gpu.settings`` reads each node's ``result`` once into a
+JSON; ``toolkit.gpu.limits_over_ssh`` reads each node's ``result`` once into a
 ``NodeGpuSettings`` (errors naming the node), and the sweep keeps them, per node, in
 the run's ``profile_run.json`` (``ProfileRunRecord.gpu_settings``), read back with
 the run directory's errors. ``to_json`` writes what the script printed.

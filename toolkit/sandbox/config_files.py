@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from toolkit.sandbox.layout import Layout, NodeLayout
+from toolkit.sandbox.names import Layout, NodeLayout
 from toolkit.sandbox.node_mounts import HostMount, mount_lines, storage_lines
 from toolkit.shell import quote
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from toolkit.sandbox.layout import NodeLayout
+from toolkit.sandbox.names import NodeLayout
 
 V1_CPU = Path("/sys/fs/cgroup/cpu")
 V2_ROOT = Path("/sys/fs/cgroup")

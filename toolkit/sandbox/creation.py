@@ -16,7 +16,7 @@ import toolkit
 from toolkit.errors import SandboxError
 from toolkit.sandbox import config_files, network, procs
 from toolkit.sandbox.hostcheck import check_host
-from toolkit.sandbox.layout import Layout, NodeLayout, netns_pattern
+from toolkit.sandbox.names import Layout, NodeLayout, netns_pattern
 from toolkit.sandbox.node_mounts import read_cgroup_mounts
 from toolkit.sandbox.sandbox import Sandbox
 from toolkit.sandbox.sandbox_json import NodeRecord, SandboxRecord

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolkit.errors import SandboxError
-from toolkit.sandbox.layout import Layout, NodeLayout
+from toolkit.sandbox.names import Layout, NodeLayout
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from toolkit.errors import SandboxError
 from toolkit.sandbox import cpu_share
-from toolkit.sandbox.layout import NodeLayout
+from toolkit.sandbox.names import NodeLayout
 
 logger = logging.getLogger(__name__)
 

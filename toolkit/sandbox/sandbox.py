@@ -11,7 +11,7 @@ from pathlib import Path
 
 from toolkit.errors import SandboxError
 from toolkit.sandbox import config_files, procs
-from toolkit.sandbox.layout import Layout, NodeLayout, sandbox_dir, validate_name
+from toolkit.sandbox.names import Layout, NodeLayout, sandbox_dir, validate_name
 from toolkit.sandbox.sandbox_json import SandboxRecord
 from toolkit.sandbox.slurm.conf import SlurmLayout
 from toolkit.sandbox.ssh_login import port_open, ssh_argv, wait_for_login

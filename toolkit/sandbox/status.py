@@ -8,7 +8,7 @@ from pathlib import Path
 from toolkit.errors import SandboxError
 from toolkit.json_types import JsonObject
 from toolkit.sandbox import network, procs
-from toolkit.sandbox.layout import (
+from toolkit.sandbox.names import (
     DIR_PREFIX,
     RECORD_FILE,
     ROOT,

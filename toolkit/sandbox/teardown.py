@@ -9,7 +9,7 @@ from pathlib import Path
 from toolkit.errors import SandboxError
 from toolkit.sandbox import cpu_share, network, procs
 from toolkit.sandbox.hostcheck import check_host
-from toolkit.sandbox.layout import (
+from toolkit.sandbox.names import (
     RECORD_FILE,
     bridge_name,
     netns_pattern,

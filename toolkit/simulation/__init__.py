@@ -22,7 +22,7 @@ two.
 
 from __future__ import annotations
 
-from toolkit.simulation.cluster import SimulatedCluster
+from toolkit.simulation.node_side import SimulatedCluster
 from toolkit.simulation.scenario import Faults, LatencyModel, pick_nodes
 from toolkit.simulation.transport import SimulatedTransport, is_ray_start
 

@@ -19,7 +19,7 @@ from toolkit.inventory import Node
 from toolkit.json_types import JsonObject
 from toolkit.nodeinfo.reach_request import request_in
 from toolkit.nodeinfo.script import AGENT, FACTS
-from toolkit.simulation.cluster import SimulatedCluster, command_result
+from toolkit.simulation.node_side import SimulatedCluster, command_result
 from toolkit.transport.base import CommandResult, Transport
 from toolkit.transport.pool import ConnectionPool
 

@@ -8,7 +8,7 @@ import jinja2
 
 from toolkit.resources import template_env
 from toolkit.shell import join
-from toolkit.slurm.options import SbatchOptionError, SbatchOptions
+from toolkit.slurm.batch_options import SbatchOptionError, SbatchOptions
 
 # The template behind each ``--template`` choice.
 TEMPLATES = {

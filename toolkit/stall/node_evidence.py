@@ -31,7 +31,7 @@ from typing import Any
 from toolkit.errors import RunDirError
 from toolkit.rundir.layout import RunDir
 from toolkit.rundir.markers import Marker
-from toolkit.stall.procs import process_state
+from toolkit.stall.proc_state import process_state
 from toolkit.stall.records import GONE, ZOMBIE, NodeEvidence, RankEvidence
 from toolkit.stall.stacks import NO_STACK, StackRead, rank_stack
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolkit.rundir.markers import STACK_SIGNAL, catches_signal, registration
-from toolkit.stall.procs import process_state
+from toolkit.stall.proc_state import process_state
 from toolkit.stall.records import GONE, STOPPED, ZOMBIE, Frame
 
 PY_SPY, FAULTHANDLER, NO_STACK = "py-spy", "faulthandler", "none"

@@ -33,7 +33,7 @@ from toolkit.rundir.markers import MarkerFollower
 from toolkit.stall.collect import collect_evidence, ray_node_ids, ray_nodes_now
 from toolkit.stall.detector import StallDetector
 from toolkit.stall.diagnosis import Diagnosis, diagnose
-from toolkit.stall.exclude import suspect_nodes
+from toolkit.stall.node_exclusion import suspect_nodes
 from toolkit.stall.records import NodeEvidence, StallRecord, append_stall
 from toolkit.stall.settings import REPORT, RESTART_EXCLUDING, WatchSettings
 from toolkit.stall.slow import SlowWatch

@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from toolkit.telemetry.cluster_session import TelemetrySession
 from toolkit.telemetry.rank_files import gather_rank_files
-from toolkit.telemetry.session import TelemetrySession
 from toolkit.telemetry.settle import IdlePhases
 
 

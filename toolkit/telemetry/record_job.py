@@ -28,8 +28,8 @@ from toolkit.power.settings import PowerSettings
 from toolkit.rundir import CommandRecord, RunDir
 from toolkit.stall.settings import WatchSettings
 from toolkit.telemetry.around import RunTelemetry
+from toolkit.telemetry.cluster_session import TelemetrySession
 from toolkit.telemetry.options import TelemetryOptions
-from toolkit.telemetry.session import TelemetrySession
 from toolkit.telemetry.settle import IdlePhases
 
 # The command's time to end on SIGTERM before SIGKILL: a torchrun driver puts its GPU

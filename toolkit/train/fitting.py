@@ -21,7 +21,7 @@ from ray.train.torch import TorchTrainer
 from toolkit.rundir import RunDir
 from toolkit.rundir.layout import CHECKPOINTS_DIR
 from toolkit.stall.collect import ray_node_ids
-from toolkit.stall.exclude import exclude_nodes, why_not_exclude
+from toolkit.stall.node_exclusion import exclude_nodes, why_not_exclude
 from toolkit.stall.records import StallRecord
 from toolkit.train.config import TrainConfig
 from toolkit.train.ray_worker import train_loop_per_worker

@@ -24,7 +24,7 @@ from toolkit.jobdriver.runtime import DriverOptions, JobDriver
 from toolkit.rundir import RunDir, TrainConfigRecord
 from toolkit.stall.settings import STALL_EXIT
 from toolkit.telemetry.around import RunTelemetry
-from toolkit.telemetry.session import TelemetrySession
+from toolkit.telemetry.cluster_session import TelemetrySession
 from toolkit.telemetry.settle import IdlePhases
 from toolkit.train.config import TrainConfig
 from toolkit.train.fitting import TrainRun

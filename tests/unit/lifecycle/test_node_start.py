@@ -25,7 +25,7 @@ from scripted_transport import Call, Reply, ScriptedTransport, answer
 
 from toolkit.cluster.plan import ClusterPlan, build_plan
 from toolkit.cluster.progress_reporter import QuietReporter
-from toolkit.gpu.settings import control_source, restore_file
+from toolkit.gpu.limits_over_ssh import control_source, restore_file
 from toolkit.inventory import load_inventory
 from toolkit.lifecycle.start import RAY_READY_TEXT, UpResult, up
 from toolkit.node import agent

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from toolkit.cluster.plan import build_plan
-from toolkit.gpu.settings import CONTROL
+from toolkit.gpu.limits_over_ssh import CONTROL
 from toolkit.inventory import default_inventory
 from toolkit.lifecycle.ray_logs import LOGPACK
 from toolkit.nodeinfo import AGENT, FACTS, NodeScript

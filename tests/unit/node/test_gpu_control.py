@@ -23,7 +23,7 @@ import pytest
 from conftest import REPO
 from fake_nvml import FakeGpu, FakeNvml, from_state_file
 
-from toolkit.gpu.settings import (
+from toolkit.gpu.limits_over_ssh import (
     control_source,
 )
 from toolkit.node import gpu_control as control

@@ -17,7 +17,7 @@ import pytest
 from conftest import REPO
 from fake_nvml import FakeGpu, FakeNvml, from_state_file
 
-from toolkit.gpu.settings import control_source
+from toolkit.gpu.limits_over_ssh import control_source
 from toolkit.node import gpu_control as control
 from toolkit.node.gpu_control import (
     ControlError,

@@ -15,7 +15,7 @@ import pytest
 from scripted_transport import Reply, ScriptedTransport, answer
 
 from toolkit.errors import ClusterError, GpuControlError
-from toolkit.gpu.settings import CONTROL
+from toolkit.gpu.limits_over_ssh import CONTROL
 from toolkit.inventory import Node, default_inventory
 from toolkit.lifecycle.ray_logs import LOGPACK
 from toolkit.nodeinfo import AGENT, FACTS, NodeScript

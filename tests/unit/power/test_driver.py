@@ -11,9 +11,9 @@ from power_model import COMM_S, MAX_W, MIN_W, ModelNodes, play
 from toolkit.power.ask import NodeReport
 from toolkit.power.driver import PowerDriver
 from toolkit.power.node_power import NodeRestore
+from toolkit.power.policy_summary import summarize
 from toolkit.power.records import read_power
 from toolkit.power.settings import OPTIMIZE, STRAGGLERS, PowerSettings
-from toolkit.power.summary import summarize
 from toolkit.power.windows import GpuKey
 from toolkit.rundir import RunDir
 

@@ -18,7 +18,7 @@ from fake_nvml import FakeGpu, FakeNvml, from_state_file
 from pynvml import NVML_ERROR_DRIVER_NOT_LOADED
 
 from toolkit.cluster.plan import build_plan
-from toolkit.gpu.settings import restore_file
+from toolkit.gpu.limits_over_ssh import restore_file
 from toolkit.inventory import default_inventory
 from toolkit.node import gpu_control
 from toolkit.node.common import GPU_RESTORE_FILE

@@ -7,7 +7,7 @@ from pathlib import Path
 from toolkit.inventory import Inventory
 from toolkit.inventory.loader import parse_inventory
 from toolkit.sandbox.config_files import inventory
-from toolkit.sandbox.layout import Layout
+from toolkit.sandbox.names import Layout
 
 CLOCKS = {"RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3"}
 

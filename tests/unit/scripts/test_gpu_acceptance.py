@@ -1067,7 +1067,7 @@ def test_the_profile_experiment_is_one_rtk_profile_plans(tmp_path: Path) -> None
     assert done.returncode == 0, done.stderr
     assert "2 run(s) to do" in done.stdout
     for limit in ("560.0", "420.0"):
-        assert f"run power_limit_w={limit}#1: 1 node(s); power_limit_w={limit}" in done.stdout
+        assert f"run power_limit_w={limit}#1: on 1 node(s); power_limit_w={limit}," in done.stdout
     assert '"model_size": "125M"' in done.stdout and '"learning_rate": 0.0006' in done.stdout
     assert '"baseline_s": 0.0, "cooldown_max_s": 0.0' in done.stdout
 

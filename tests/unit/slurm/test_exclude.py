@@ -13,7 +13,7 @@ from toolkit.inventory import expand_hosts, load_inventory
 from toolkit.inventory.hostrange import compress_hosts
 from toolkit.preflight.result import PreflightReport
 from toolkit.rundir.preflight import Check
-from toolkit.slurm.options import SbatchOptionError, merge_options
+from toolkit.slurm.batch_options import SbatchOptionError, merge_options
 from toolkit.slurm.sbatch_script import render_script
 
 INVENTORY = """\

@@ -25,7 +25,7 @@ from toolkit.rundir import (
     read_allocations,
     training_progress,
 )
-from toolkit.slurm.options import DEFAULT_MAX_RESTARTS, SbatchOptionError, merge_options
+from toolkit.slurm.batch_options import DEFAULT_MAX_RESTARTS, SbatchOptionError, merge_options
 from toolkit.slurm.requeue import Allocation, decide, end_allocation
 from toolkit.slurm.sbatch_script import render_script
 

@@ -24,7 +24,7 @@ from conftest import REPO, rtk
 from toolkit.cli import cli
 from toolkit.cluster.containers.slurm_step import batch_script_note
 from toolkit.inventory import load_inventory
-from toolkit.slurm.options import SbatchOptionError, SbatchOptions, merge_options
+from toolkit.slurm.batch_options import SbatchOptionError, SbatchOptions, merge_options
 from toolkit.slurm.sbatch_script import render_script, torchrun_words
 from toolkit.slurm.submit import (
     UNKNOWN,

@@ -9,7 +9,7 @@ from typing import Any, cast
 import pytest
 
 from toolkit.telemetry.around import RunTelemetry
-from toolkit.telemetry.session import TelemetrySession
+from toolkit.telemetry.cluster_session import TelemetrySession
 from toolkit.telemetry.settle import IdlePhases
 
 

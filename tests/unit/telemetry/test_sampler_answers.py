@@ -5,9 +5,9 @@ from __future__ import annotations
 import pickle
 
 from toolkit.rundir.devices import HostInfo
+from toolkit.telemetry.cluster_session import _Node, _node_manifest
 from toolkit.telemetry.node_sampler import CompactedTrace, SamplerInfo
 from toolkit.telemetry.sampler import PowerWindow, SamplerStats
-from toolkit.telemetry.session import _Node, _node_manifest
 
 HOST = HostInfo(power_source="model", energy_source="model", power_source_reason="no RAPL", cpus=2)
 

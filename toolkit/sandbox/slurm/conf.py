@@ -6,7 +6,7 @@ import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolkit.sandbox.layout import Layout, NodeLayout
+from toolkit.sandbox.names import Layout, NodeLayout
 from toolkit.shell import quote
 
 # slurmctld/slurmd ports: 20000 + 2 * (the subnet's /24 number mod 5000), above Ray's

@@ -22,7 +22,7 @@ from pathlib import Path
 from toolkit.errors import SandboxError
 from toolkit.sandbox import procs
 from toolkit.sandbox.hostcheck import Which, find_tools
-from toolkit.sandbox.layout import Layout
+from toolkit.sandbox.names import Layout
 from toolkit.sandbox.sandbox_json import SandboxRecord
 from toolkit.sandbox.slurm.conf import SlurmLayout, cgroup_conf, slurm_conf, slurmd_log
 from toolkit.sandbox.ssh_login import port_open

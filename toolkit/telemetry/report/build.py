@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from toolkit.power.policy_summary import PowerSummary, summarize
 from toolkit.power.records import read_power
-from toolkit.power.summary import PowerSummary, summarize
 from toolkit.rundir import RunDir, RunSummary
 from toolkit.telemetry.report.figures.crosscheck import CrossCheck, check_windows, cross_checks
 from toolkit.telemetry.report.figures.curves import gap_threshold_s

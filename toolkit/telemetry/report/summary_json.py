@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import fields
 
 from toolkit.json_types import JsonObject, JsonValue
-from toolkit.power.summary import PowerPoint, PowerSummary
+from toolkit.power.policy_summary import PowerPoint, PowerSummary
 from toolkit.rundir.summary import SCHEMA_VERSION
 from toolkit.telemetry.report.build import Report
 from toolkit.telemetry.report.figures.crosscheck import TOLERANCE, CrossCheck

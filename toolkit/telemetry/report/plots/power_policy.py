@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 
-from toolkit.power.summary import PowerSummary
+from toolkit.power.policy_summary import PowerSummary
 
 
 def draw_power_policy(power: PowerSummary, figure: Figure) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from toolkit.power.policy_summary import summarize
 from toolkit.power.records import PowerLog, WindowRecord
-from toolkit.power.summary import summarize
 from toolkit.power.windows import Decision, GpuKey, GpuRange, Window
 
 A = GpuKey("n", 0)

@@ -14,7 +14,7 @@ from toolkit.errors import TorchrunError
 from toolkit.inventory import load_inventory
 from toolkit.inventory.loader import default_inventory
 from toolkit.stall.settings import WatchSettings
-from toolkit.torchrun.checks import check_port, check_request, script_problem
+from toolkit.torchrun.request_checks import check_port, check_request, script_problem
 from toolkit.torchrun.spec import TorchrunSpec
 
 

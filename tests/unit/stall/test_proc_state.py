@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from rank_processes import wait_for_state
 
-from toolkit.stall.procs import STATE_OF_LETTER, parse_stat, process_state, read_stat
+from toolkit.stall.proc_state import STATE_OF_LETTER, parse_stat, process_state, read_stat
 from toolkit.stall.records import GONE, PROCESS_STATES, RUNNING, SLEEPING, STOPPED, ZOMBIE
 
 # A kernel thread's line, as /proc/2/stat reads (52 fields).

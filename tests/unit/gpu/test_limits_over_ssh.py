@@ -21,7 +21,7 @@ from fake_nvml import FakeGpu, FakeNvml, from_state_file
 
 from toolkit.cluster.plan import ClusterPaths, ClusterPlan, build_plan
 from toolkit.errors import GpuControlError
-from toolkit.gpu.settings import (
+from toolkit.gpu.limits_over_ssh import (
     call_control,
     control_command,
     gpu_settings,

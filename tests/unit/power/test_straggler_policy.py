@@ -13,7 +13,7 @@ import pytest
 from unit.power.gpu_model import H100, Drive, RunModel, cluster, drive
 
 from toolkit.power.optimize import SETTLED_STEPS
-from toolkit.power.stragglers import StragglerController, StragglerSettings
+from toolkit.power.straggler_policy import StragglerController, StragglerSettings
 from toolkit.power.windows import Decision, GpuKey, GpuRange, Window
 
 STRAGGLER = GpuKey("node1", 2)

@@ -3,7 +3,7 @@ nodes that did not answer: nothing is asked of them)."""
 
 from __future__ import annotations
 
-from toolkit.stall.exclude import exclude_nodes, suspect_nodes, why_not_exclude
+from toolkit.stall.node_exclusion import exclude_nodes, suspect_nodes, why_not_exclude
 from toolkit.stall.records import StallRecord, Suspect
 
 
