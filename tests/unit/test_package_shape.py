@@ -8,6 +8,7 @@ few untyped records.
   spelt (``dict`` or ``Mapping``, of ``Any`` or ``object``), signatures included:
   records crossing modules are dataclasses, documents that are JSON by contract are
   ``toolkit.json_types.JsonObject``, and every ``to_json`` returns one.
+- At most 6 module basenames shared by packages, each for one role (``SHARED_BASENAMES``).
 """
 
 from __future__ import annotations
@@ -90,3 +91,36 @@ def test_every_to_json_returns_the_one_json_type() -> None:
 def test_at_most_80_untyped_maps_outside_the_node_scripts() -> None:
     found = untyped_records([p for p in _modules() if _outside_node(p)])
     assert len(found) <= MAX_UNTYPED_RECORDS, [f"{p.relative_to(REPO)}:{n}" for p, n in found]
+
+
+# Module basenames that more than one package uses, each for one role: a reader who
+# knows one knows what the others are. Any other basename is one package's alone.
+SHARED_BASENAMES = {
+    "base.py": "the interface a family of implementations shares (sensors, transports, workloads)",
+    "records.py": "the one owner of a file format's records (rundir, stall.json, power.jsonl)",
+    "settings.py": "the options a user chose for a run (the stall watchdog, the power policy)",
+    "job.py": "a Ray job's entrypoint on the head (the trainer, the preflight jobs)",
+    "job_options.py": "what a preflight job is asked",
+    "job_result.py": "what a preflight job answers",
+}
+
+
+def repeated_basenames(paths: list[Path]) -> dict[str, list[str]]:
+    """Basename -> the modules that share it (``__init__.py`` aside), for those shared."""
+    by_name: dict[str, list[str]] = {}
+    for path in paths:
+        if path.name != "__init__.py":
+            by_name.setdefault(path.name, []).append(str(path.relative_to(REPO)))
+    return {name: found for name, found in sorted(by_name.items()) if len(found) > 1}
+
+
+def test_at_most_6_basenames_repeat_each_for_one_role() -> None:
+    repeated = repeated_basenames(_modules())
+    assert len(SHARED_BASENAMES) <= 6
+    unlisted = {name: found for name, found in repeated.items() if name not in SHARED_BASENAMES}
+    assert not unlisted, (
+        f"{unlisted}: a module named like another package's for another role; name it for "
+        "what it does (or, for the same role, list it in SHARED_BASENAMES)"
+    )
+    planted = [TOOLKIT / "a" / "x.py", TOOLKIT / "b" / "x.py", TOOLKIT / "b" / "__init__.py"]
+    assert repeated_basenames(planted) == {"x.py": ["toolkit/a/x.py", "toolkit/b/x.py"]}
