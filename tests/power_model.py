@@ -12,9 +12,10 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
+from toolkit.gpu.limits import GpuRestore
 from toolkit.power.ask import NodeReport, RankGpu
 from toolkit.power.driver import PowerDriver
-from toolkit.power.node_power import GpuReading, NodePower, NodeRestore
+from toolkit.power.node_power import GpuReading, NodePower
 from toolkit.rundir import RunDir
 from toolkit.stall.slow import RankSteps
 
@@ -103,12 +104,12 @@ class ModelNodes:
             answers[node] = NodeReport(power, ranks if run_dir else (), rank_gpus)
         return answers
 
-    def restore(self) -> dict[str, NodeRestore | str]:
+    def restore(self) -> dict[str, GpuRestore]:
         self.restored += 1
         for key in self.limits_w:
             self.limits_w[key] = MAX_W
-        done = NodeRestore(done=("power_limit restored",))
-        return {node: done for node in sorted({n for n, _ in self.limits_w})}
+        nodes = sorted({n for n, _ in self.limits_w})
+        return {node: GpuRestore(node, done=(f"{node}: power_limit restored",)) for node in nodes}
 
 
 def play(driver: PowerDriver, model: ModelNodes, run_dir: Path, steps: range) -> None:

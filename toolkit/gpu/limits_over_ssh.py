@@ -5,7 +5,8 @@ every node with GPUs in parallel and restores on every node where it applied (ev
 whether the block ends normally, with an exception, or with Ctrl-C. While it restores,
 a Ctrl-C is held back until the restore is done (then raised). Each node keeps what
 to put back in a restore file (``restore_file(plan)``) before changing anything, so
-``restore_all`` (``rtk profile --restore``) repairs a node after a crash.
+``SshGpuLimits.restore`` (``rtk profile --restore``, ``rtk up``) repairs a node after a
+crash: the SSH path of the one GPU-limit interface, ``gpu.limits``.
 """
 
 from __future__ import annotations
@@ -15,13 +16,13 @@ import logging
 import posixpath
 import signal
 import threading
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from toolkit.cluster.plan import ClusterPlan, NodePlan
 from toolkit.errors import GpuControlError
 from toolkit.fields import Fields
+from toolkit.gpu.limits import GpuRestore, restored_lines
 from toolkit.nodeinfo import NodeScript
 from toolkit.nodeinfo.answer_errors import answer_fields
 from toolkit.rundir.gpu_settings import NodeGpuSettings
@@ -68,31 +69,11 @@ def control_command(
     return CONTROL.command(node, *argv)
 
 
-@dataclass(frozen=True)
-class NodeGpuRestore:
-    """What ``gpu_control.py restore`` did on one node.
-
-    Attributes:
-        node: The node's name.
-        restore_file: The file it restored from.
-        gpus: GPU UUID -> the settings put back (``power_limit``, ``gpu_clocks``...).
-        nothing_to_do: The node had no restore file.
-    """
-
-    node: str
-    restore_file: str
-    gpus: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    nothing_to_do: bool = False
-
-    @classmethod
-    def from_fields(cls, f: Fields) -> NodeGpuRestore:
-        """Read the script's ``result``."""
-        return cls(
-            node=f.text("node"),
-            restore_file=f.text("restore_file"),
-            gpus={uuid: tuple(done.data) for uuid, done in f.children("gpus").items()},
-            nothing_to_do=bool(f.flag_or_none("nothing_to_do")),
-        )
+def _restored(f: Fields) -> GpuRestore:
+    """``gpu_control.py restore``'s ``result`` as the node's ``GpuRestore``."""
+    node = f.text("node")
+    gpus = {uuid: tuple(done.data) for uuid, done in f.children("gpus").items()}
+    return GpuRestore(node, restored_lines(node, gpus))
 
 
 def call_control(transport: Transport, node_plan: NodePlan, command: str) -> Fields:
@@ -172,33 +153,61 @@ def gpu_settings(
     _restore_after(transport, nodes, path, raising=True)
 
 
-def restore_all(plan: ClusterPlan, transport: Transport) -> dict[str, NodeGpuRestore]:
+class SshGpuLimits:
+    """The SSH path to the nodes' GPU limits (``gpu.limits.GpuLimits``).
+
+    ``nodes``: the plan's nodes to act on (None: all of them).
+    """
+
+    def __init__(
+        self, plan: ClusterPlan, transport: Transport, nodes: Sequence[NodePlan] | None = None
+    ) -> None:
+        self.plan = plan
+        self.transport = transport
+        self.nodes = tuple(plan.nodes if nodes is None else nodes)
+
+    def restore(self) -> dict[str, GpuRestore]:
+        """Put back what each node's restore file names, in parallel, Ctrl-C held meanwhile.
+
+        A node without a file has nothing to do (and needs no NVML); one that cannot be
+        reached or fails says why in ``failed``.
+        """
+        outcome, _ = _restore(self.transport, self.nodes, restore_file(self.plan))
+        failed = {
+            name: GpuRestore(name, failed=_reason(name, e)) for name, e in outcome.failed.items()
+        }
+        return dict(outcome.results) | failed
+
+
+def restore_all(plan: ClusterPlan, transport: Transport) -> dict[str, GpuRestore]:
     """Put back the GPU settings on every node that still has a restore file.
 
-    For ``rtk profile --restore`` after a crash; a node without a file has nothing to do
-    (and needs no NVML).
+    For ``rtk profile --restore`` after a crash (``SshGpuLimits.restore``).
 
     Returns:
-        Node name -> what ``gpu_control.restore`` did there.
+        Node name -> what was put back there.
 
     Raises:
         GpuControlError: A node could not be reached or not restored (named, with why);
             the other nodes are restored all the same.
     """
-    outcome, _ = _restore(transport, plan.nodes, restore_file(plan))
-    if outcome.failed:
-        raise GpuControlError(_restore_failure(outcome))
-    return dict(outcome.results)
+    done = SshGpuLimits(plan, transport).restore()
+    failed = [r.failed for r in done.values() if r.failed]
+    if failed:
+        lines = [f"GPU settings not put back on {len(failed)} node(s)"]
+        lines[0] += " (retry with `rtk profile --restore`):"
+        raise GpuControlError("\n".join([*lines, *(f"  {line}" for line in failed)]))
+    return done
 
 
 def _restore(
     transport: Transport, nodes: Sequence[NodePlan], path: str
-) -> tuple[GroupResult[NodeGpuRestore], bool]:
+) -> tuple[GroupResult[GpuRestore], bool]:
     """Restore ``nodes`` in parallel with Ctrl-C held; and whether one was held."""
 
-    def restore_on(node_plan: NodePlan) -> NodeGpuRestore:
+    def restore_on(node_plan: NodePlan) -> GpuRestore:
         command = control_command(node_plan, "restore", path)
-        return NodeGpuRestore.from_fields(call_control(transport, node_plan, command))
+        return _restored(call_control(transport, node_plan, command))
 
     with _sigint_held() as held:
         outcome = run_each(nodes, restore_on)
@@ -207,7 +216,7 @@ def _restore(
 
 def _restore_after(
     transport: Transport, nodes: Sequence[NodePlan], path: str, *, raising: bool
-) -> GroupResult[NodeGpuRestore]:
+) -> GroupResult[GpuRestore]:
     """Restore ``nodes``; log failures; raise them (and a held Ctrl-C) when ``raising``."""
     outcome, interrupted = _restore(transport, nodes, path)
     if outcome.failed:
@@ -219,9 +228,7 @@ def _restore_after(
     return outcome
 
 
-def _apply_failure(
-    applied: GroupResult[NodeGpuSettings], restored: GroupResult[NodeGpuRestore]
-) -> str:
+def _apply_failure(applied: GroupResult[NodeGpuSettings], restored: GroupResult[GpuRestore]) -> str:
     total = len(applied.results) + len(applied.failed)
     lines = [f"GPU settings failed on {len(applied.failed)} of {total} node(s):"]
     lines += [f"  {_reason(name, e)}" for name, e in applied.failed.items()]
@@ -232,7 +239,7 @@ def _apply_failure(
     return "\n".join(lines)
 
 
-def _restore_failure(outcome: GroupResult[NodeGpuRestore]) -> str:
+def _restore_failure(outcome: GroupResult[GpuRestore]) -> str:
     lines = [
         f"GPU settings not put back on {len(outcome.failed)} node(s)"
         " (retry with `rtk profile --restore`):"

@@ -18,7 +18,8 @@ from toolkit.cluster.progress_reporter import Reporter
 from toolkit.cluster.ray_status import ClusterStatus, cluster_status
 from toolkit.cluster.up_steps import NodeStep
 from toolkit.errors import ClusterError, RtkError, TransportError, WaitTimeoutError
-from toolkit.gpu.limits_over_ssh import call_control, control_command, restore_file
+from toolkit.gpu.limits import GpuLimits
+from toolkit.gpu.limits_over_ssh import SshGpuLimits
 from toolkit.lifecycle.down import stop_node
 from toolkit.lifecycle.failures.causes import explain_start_failure, port_names, start_blocker
 from toolkit.netenv import env_for_node
@@ -174,17 +175,16 @@ def put_back_gpu_settings(
 ) -> None:
     """Put back the GPU settings an earlier run left on the node (its restore file).
 
-    As ``rtk profile --restore`` does (``gpu_control.py restore``), before Ray starts
+    As ``rtk profile --restore`` does (``SshGpuLimits.restore``), before Ray starts
     there: no run of this cluster holds them then. One line says what happened; a
     failure does not stop the bring-up (the file stays for ``rtk profile --restore``).
     """
     name = node_plan.name
     what = f"GPU power limits an earlier run left ({GPU_RESTORE_FILE})"
-    command = control_command(node_plan, "restore", restore_file(plan))
-    try:
-        call_control(transport, node_plan, command)
-    except RtkError as e:
-        why = str(e).removeprefix(f"{name}: ")
+    limits: GpuLimits = SshGpuLimits(plan, transport, [node_plan])
+    done = limits.restore()[name]
+    if done.failed:
+        why = done.failed.removeprefix(f"{name}: ")
         reporter.info(f"{name}: could not put back the {what}: {why}")
         return
     reporter.info(f"{name}: put back {what}")

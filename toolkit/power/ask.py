@@ -18,7 +18,8 @@ from typing import Protocol, TypeVar
 
 import ray
 
-from toolkit.power.node_power import NodePower, NodeRestore, node_power, node_restore
+from toolkit.gpu.limits import GpuLimits, GpuRestore
+from toolkit.power.node_power import NodePower, node_power, node_restore
 from toolkit.ray_fanout import ask_nodes, pinned
 from toolkit.rundir.layout import RunDir
 from toolkit.stall.collect import error_line, ray_node_ids
@@ -60,8 +61,8 @@ class NodeReport:
     rank_gpus: tuple[RankGpu, ...] = ()
 
 
-class PowerNodes(Protocol):
-    """The nodes, as the power driver reaches them."""
+class PowerNodes(GpuLimits, Protocol):
+    """The nodes, as the power driver reaches them: the GPU-limit interface, and reads."""
 
     def ask(
         self, limits_w: Mapping[str, Mapping[int, float]], run_dir: str | None
@@ -73,8 +74,8 @@ class PowerNodes(Protocol):
         """
         ...
 
-    def restore(self) -> dict[str, NodeRestore | str]:
-        """Put back every node's limits; per node what was done, or why it gave no answer."""
+    def restore(self) -> dict[str, GpuRestore]:
+        """Put back every node's limits; a node that gave no answer ``failed``, with why."""
         ...
 
 
@@ -111,7 +112,7 @@ def _ask_node(
 
 
 @ray.remote(num_cpus=0)
-def _restore_node(node: str, owner: str) -> NodeRestore:
+def _restore_node(node: str, owner: str) -> GpuRestore:
     return node_restore(node, owner=owner)
 
 
@@ -143,21 +144,25 @@ class RayPowerNodes:
 
         return self._each(nodes, submit)
 
-    def restore(self) -> dict[str, NodeRestore | str]:
+    def restore(self) -> dict[str, GpuRestore]:
         """See ``PowerNodes.restore``: the nodes that were asked to set a limit."""
         nodes = {k: v for k, v in ray_node_ids().items() if k in self._asked}
         missing = self._asked - set(nodes)
 
-        def submit(name: str) -> ray.ObjectRef[NodeRestore]:
+        def submit(name: str) -> ray.ObjectRef[GpuRestore]:
             task = _restore_node.options(scheduling_strategy=pinned(nodes[name]))
             return task.remote(name, self.owner)
 
-        done: dict[str, NodeRestore | str] = {
-            name: "not in the cluster now: its limits stay until `rtk profile --restore` "
+        gone = (
+            "not in the cluster now: its limits stay until `rtk profile --restore` "
             "or the next `rtk up`"
-            for name in missing
-        }
-        return done | self._each(nodes, submit)
+        )
+        done = {name: GpuRestore(name, failed=f"{name}: {gone}") for name in missing}
+        for name, answer in self._each(nodes, submit).items():
+            done[name] = (
+                GpuRestore(name, failed=f"{name}: {answer}") if isinstance(answer, str) else answer
+            )
+        return done
 
     def _each(
         self, nodes: Mapping[str, str], submit: Callable[[str], ray.ObjectRef[T]]

@@ -372,11 +372,7 @@ class PowerDriver:
             return
         self._set_any = False
         done = self._nodes.restore()
-        failed = [
-            f"{name}: {result}" if isinstance(result, str) else result.failed
-            for name, result in sorted(done.items())
-            if isinstance(result, str) or result.failed
-        ]
+        failed = [result.failed for _, result in sorted(done.items()) if result.failed]
         if failed:
             text = (
                 f"power limits not put back on {len(failed)} node(s) ({failed[0]});"

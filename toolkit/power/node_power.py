@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from toolkit.gpu.limits import GpuRestore, restored_lines
 from toolkit.node import gpu_control
 from toolkit.node.common import GPU_RESTORE_FILE
 
@@ -132,30 +133,9 @@ def node_power(
     return NodePower(node, wall_s, gpus, tuple(errors), nvml=True)
 
 
-@dataclass(frozen=True)
-class NodeRestore:
-    """What putting back a node's GPU settings did.
-
-    Attributes:
-        done: One line per GPU setting put back.
-        failed: What could not be put back, in one line (the restore file stays).
-        left: Why the file was left as it is (another run, or ``rtk profile``, wrote
-            it): not a failure.
-    """
-
-    done: tuple[str, ...] = ()
-    failed: str | None = None
-    left: str | None = None
-
-    @property
-    def lines(self) -> tuple[str, ...]:
-        """Everything it did, one line each."""
-        return (*self.done, *(line for line in (self.left, self.failed) if line))
-
-
 def node_restore(
     node: str, restore_file: str | None = None, nvml: Any = None, owner: str | None = None
-) -> NodeRestore:
+) -> GpuRestore:
     """Put back what the restore file names on this node.
 
     No file: nothing to do, no line, and NVML is not loaded. A GPU that fails does not
@@ -168,10 +148,10 @@ def node_restore(
         if owner is not None:
             there, written_by = gpu_control.record_owner(path)
             if not there:
-                return NodeRestore()
+                return GpuRestore(node)
             if written_by != owner:
                 left = f"{node}: left {path} as it is: {written_by or 'rtk profile'} wrote it"
-                return NodeRestore(left=left)
+                return GpuRestore(node, left=left)
         done = gpu_control.restore(nvml, path, node=node)
     except gpu_control.ControlError as e:
         done = e.result
@@ -179,13 +159,8 @@ def node_restore(
     else:
         failed = None
     if done.get("nothing_to_do"):
-        return NodeRestore()
-    restored = tuple(
-        f"{node}: put back the {', '.join(kinds).replace('_', ' ')} of GPU {uuid}"
-        for uuid, kinds in done.get("gpus", {}).items()
-        if kinds
-    )
-    return NodeRestore(restored, failed)
+        return GpuRestore(node)
+    return GpuRestore(node, restored_lines(node, done.get("gpus", {})), failed)
 
 
 def _load(errors: list[str]) -> Any:

@@ -176,8 +176,10 @@ def test_restore_all_after_a_crash(tmp_path: Path, state: Path) -> None:
     assert NodeGpuSettings.from_fields(answer).to_json() == answer.data
     answers = restore_all(plan, LocalTransport())
     done = answers["localhost"]
-    assert not done.nothing_to_do
-    assert done.gpus == {g.uuid: ("power_limit", "gpu_clocks") for g in gpus(4)}
+    assert not done.nothing_to_do and done.failed is None
+    assert done.done == tuple(
+        f"localhost: put back the power limit, gpu clocks of GPU {g.uuid}" for g in gpus(4)
+    )
     assert settings_of(state) == [(650_000, None, None)] * 4
     assert restore_all(plan, LocalTransport())["localhost"].nothing_to_do is True
 

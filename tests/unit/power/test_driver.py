@@ -8,9 +8,9 @@ from pathlib import Path
 
 from power_model import COMM_S, MAX_W, MIN_W, ModelNodes, play
 
+from toolkit.gpu.limits import GpuRestore
 from toolkit.power.ask import NodeReport
 from toolkit.power.driver import PowerDriver
-from toolkit.power.node_power import NodeRestore
 from toolkit.power.policy_summary import summarize
 from toolkit.power.records import read_power
 from toolkit.power.settings import OPTIMIZE, STRAGGLERS, PowerSettings
@@ -60,12 +60,12 @@ def test_a_put_back_that_failed_is_told_from_one_that_was_done_by_its_record(
     """Not by its wording: a done line may say "failed" (a GPU named so) and be done."""
 
     class Failing(ModelNodes):
-        def restore(self) -> dict[str, NodeRestore | str]:
+        def restore(self) -> dict[str, GpuRestore]:
             super().restore()
             return {
-                "n0": NodeRestore(done=("n0: put back the power limit of GPU failed-0",)),
-                "n1": NodeRestore(failed="n1: could not put back every GPU setting on n1"),
-                "n2": "did not answer within 30 s",
+                "n0": GpuRestore("n0", done=("n0: put back the power limit of GPU failed-0",)),
+                "n1": GpuRestore("n1", failed="n1: could not put back every GPU setting on n1"),
+                "n2": GpuRestore("n2", failed="n2: did not answer within 30 s"),
             }
 
     model = Failing({"n0": 1, "n1": 1, "n2": 1})

@@ -18,6 +18,7 @@ from fake_nvml import FakeGpu, FakeNvml, from_state_file
 from pynvml import NVML_ERROR_DRIVER_NOT_LOADED
 
 from toolkit.cluster.plan import build_plan
+from toolkit.gpu.limits import GpuRestore
 from toolkit.gpu.limits_over_ssh import restore_file
 from toolkit.inventory import default_inventory
 from toolkit.node import gpu_control
@@ -25,7 +26,6 @@ from toolkit.node.common import GPU_RESTORE_FILE
 from toolkit.power.node_power import (
     GpuReading,
     NodePower,
-    NodeRestore,
     default_restore_file,
     node_power,
     node_restore,
@@ -138,14 +138,15 @@ def test_node_restore_puts_back_what_the_run_set(record: str) -> None:
     node_power("n1", RUN, {0: 300}, record, fake)
     node_power("n1", RUN, {1: 400}, record, fake)
     assert limits_mw(fake) == [300_000, 400_000]
-    assert node_restore("n1", record, fake) == NodeRestore(
+    assert node_restore("n1", record, fake) == GpuRestore(
+        "n1",
         done=(
             f"n1: put back the power limit of GPU {gpu(0).uuid}",
             f"n1: put back the power limit of GPU {gpu(1).uuid}",
-        )
+        ),
     )
     assert limits_mw(fake) == [650_000, 700_000] and not Path(record).exists()
-    assert node_restore("n1", record, fake) == NodeRestore()  # nothing left to do
+    assert node_restore("n1", record, fake) == GpuRestore("n1")  # nothing left to do
 
 
 def test_node_restore_without_a_file_needs_no_nvml(
@@ -155,7 +156,7 @@ def test_node_restore_without_a_file_needs_no_nvml(
         raise AssertionError("NVML loaded with nothing to restore")
 
     monkeypatch.setattr(gpu_control, "load_nvml", never)
-    assert node_restore("n1", record) == NodeRestore()
+    assert node_restore("n1", record) == GpuRestore("n1")
 
 
 def test_node_restore_goes_on_past_a_failing_gpu_and_keeps_the_file(record: str) -> None:
@@ -258,12 +259,12 @@ def test_node_restore_of_a_run_leaves_another_owners_file(record: str) -> None:
     node_power("n1", "raysubmit_other", {0: 300}, record, fake)
     refused = node_power("n1", RUN, {0: 400}, record, fake)
     assert refused.errors and refused.gpus[0].limit_w == 300.0
-    assert node_restore("n1", record, fake, owner=RUN) == NodeRestore(
-        left=f"n1: left {record} as it is: raysubmit_other wrote it"
+    assert node_restore("n1", record, fake, owner=RUN) == GpuRestore(
+        "n1", left=f"n1: left {record} as it is: raysubmit_other wrote it"
     )
     assert limits_mw(fake) == [300_000] and Path(record).exists()
-    assert node_restore("n1", record, fake, owner="raysubmit_other") == NodeRestore(
-        done=(f"n1: put back the power limit of GPU {gpu(0).uuid}",)
+    assert node_restore("n1", record, fake, owner="raysubmit_other") == GpuRestore(
+        "n1", done=(f"n1: put back the power limit of GPU {gpu(0).uuid}",)
     )
     assert limits_mw(fake) == [700_000]
-    assert node_restore("n1", record, fake, owner=RUN) == NodeRestore()
+    assert node_restore("n1", record, fake, owner=RUN) == GpuRestore("n1")
