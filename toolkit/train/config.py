@@ -258,7 +258,7 @@ class TrainConfig:
             RtkError: An unknown key, or a setting its settings object refuses.
         """
         options = dict(data)
-        nested: dict[str, dict[str, Any]] = {
+        nested: dict[str, JsonObject] = {
             name: dict(options.pop(name, None) or {}) for name in SETTINGS
         }
         for flat, (name, key) in SETTINGS_OPTIONS.items():

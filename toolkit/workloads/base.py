@@ -46,3 +46,15 @@ class Workload(Protocol):
         (``toolkit.jobs.shipped_code``).
         """
         ...
+
+
+class Unremembered:
+    """What most workloads answer: no driver started ahead, nothing kept in the state."""
+
+    @property
+    def starts_ahead(self) -> bool:
+        """Never: only the trainer's driver waits at a gate."""
+        return False
+
+    def remember(self, store: StateStore) -> None:
+        """Nothing: the run's directory is the one the user (or the sweep) named."""

@@ -10,16 +10,16 @@ from dataclasses import dataclass, field
 from toolkit.cluster.plan import ClusterPlan
 from toolkit.inventory.hostrange import fit_hostlist
 from toolkit.jobs.request import JobRequest
-from toolkit.state.store import StateStore
 from toolkit.telemetry.options import TelemetryOptions
 from toolkit.torchrun.spec import TorchrunSpec, node_argv, nproc_for
+from toolkit.workloads.base import Unremembered
 from toolkit.workloads.user_command import CommandWorkload, recorded_request
 
 TORCHRUN_MODULE = "toolkit.torchrun.fanout"
 
 
 @dataclass(frozen=True)
-class TorchrunWorkload:
+class TorchrunWorkload(Unremembered):
     """The user's script under torchrun on every node, with rtk's telemetry."""
 
     spec: TorchrunSpec
@@ -27,17 +27,9 @@ class TorchrunWorkload:
     working_dir: str = "."
     telemetry: TelemetryOptions = field(default_factory=TelemetryOptions)
 
-    @property
-    def starts_ahead(self) -> bool:
-        """Never: only the trainer's driver waits at a gate."""
-        return False
-
     def check(self) -> None:
         """Its telemetry options (the spec was checked when it was built)."""
         self.telemetry.check()
-
-    def remember(self, store: StateStore) -> None:
-        """Nothing: its run directory is the one the user named."""
 
     def job_request(self, plan: ClusterPlan, stamp: int, ship_code: bool) -> JobRequest:
         """``toolkit.torchrun.fanout`` on the head, recorded, with what each node runs."""

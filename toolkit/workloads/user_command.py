@@ -12,13 +12,14 @@ from toolkit.jobs.request import JobRequest
 from toolkit.jobs.runtime_env import working_dir_env
 from toolkit.power.settings import PowerSettings
 from toolkit.stall.settings import WatchSettings
-from toolkit.state.store import StateStore, state_root
+from toolkit.state.store import state_root
 from toolkit.telemetry.options import TelemetryOptions
 from toolkit.telemetry.record_submission import record_job
+from toolkit.workloads.base import Unremembered
 
 
 @dataclass(frozen=True)
-class CommandWorkload:
+class CommandWorkload(Unremembered):
     """Any command, run on the head inside ``working_dir`` (shipped with the job).
 
     With ``telemetry`` (and then ``run_dir``), samplers record every node around it
@@ -35,18 +36,10 @@ class CommandWorkload:
     stall: WatchSettings | None = None  # with telemetry: watch its ranks for stalls
     power: PowerSettings | None = None  # with telemetry: set its GPUs' power limits
 
-    @property
-    def starts_ahead(self) -> bool:
-        """Never: only the trainer's driver waits at a gate."""
-        return False
-
     def check(self) -> None:
         """Its telemetry options, when it has them."""
         if self.telemetry is not None:
             self.telemetry.check()
-
-    def remember(self, store: StateStore) -> None:
-        """Nothing: its run directory is the one the user named."""
 
     def job_request(self, plan: ClusterPlan, stamp: int, ship_code: bool) -> JobRequest:
         """Recorded: ``toolkit.telemetry.record_job`` around it; plain: the command itself."""

@@ -9,15 +9,15 @@ from typing import Any
 
 from toolkit.cluster.plan import ClusterPlan
 from toolkit.jobs.request import JobRequest
-from toolkit.state.store import StateStore
 from toolkit.telemetry.options import TelemetryOptions
+from toolkit.workloads.base import Unremembered
 from toolkit.workloads.user_command import CommandWorkload, recorded_request
 
 VLLM_BENCH_MODULE = "toolkit.profile.vllm_bench"
 
 
 @dataclass(frozen=True)
-class VllmWorkload:
+class VllmWorkload(Unremembered):
     """The vLLM benchmark with ``settings``, under telemetry (``rtk profile``)."""
 
     settings: Mapping[str, Any]
@@ -26,17 +26,9 @@ class VllmWorkload:
     working_dir: str = "."
     env: Mapping[str, str] = field(default_factory=dict)
 
-    @property
-    def starts_ahead(self) -> bool:
-        """Never: only the trainer's driver waits at a gate."""
-        return False
-
     def check(self) -> None:
         """Its telemetry options."""
         self.telemetry.check()
-
-    def remember(self, store: StateStore) -> None:
-        """Nothing: the sweep keeps its runs."""
 
     def job_request(self, plan: ClusterPlan, stamp: int, ship_code: bool) -> JobRequest:
         """The benchmark's module on the head, recorded as any command is."""
