@@ -255,21 +255,35 @@ def follow_job(client: Any, job_id: str, echo: Callable[[str], None]) -> JobInfo
     return job_info(client, job_id)
 
 
-def _follow(client: Any, job_id: str, echo: Callable[[str], None], stop_on_interrupt: bool) -> str:
-    """Stream the job's log until it ends; its final status."""
+def _follow(
+    client: Any,
+    job_id: str,
+    echo: Callable[[str], None],
+    stop_on_interrupt: bool,
+    clock: Callable[[], float] = time.monotonic,
+) -> str:
+    """Stream the job's log until it ends; its final status.
+
+    The status is asked at most once every ``POLL_S``, however fast the log comes: a
+    job printing a line per step would otherwise cost an HTTP request to the head's
+    dashboard per chunk of its log, for as long as it runs.
+    """
     follower = LogFollower(client, job_id, echo)
     status = "PENDING"
+    asked_at = -POLL_S
 
     def running() -> bool:
-        nonlocal status
+        nonlocal status, asked_at
         status = _status(client, job_id)
+        asked_at = clock()
         return status not in TERMINAL
 
     try:
         running()
         while status not in TERMINAL:
             follower.poll(POLL_S, running)
-            status = _status(client, job_id)
+            if clock() - asked_at >= POLL_S:
+                running()
     except KeyboardInterrupt:
         if not stop_on_interrupt:
             raise

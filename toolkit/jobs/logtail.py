@@ -16,6 +16,7 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -76,10 +77,12 @@ class LogFollower:
         """Print what arrived within ``wait_s``; reopen a stream that stopped early.
 
         ``job_running`` is asked only when the stream has ended: a stream that ends
-        with its job is complete, one that ends before it is opened again.
+        with its job is complete, one that ends before it is opened again. Without a
+        stream (given up on) it waits ``wait_s``: the caller's loop never spins.
         """
         stream = self._stream
         if stream is None:
+            time.sleep(wait_s)
             return
         try:
             chunk = stream.chunks.get(timeout=wait_s)

@@ -14,7 +14,9 @@ from ray.job_submission import JobDetails, JobStatus, JobType
 
 from toolkit.errors import ClusterError, JobError
 from toolkit.jobs.client import (
+    POLL_S,
     JobInfo,
+    _follow,
     job_info,
     job_log,
     list_jobs,
@@ -194,3 +196,42 @@ def test_a_refused_submission_says_rays_reason_on_one_line() -> None:
     with pytest.raises(ClusterError) as refused:
         submit_job(Refusing(), "python a.py", {"pip": "x"}, "j")
     assert str(refused.value) == "the Jobs API refused job j: runtime_env field pip: not a list."
+
+
+class ChattyJob:
+    """A job whose log comes in ``chunks`` small pieces; it ends with its log."""
+
+    def __init__(self, chunks: int) -> None:
+        self.chunks = chunks
+        self.sent = 0
+        self.status_asks = 0
+
+    async def tail_job_logs(self, job_id: str) -> Any:
+        for i in range(self.chunks):
+            self.sent += 1
+            yield f"step {i}\n"
+
+    def get_job_status(self, job_id: str) -> str:
+        self.status_asks += 1
+        return "SUCCEEDED" if self.sent >= self.chunks else "RUNNING"
+
+    def get_job_logs(self, job_id: str) -> str:
+        return "".join(f"step {i}\n" for i in range(self.chunks))
+
+
+def test_a_chatty_log_does_not_make_a_status_request_per_chunk() -> None:
+    """At most one status request per POLL_S of the follower's clock, whatever the log."""
+    job = ChattyJob(500)
+    now = [0.0]
+
+    def clock() -> float:  # each read: a hundredth of POLL_S later
+        now[0] += POLL_S / 100
+        return now[0]
+
+    printed: list[str] = []
+    status = _follow(job, "j", printed.append, stop_on_interrupt=False, clock=clock)
+    assert status == "SUCCEEDED"
+    assert printed == [f"step {i}" for i in range(500)]
+    # One read per loop turn at most, so at most a turn in a hundred asks: 500 chunks
+    # asked once per chunk before.
+    assert job.status_asks <= 500 // 100 + 3, job.status_asks
