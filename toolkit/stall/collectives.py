@@ -28,6 +28,15 @@ from dataclasses import dataclass
 
 from toolkit.json_types import JsonValue
 
+# The Flight Recorder's ring, in entries, in every rank rtk starts or records
+# (``TORCH_FR_BUFFER_SIZE``; a user's own value wins). Measured on gloo
+# (benchmarks/flight_recorder_cost.py, 2 ranks on 2 cores): no cost per collective
+# above the run-to-run noise (+-15%) at 200 to 2,000 entries; a dump of a full ring
+# took 2 ms at 200, 5 ms at 500 and 95-100 ms at 2,000. 500 holds several steps of
+# an FSDP run's collectives (two per layer a step), which is all the diagnosis reads.
+FLIGHT_RECORDER_ENTRIES = 500
+FLIGHT_RECORDER_ENV = {"TORCH_FR_BUFFER_SIZE": str(FLIGHT_RECORDER_ENTRIES)}
+
 # Bytes per element of the dtypes the Flight Recorder names (c10's ScalarType names).
 DTYPE_BYTES = {
     "Float": 4,

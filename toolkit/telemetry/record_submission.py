@@ -12,6 +12,7 @@ from toolkit.jobs.runtime_env import working_dir_env
 from toolkit.jobs.shipped_code import code_env
 from toolkit.json_types import JsonObject
 from toolkit.power.settings import PowerSettings
+from toolkit.stall.collectives import FLIGHT_RECORDER_ENV
 from toolkit.stall.settings import WatchSettings
 from toolkit.state.store import state_root
 from toolkit.telemetry.options import TelemetryOptions
@@ -52,6 +53,8 @@ def record_job(
     env_vars: JsonObject = {
         "RAY_JOB_STOP_WAIT_TIME_S": str(JOB_STOP_WAIT_S),
         "RTK_RUN_DIR": run_dir,
+        # PyTorch's Flight Recorder in every rank: a stall is named at the collective.
+        **FLIGHT_RECORDER_ENV,
         **(env or {}),
     }
     runtime_env: JsonObject = (

@@ -10,6 +10,7 @@ from toolkit.cluster.plan import ClusterPlan
 from toolkit.jobs.client import JOB_STOP_WAIT_S
 from toolkit.jobs.shipped_code import code_env
 from toolkit.json_types import JsonObject
+from toolkit.stall.collectives import FLIGHT_RECORDER_ENV
 from toolkit.stall.settings import RESTART_EXCLUDING
 from toolkit.state.cluster_state import ClusterState, RecordedRun
 from toolkit.state.store import StateStore
@@ -41,6 +42,8 @@ def train_job(
             # Stop with SIGINT: Ray Train's own handler then aborts the workers before
             # the telemetry is collected (with SIGTERM they trained on meanwhile).
             "RAY_JOB_STOP_SIGNAL": "SIGINT",
+            # PyTorch's Flight Recorder in every rank: a stall is named at the collective.
+            **FLIGHT_RECORDER_ENV,
         },
     }
     return entrypoint, runtime_env

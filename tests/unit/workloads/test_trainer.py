@@ -10,6 +10,7 @@ from toolkit.cluster.plan import build_plan
 from toolkit.errors import RtkError
 from toolkit.flows import job_request
 from toolkit.inventory import default_inventory
+from toolkit.stall.collectives import FLIGHT_RECORDER_ENTRIES
 from toolkit.state.store import StateStore
 from toolkit.train.config import TrainConfig
 from toolkit.workloads import TrainWorkload
@@ -25,6 +26,9 @@ def test_the_trainer_becomes_a_train_job_named_by_its_run() -> None:
     )
     assert "toolkit.train.job" in request.entrypoint
     assert request.dashboard_url == plan.dashboard_url
+    # Every rank records its collectives (PyTorch's Flight Recorder) for the watchdog.
+    env_vars = request.runtime_env["env_vars"]
+    assert env_vars["TORCH_FR_BUFFER_SIZE"] == str(FLIGHT_RECORDER_ENTRIES)
 
 
 def test_only_the_trainer_s_driver_starts_ahead_and_its_config_is_checked() -> None:

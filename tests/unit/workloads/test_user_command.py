@@ -32,6 +32,12 @@ def test_with_telemetry_the_command_runs_inside_the_record_job() -> None:
     recorded = job_request(plan, CommandWorkload(("true",), run_dir="/r/c", telemetry=telemetry), 7)
     argv = shlex.split(recorded.entrypoint)
     assert "toolkit.telemetry.record_job" in argv and argv[-1] == "true"
+    assert recorded.runtime_env["env_vars"]["TORCH_FR_BUFFER_SIZE"] == "500"
+    # The user's own value wins over rtk's.
+    mine = CommandWorkload(
+        ("true",), env={"TORCH_FR_BUFFER_SIZE": "64"}, run_dir="/r", telemetry=telemetry
+    )
+    assert job_request(plan, mine, 7).runtime_env["env_vars"]["TORCH_FR_BUFFER_SIZE"] == "64"
     assert (recorded.kind, recorded.submission_id, recorded.run_dir) == (
         "record",
         "rtk-record-c-7",
