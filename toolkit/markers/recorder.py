@@ -10,7 +10,9 @@ recorder (``active`` is None) and the public API does nothing. With it, the
    ``toolkit.markers`` loads nothing beyond the standard library);
 3. writes ``run_start`` with ``steps_from`` (how steps are found: ``api``, ``auto``,
    ``hf``, ``lightning``, ``ray_train``, ``rtk``);
-4. registers ``run_end`` for the process's exit.
+4. registers ``run_end`` for the process's exit;
+5. with the Flight Recorder on, starts the thread that dumps it when a stall asks
+   (``toolkit.markers.flight``).
 
 Writes take one lock, so threads may share a recorder. A forked child (a DataLoader
 worker, say) inherits the parent's open file and rank: it records nothing. A write
@@ -39,6 +41,7 @@ from toolkit.markers.identity import Identity, discover
 
 if TYPE_CHECKING:
     from toolkit.json_types import JsonValue
+    from toolkit.markers.flight import FlightDumper
     from toolkit.rundir.markers import MarkerWriter
 
 RUN_DIR_VARIABLE = "RTK_RUN_DIR"
@@ -68,6 +71,7 @@ class Recorder:
         self._open = False  # a step_begin is written and its step_end is not
         self._ended: int | None = None
         self._pending: int | None = None  # a step whose step_begin waits for activity
+        self._flight: FlightDumper | None = None  # answers a stall's ask for collectives
 
     @property
     def writing(self) -> bool:
@@ -144,6 +148,8 @@ class Recorder:
             self._off = True
             if self._writer is not None:
                 self._writer.close()
+            if self._flight is not None:
+                self._flight.stop()
 
     def forget_after_fork(self) -> None:
         """In a forked child: write nothing, not even ``run_end`` (the file is the parent's)."""
@@ -183,7 +189,17 @@ class Recorder:
         writer = MarkerWriter(self.run_dir, who.rank, who.local_rank, who.world_size, who.gpu_uuid)
         writer.write("run_start", None, steps_from=self._steps_from)
         atexit.register(self.close)
+        self._start_flight_dumper(who.rank)
         return writer
+
+    def _start_flight_dumper(self, rank: int) -> None:
+        """Dump the rank's Flight Recorder when a stall asks (``toolkit.markers.flight``)."""
+        from toolkit.markers.flight import FlightDumper, recording
+        from toolkit.rundir.layout import RunDir
+
+        if recording():
+            layout = RunDir(self.run_dir)
+            self._flight = FlightDumper(layout.flight_request, layout.flight_dump(rank)).start()
 
 
 def check_steps_from(source: str) -> None:

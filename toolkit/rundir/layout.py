@@ -30,6 +30,7 @@ from toolkit.rundir.trace_files import node_trace_files
 
 MARKERS_DIR = "markers"
 STACKS_DIR = "stacks"
+FLIGHT_DIR = "flight"  # the ranks' Flight Recorder dumps, when a stall asks for them
 TELEMETRY_DIR = "telemetry"
 REPORT_DIR = "report"
 CHECKPOINTS_DIR = "train"  # Ray Train's run name under the run directory
@@ -149,6 +150,15 @@ class RunDir:
     def stack_dump(self, rank: int) -> Path:
         """Where rank ``rank``'s faulthandler writes its stacks when rtk asks for them."""
         return self.root / STACKS_DIR / f"rank-{rank}.txt"
+
+    @property
+    def flight_request(self) -> Path:
+        """Written on a node to ask its ranks for their Flight Recorder (its text: an id)."""
+        return self.root / FLIGHT_DIR / "request"
+
+    def flight_dump(self, rank: int) -> Path:
+        """Where rank ``rank`` writes its Flight Recorder's collectives, as JSON, when asked."""
+        return self.root / FLIGHT_DIR / f"rank-{rank:05d}.json"
 
     # Markers.
     @property
