@@ -26,6 +26,8 @@ import threading
 import time
 from pathlib import Path
 
+from toolkit.json_types import JsonObject, JsonValue
+
 POLL_S = 1.0
 ENV = "TORCH_FR_BUFFER_SIZE"
 
@@ -87,7 +89,7 @@ class FlightDumper:
                 time.sleep(self.poll_s)
 
 
-def flight_recorder_dump() -> dict[str, object] | None:
+def flight_recorder_dump() -> JsonObject | None:
     """This process's Flight Recorder as JSON data; None when there is nothing to dump.
 
     Only a process that imported torch and initialised ``torch.distributed`` has one;
@@ -106,7 +108,7 @@ def flight_recorder_dump() -> dict[str, object] | None:
     return data if isinstance(data, dict) else None
 
 
-def _jsonable(value: object) -> object:
+def _jsonable(value: object) -> JsonValue:
     """The dump's tuples as lists and its odd values as text."""
     if isinstance(value, dict):
         return {str(k): _jsonable(v) for k, v in value.items()}
