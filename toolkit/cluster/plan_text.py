@@ -233,7 +233,7 @@ def _render_node(plan: ClusterPlan, node_plan: NodePlan) -> list[str]:
         else ""
     )
     what_ran = "Ray" if container is None else "container"
-    for number, step in enumerate(node_steps(plan, node_plan), 1):
+    for number, step in enumerate(node_steps(plan), 1):
         text = _describe_node_step(plan, node_plan, step, what_ran, checks)
         lines += [f"  {number}. {text[0]}", *(f"       {line}" for line in text[1:])]
     return lines

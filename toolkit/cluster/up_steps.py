@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from toolkit.cluster.plan import ClusterPlan, NodePlan
+from toolkit.cluster.plan import ClusterPlan
 
 
 class UpStep(StrEnum):
@@ -50,8 +50,8 @@ def up_steps(rotate: bool, preflight: bool) -> tuple[UpStep, ...]:
     return tuple(steps)
 
 
-def node_steps(plan: ClusterPlan, node_plan: NodePlan) -> tuple[NodeStep, ...]:
-    """The steps on ``node_plan``'s node: the probe, what it may find, the files, the start."""
+def node_steps(plan: ClusterPlan) -> tuple[NodeStep, ...]:
+    """The steps on each of ``plan``'s nodes: the probe, what it may find, the files, the start."""
     steps = [NodeStep.PROBE, NodeStep.PUT_BACK, NodeStep.STOP_LEFTOVERS]
     steps += [NodeStep.TOKEN] if plan.auth else []
     steps += [NodeStep.TLS] if plan.tls else []

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import subprocess
 import sys
 import threading
@@ -26,18 +25,12 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[2]))  # the repository: rtk's own dump
+
+from toolkit.markers.flight import flight_recorder_dump  # noqa: E402
+
 SCENARIOS = ("skip", "behind")
 WORLD = 3
-
-
-def _jsonable(value: object) -> object:
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    return str(value)
 
 
 def rank_main(scenario: str, rank: int, port: int) -> None:
@@ -52,9 +45,8 @@ def rank_main(scenario: str, rank: int, port: int) -> None:
 
     def dump_when_stuck() -> None:
         time.sleep(3)
-        raw = torch._C._distributed_c10d._dump_fr_trace(True, False, False)
-        dump = _jsonable(pickle.loads(raw))
-        assert isinstance(dump, dict)
+        dump = flight_recorder_dump()  # as a rank under rtk dumps it
+        assert dump is not None
         for entry in dump.get("entries", []):
             for key in ("thread_id", "time_created_ns", "time_discovered_started_ns"):
                 entry.pop(key, None)  # not read; they only make the files differ run to run
