@@ -7,7 +7,9 @@ directory's ``flight/request`` on its node, and when its text (an id) is new, it
 the recorder (``torch._C._distributed_c10d._dump_fr_trace``) as JSON to
 ``flight/rank-NNNNN.json``, written whole (a temporary file, then a rename). The main
 thread may be waiting inside the collective meanwhile: gloo and NCCL release the
-interpreter while they wait.
+interpreter while they wait. When the thread starts it writes that file with no
+request in it (``{"request": null}``): a node asked for its ranks' collectives
+(``toolkit.stall.flight.dumps``) waits only for the ranks whose file says one watches.
 
 What it cannot reach: a rank whose main thread holds the interpreter (a C extension
 spinning without releasing it), a stopped rank (SIGSTOP, a debugger), a rank that
@@ -52,7 +54,8 @@ class FlightDumper:
         self._thread = threading.Thread(target=self._run, name="rtk-flight-recorder", daemon=True)
 
     def start(self) -> FlightDumper:
-        """Start looking for requests; returns self."""
+        """Say that this rank answers (its file, with no request), start looking; returns self."""
+        self._write({"request": None})
         self._thread.start()
         return self
 
@@ -73,9 +76,14 @@ class FlightDumper:
         if dump is None:
             return False
         dump["request"] = wanted
+        return self._write(dump)
+
+    def _write(self, data: JsonObject) -> bool:
+        """``data`` as the dump file, written whole; False when it could not be."""
         partial = self.dump.with_name(f".{self.dump.name}.{os.getpid()}")
         try:
-            partial.write_text(json.dumps(dump) + "\n", encoding="utf-8")
+            partial.parent.mkdir(parents=True, exist_ok=True)
+            partial.write_text(json.dumps(data) + "\n", encoding="utf-8")
             partial.replace(self.dump)
         except OSError:
             return False

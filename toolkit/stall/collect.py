@@ -5,7 +5,8 @@ the run, a task pinned to each (``toolkit.ray_fanout``), ``in_flight`` at a time
 node that does not answer within ``per_node_timeout_s`` is itself evidence: its
 ``NodeEvidence`` says so, and nothing waits for it longer; a task that fails gives its
 error in one line. A rank's stack gets a fifth of the node's time, so a node's 72
-ranks, read 32 at a time, still answer within it.
+ranks, read 32 at a time, still answer within it. Every node is given the same
+request id for its ranks' Flight Recorders (``flight.dumps``).
 
 A node Ray has declared dead is not asked: Ray's record of it keeps no resources, so
 no name either. This process remembers the name each node id had while it was alive
@@ -15,6 +16,7 @@ no name either. This process remembers the name each node id had while it was al
 from __future__ import annotations
 
 import math
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -31,9 +33,11 @@ _ERROR_CHARS = 300
 
 
 @ray.remote(num_cpus=0)
-def _node_evidence(run_dir: str, node: str, stack_timeout_s: float) -> NodeEvidence:
+def _node_evidence(
+    run_dir: str, node: str, stack_timeout_s: float, flight_request: str
+) -> NodeEvidence:
     """``node_evidence`` on the node this task runs on."""
-    return node_evidence(run_dir, node, stack_timeout_s)
+    return node_evidence(run_dir, node, stack_timeout_s, flight_request=flight_request)
 
 
 def collect_evidence(
@@ -54,10 +58,12 @@ def collect_evidence(
         One ``NodeEvidence`` per node; one that did not answer carries its error.
     """
     stack_timeout_s = per_node_timeout_s / 5
+    # One id for the whole collection: a run directory every node shares is asked once.
+    flight_request = uuid.uuid4().hex[:12]
 
     def ask(name: str) -> ray.ObjectRef[NodeEvidence]:
         task = _node_evidence.options(scheduling_strategy=pinned(nodes[name]))
-        return task.remote(run_dir, name, stack_timeout_s)
+        return task.remote(run_dir, name, stack_timeout_s, flight_request)
 
     found: dict[str, NodeEvidence] = {}
     for answer in ask_nodes(nodes, ask, per_node_timeout_s, max(1, in_flight)):

@@ -19,6 +19,15 @@ the suspects, most likely first:
    every rank not waiting where most of the waiters wait, since the waiters wait for it;
 5. ranks whose last finished step is behind most ranks'.
 
+Where the ranks' Flight Recorders answered (``RankEvidence.collectives``), the
+collectives are compared too (``toolkit.stall.flight.collectives``): per process group, the
+collective it is stuck at and the ranks that never joined it, call another, or gave no
+record. Those ranks are suspects where the frames did not already name them (a rank one
+collective behind the others at the same line, a collective of another size), and the
+summary names the collective first, with the first culprit's place:
+``stalled at step 9 for 12 s: all_reduce #40 (group 0, 4 B) waits for rank 2 (node3),
+which is in next_batch() at train.py:52``.
+
 When no rank stands out (all wait in the same collective), there are no suspects and
 the summary says so. The cost is O(ranks x frames); the summary is one line whatever
 the number of ranks, and ``Diagnosis.lines`` one screen.
@@ -31,16 +40,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from toolkit.stall.detector import Stall
+from toolkit.stall.flight.blame import collective_blames, collective_line
+from toolkit.stall.flight.collectives import CollectiveStall, diagnose_collectives
 from toolkit.stall.location import (
     EXITED,
     EXITED_PHRASE,
     STOPPED_KIND,
     UNREADABLE,
-    UNREADABLE_PHRASE,
     Location,
     locate,
 )
 from toolkit.stall.records import RAY_LOST, NodeEvidence, RankEvidence, StallRecord, Suspect
+from toolkit.stall.words import count, predicate, stall_head, subject
 
 NO_ANSWER_PHRASE = "on a node that did not answer"
 MISSING_PHRASE = "not found on its node (no marker files)"
@@ -61,6 +72,7 @@ class Diagnosis:
         suspects: Whom the diagnosis blames, most likely first.
         group_ranks: Each group's ranks, sorted.
         suspect_texts: Each suspect in words, as ``lines`` prints it.
+        collectives: Where each stuck process group is, from the Flight Recorders.
     """
 
     stall: Stall
@@ -69,6 +81,7 @@ class Diagnosis:
     suspects: tuple[Suspect, ...] = ()
     group_ranks: dict[str, tuple[int, ...]] = field(default_factory=dict, repr=False)
     suspect_texts: tuple[str, ...] = field(default=(), repr=False)
+    collectives: tuple[CollectiveStall, ...] = ()
 
     @property
     def every_rank_exited(self) -> bool:
@@ -91,7 +104,7 @@ class Diagnosis:
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
         groups = [
-            f"  {_count(n)} {_predicate(phrase, n != 1)} "
+            f"  {count(n)} {predicate(phrase, n != 1)} "
             f"({'rank' if n == 1 else 'ranks'} {compact_ranks(self.group_ranks.get(phrase, ()))})"
             for phrase, n in self.groups.items()
         ]
@@ -131,6 +144,7 @@ class Diagnosis:
             nodes=tuple(nodes),
             collect_s=collect_s,
             action=action,
+            collectives=self.collectives,
         )
 
 
@@ -190,21 +204,31 @@ def diagnose(
             continue
         members.setdefault(MISSING_PHRASE, []).extend(ranks)
         for rank_id in ranks:
-            text = f"rank {rank_id} ({node_name}) {_predicate(MISSING_PHRASE, False)}"
+            text = f"rank {rank_id} ({node_name}) {predicate(MISSING_PHRASE, False)}"
             suspect = Suspect(node_name, MISSING_PHRASE, rank_id)
             blames.append(_Blame(_MISSING, rank_id, suspect, text, text))
 
     groups = dict(sorted(((p, len(r)) for p, r in members.items()), key=lambda g: (-g[1], g[0])))
     blames += _rank_blames(located, next(iter(groups), None), exits_explained=bool(silent))
+    recorded = [rank.collectives for rank, _ in located if rank.collectives is not None]
+    collectives = tuple(diagnose_collectives(recorded)) if recorded else ()
+    blamed = {b.suspect.rank for b in blames if b.suspect.rank is not None}
+    blames += [
+        _Blame(_ELSEWHERE, b.suspect.rank or 0, b.suspect, b.text, b.text)
+        for b in collective_blames(collectives, located, blamed)
+    ]
     blames.sort(key=lambda b: (b.tier, b.order))
     suspects = tuple(b.suspect for b in blames)
+    ranks_in_order = [s.rank for s in suspects if s.rank is not None]
+    summary = collective_line(stall, collectives, ranks_in_order, located, expected)
     return Diagnosis(
         stall=stall,
-        summary=_summary(stall, groups, blames, located),
+        summary=summary or _summary(stall, groups, blames, located),
         groups=groups,
         suspects=suspects,
         group_ranks={phrase: tuple(sorted(members[phrase])) for phrase in groups},
         suspect_texts=tuple(b.text for b in blames),
+        collectives=collectives,
     )
 
 
@@ -244,7 +268,7 @@ def _rank_blames(
         tier = _place_tier(where, largest, main_wait)
         if tier is None or (tier == _EXITED and exits_explained):
             continue
-        text = f"{_subject(rank)} {_predicate(where.phrase, False)}"
+        text = f"{subject(rank)} {predicate(where.phrase, False)}"
         suspect = Suspect(rank.node, where.phrase, rank.rank, where.frame)
         blames.append(_Blame(tier, rank.rank, suspect, text, text))
         blamed.add(rank.rank)
@@ -257,7 +281,7 @@ def _rank_blames(
             continue
         last = "no step finished" if rank.last_step is None else f"last step {rank.last_step}"
         reason = f"behind: {last}, most ranks {usual}"
-        text = f"{_subject(rank)} is {reason}"
+        text = f"{subject(rank)} is {reason}"
         blames.append(_Blame(_BEHIND, rank.rank, Suspect(rank.node, reason, rank.rank), text, text))
     return blames
 
@@ -282,12 +306,7 @@ def _summary(
     located: Sequence[tuple[RankEvidence, Location]],
 ) -> str:
     """The one line: the stall, the likeliest suspect (and how many more), the main group."""
-    stalled = f"for {stall.stalled_s:.0f} s"
-    head = (
-        f"stalled at step {stall.step} {stalled}"
-        if stall.step is not None
-        else f"stalled before the first step {stalled}"
-    )
+    head = stall_head(stall)
     if not groups and not blames:
         return f"{head}: no rank gave evidence"
     if blames:
@@ -300,7 +319,7 @@ def _summary(
         others = [(p, n) for p, n in groups.items() if p != own]
         if others:
             phrase, n = others[0]
-            text += f"; {_count(n)} {_predicate(phrase, n != 1)}"
+            text += f"; {count(n)} {predicate(phrase, n != 1)}"
         return f"{head}: {text}"
     phrase, n = next(iter(groups.items()))
     total = sum(groups.values())
@@ -308,35 +327,11 @@ def _summary(
         waiting = any(where.waiting for _, where in located)
         everyone = f"all {total} ranks" if total > 1 else "the only rank"
         cause = ": a network or NCCL problem?" if waiting else ""
-        return f"{head}: {everyone} {_predicate(phrase, total > 1)}; no rank stands out{cause}"
+        return f"{head}: {everyone} {predicate(phrase, total > 1)}; no rank stands out{cause}"
     return (
         f"{head}: {total} ranks in {len(groups)} places, most ({n}) "
-        f"{_predicate(phrase, n != 1)}; no rank stands out"
+        f"{predicate(phrase, n != 1)}; no rank stands out"
     )
-
-
-def _subject(rank: RankEvidence) -> str:
-    """``rank 5 (node03, GPU 2)``."""
-    if rank.gpu is None:
-        return f"rank {rank.rank} ({rank.node})"
-    gpu = rank.gpu if rank.gpu.startswith("GPU-") else f"GPU {rank.gpu}"
-    return f"rank {rank.rank} ({rank.node}, {gpu[:12]})"
-
-
-def _predicate(phrase: str, plural: bool) -> str:
-    """A group's phrase as what its ranks do: ``waits in all_reduce``, ``are in forward``."""
-    if phrase.startswith("wait "):
-        return ("wait " if plural else "waits ") + phrase.removeprefix("wait ")
-    if phrase == EXITED_PHRASE:
-        return phrase
-    if phrase.startswith(UNREADABLE_PHRASE):
-        rest = phrase.removeprefix(UNREADABLE_PHRASE)
-        return ("have unreadable stacks" if plural else "has an unreadable stack") + rest
-    return ("are " if plural else "is ") + phrase
-
-
-def _count(n: int) -> str:
-    return f"{n} rank" if n == 1 else f"{n} ranks"
 
 
 def _cut(lines: list[str], room: int) -> list[str]:

@@ -8,6 +8,10 @@ otherwise). Only a file's tail is read (``TAIL_BYTES``): a long run's marker fil
 hundreds of MB. The phase a rank is in is the innermost ``phase_begin`` whose
 ``phase_end`` the tail does not hold (none after ``run_end``).
 
+When the collection gives a request id, the node first asks its ranks for their
+Flight Recorder's collectives (``flight.dumps``), reads the stacks meanwhile, then
+gathers the answers (a rank's recent collectives go with its evidence).
+
 Stacks are read in parallel, ``STACK_WORKERS`` at a time: a node has 8 ranks
 typically and 72 at most, and each read is a py-spy process (some 10 ms) or a wait
 for the rank's own dump, each within ``stack_timeout_s``; 72 ranks that all time out
@@ -31,6 +35,7 @@ from typing import Any
 from toolkit.errors import RunDirError
 from toolkit.rundir.layout import RunDir
 from toolkit.rundir.markers import Marker
+from toolkit.stall.flight import dumps as flight_dumps
 from toolkit.stall.proc_state import process_state
 from toolkit.stall.records import GONE, ZOMBIE, NodeEvidence, RankEvidence
 from toolkit.stall.stacks import NO_STACK, StackRead, rank_stack
@@ -59,6 +64,7 @@ def node_evidence(
     stack_timeout_s: float = STACK_TIMEOUT_S,
     py_spy: bool = True,
     nvml: Any = None,
+    flight_request: str | None = None,
 ) -> NodeEvidence:
     """The evidence of ``node``'s ranks, read on that node now.
 
@@ -69,9 +75,13 @@ def node_evidence(
         py_spy: Try py-spy first (False: faulthandler only).
         nvml: The NVML module to read the ranks' GPUs with (default: ``pynvml``, when
             the node has it and a rank has a GPU).
+        flight_request: The collection's id: ask the ranks for their collectives
+            (None: do not ask).
     """
     started_s = time.monotonic()
     layout = RunDir(os.path.expanduser(run_dir))
+    if flight_request is not None:
+        flight_dumps.ask(layout, flight_request)
     tails = [t for path in layout.marker_files() if (t := read_tail(path)) is not None]
     mine = ranks_on(tails, node, socket.gethostname())
     workers = max(1, min(STACK_WORKERS, len(mine)))
@@ -85,6 +95,15 @@ def node_evidence(
         ranks = [
             dataclasses.replace(rank, gpu_util_pct=got[0], power_w=got[1])
             if rank.gpu and (got := readings.get(rank.gpu))
+            else rank
+            for rank in ranks
+        ]
+    if flight_request is not None:
+        deadline_s = started_s + flight_dumps.FLIGHT_WAIT_S
+        answers = flight_dumps.gather(layout, [r.rank for r in ranks], flight_request, deadline_s)
+        ranks = [
+            dataclasses.replace(rank, collectives=answers[rank.rank])
+            if rank.rank in answers
             else rank
             for rank in ranks
         ]

@@ -21,6 +21,7 @@ from toolkit.errors import RunDirError
 from toolkit.fields import Fields
 from toolkit.json_types import JsonObject
 from toolkit.rundir.record_base import Record, check_version, record_fields
+from toolkit.stall.flight.collectives import CollectiveStall, RankCollectives
 
 SCHEMA_VERSION = 1
 STALL_FILE = "stall.json"  # RunDir.stall
@@ -91,6 +92,7 @@ class RankEvidence(Record):
         last_wall_s: When its last marker was written (time.time()).
         gpu_util_pct: Its GPU's utilisation at the stall, from the telemetry.
         power_w: Its GPU's power at the stall, from the telemetry.
+        collectives: Its Flight Recorder's recent collectives, when it answered.
     """
 
     rank: int
@@ -108,6 +110,7 @@ class RankEvidence(Record):
     last_wall_s: float | None = None
     gpu_util_pct: float | None = None
     power_w: float | None = None
+    collectives: RankCollectives | None = None
 
     def to_json(self) -> JsonObject:
         """The record as written."""
@@ -127,6 +130,7 @@ class RankEvidence(Record):
             "last_wall_s": self.last_wall_s,
             "gpu_util_pct": self.gpu_util_pct,
             "power_w": self.power_w,
+            "collectives": self.collectives.to_json() if self.collectives else None,
         }
 
     @classmethod
@@ -157,6 +161,9 @@ class RankEvidence(Record):
             last_wall_s=f.number_or_none("last_wall_s"),
             gpu_util_pct=f.number_or_none("gpu_util_pct"),
             power_w=f.number_or_none("power_w"),
+            collectives=RankCollectives.from_fields(held)
+            if (held := f.nested_or_none("collectives"))
+            else None,
         )
 
 
@@ -262,6 +269,8 @@ class StallRecord(Record):
         collect_s: How long collecting the evidence took.
         action: What the policy did (``report``, ``abort``, ``restart-excluding``).
         excluded: The nodes ``restart-excluding`` took out of the cluster.
+        collectives: Per process group some rank is stuck in, where and who keeps it
+            there, from the ranks' Flight Recorders (empty: none answered, or none stuck).
     """
 
     detected_wall_s: float
@@ -275,6 +284,7 @@ class StallRecord(Record):
     collect_s: float = 0.0
     action: str = "report"
     excluded: tuple[str, ...] = ()
+    collectives: tuple[CollectiveStall, ...] = ()
 
     def to_json(self) -> JsonObject:
         """The record as written."""
@@ -291,6 +301,7 @@ class StallRecord(Record):
             "collect_s": self.collect_s,
             "action": self.action,
             "excluded": list(self.excluded),
+            "collectives": [stall.to_json() for stall in self.collectives],
         }
 
     @classmethod
@@ -313,6 +324,7 @@ class StallRecord(Record):
             collect_s=f.number("collect_s"),
             action=f.text("action"),
             excluded=f.texts("excluded"),
+            collectives=tuple(CollectiveStall.from_fields(c) for c in _items(f, "collectives")),
         )
 
 

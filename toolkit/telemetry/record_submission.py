@@ -12,7 +12,7 @@ from toolkit.jobs.runtime_env import working_dir_env
 from toolkit.jobs.shipped_code import code_env
 from toolkit.json_types import JsonObject
 from toolkit.power.settings import PowerSettings
-from toolkit.stall.collectives import FLIGHT_RECORDER_ENV
+from toolkit.stall.flight.collectives import FLIGHT_RECORDER_ENV
 from toolkit.stall.settings import WatchSettings
 from toolkit.state.store import state_root
 from toolkit.telemetry.options import TelemetryOptions

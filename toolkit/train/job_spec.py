@@ -10,7 +10,7 @@ from toolkit.cluster.plan import ClusterPlan
 from toolkit.jobs.client import JOB_STOP_WAIT_S
 from toolkit.jobs.shipped_code import code_env
 from toolkit.json_types import JsonObject
-from toolkit.stall.collectives import FLIGHT_RECORDER_ENV
+from toolkit.stall.flight.collectives import FLIGHT_RECORDER_ENV
 from toolkit.stall.settings import RESTART_EXCLUDING
 from toolkit.state.cluster_state import ClusterState, RecordedRun
 from toolkit.state.store import StateStore

@@ -20,7 +20,8 @@ from conftest import REPO
 
 from toolkit.markers.flight import FlightDumper, flight_recorder_dump, recording
 from toolkit.rundir.layout import RunDir
-from toolkit.stall.collectives import diagnose_collectives, rank_collectives
+from toolkit.stall.flight.collectives import diagnose_collectives, rank_collectives
+from toolkit.stall.node_evidence import node_evidence
 
 RANK = """
 import os, sys, time
@@ -74,18 +75,41 @@ def test_each_rank_dumps_its_collectives_when_asked_and_the_missing_rank_is_name
             if text.count('"step_end"') >= 6:
                 break
             time.sleep(0.2)
+        # Each rank's thread said it watches before the stall: its file, no request.
+        dumps = [layout.flight_dump(r) for r in range(2)]
+        assert [json.loads(p.read_text()) for p in dumps] == [{"request": None}] * 2
         layout.flight_request.parent.mkdir(parents=True, exist_ok=True)
         layout.flight_request.write_text("stall-1\n")
-        dumps = [layout.flight_dump(r) for r in range(2)]
-        assert _wait_for(dumps, 60), sorted(p.name for p in layout.flight_request.parent.iterdir())
+        assert _wait_for_request(dumps, "stall-1", 60), [p.read_text()[:200] for p in dumps]
+        read = [json.loads(p.read_text()) for p in dumps]
+        (stall,) = diagnose_collectives([rank_collectives(r, d) for r, d in enumerate(read)])
+        assert (stall.seq, stall.op, stall.missing, stall.waiting) == (
+            4,
+            "all_reduce",
+            {1: 3},
+            (0,),
+        )
+        # The node's side, as a stall's collection runs it: it asks anew and gathers.
+        evidence = node_evidence(str(tmp_path), "local", py_spy=False, flight_request="stall-2")
     finally:
         for process in ranks:
             process.kill()
             process.wait()
-    read = [json.loads(p.read_text()) for p in dumps]
-    assert [d["request"] for d in read] == ["stall-1", "stall-1"]
-    (stall,) = diagnose_collectives([rank_collectives(r, d) for r, d in enumerate(read)])
-    assert (stall.seq, stall.op, stall.missing, stall.waiting) == (4, "all_reduce", {1: 3}, (0,))
+    got = {rank.rank: rank.collectives for rank in evidence.ranks}
+    assert sorted(got) == [0, 1] and all(c is not None for c in got.values()), evidence
+    assert [got[r].entered for r in (0, 1)] == [{"0": 4}, {"0": 3}]  # type: ignore[union-attr]
+
+
+def _wait_for_request(paths: list[Path], request: str, deadline_s: float) -> bool:
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        try:
+            if all(json.loads(p.read_text()).get("request") == request for p in paths):
+                return True
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.2)
+    return False
 
 
 def test_a_request_is_answered_once_and_nothing_is_dumped_without_torch_distributed(

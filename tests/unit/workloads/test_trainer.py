@@ -10,7 +10,7 @@ from toolkit.cluster.plan import build_plan
 from toolkit.errors import RtkError
 from toolkit.flows import job_request
 from toolkit.inventory import default_inventory
-from toolkit.stall.collectives import FLIGHT_RECORDER_ENTRIES
+from toolkit.stall.flight.collectives import FLIGHT_RECORDER_ENTRIES
 from toolkit.state.store import StateStore
 from toolkit.train.config import TrainConfig
 from toolkit.workloads import TrainWorkload

@@ -14,7 +14,7 @@ from pathlib import Path
 from conftest import REPO
 
 from toolkit.json_types import JsonObject
-from toolkit.stall.collectives import diagnose_collectives, rank_collectives
+from toolkit.stall.flight.collectives import diagnose_collectives, rank_collectives
 
 DUMPS = REPO / "tests" / "data" / "flight_recorder"
 

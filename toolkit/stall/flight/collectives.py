@@ -26,7 +26,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from toolkit.json_types import JsonValue
+from toolkit.fields import Fields
+from toolkit.json_types import JsonObject, JsonValue
 
 # The Flight Recorder's ring, in entries, in every rank rtk starts or records
 # (``TORCH_FR_BUFFER_SIZE``; a user's own value wins). Measured on gloo
@@ -36,6 +37,11 @@ from toolkit.json_types import JsonValue
 # an FSDP run's collectives (two per layer a step), which is all the diagnosis reads.
 FLIGHT_RECORDER_ENTRIES = 500
 FLIGHT_RECORDER_ENV = {"TORCH_FR_BUFFER_SIZE": str(FLIGHT_RECORDER_ENTRIES)}
+# Of a rank's ring, the newest entries a node sends back with its evidence and
+# ``stall.json`` keeps: the diagnosis reads only the collective a group is stuck at,
+# which every rank inside it entered among its last few, and a rank left behind is
+# told by its last entered number alone. 16 keep a stall of a thousand ranks near 2 MB.
+KEPT_ENTRIES = 16
 
 # Bytes per element of the dtypes the Flight Recorder names (c10's ScalarType names).
 DTYPE_BYTES = {
@@ -96,6 +102,37 @@ class Collective:
         """What must match across ranks for the same collective: op, sizes, dtypes."""
         return (self.op, self.sizes, self.dtypes)
 
+    def to_json(self) -> JsonObject:
+        """A JSON object (``stall.json``'s per-rank table)."""
+        return {
+            "group": self.group,
+            "seq": self.seq,
+            "op": self.op,
+            "backend": self.backend,
+            "sizes": [list(shape) for shape in self.sizes],
+            "dtypes": list(self.dtypes),
+            "done": self.done,
+        }
+
+    @classmethod
+    def from_fields(cls, f: Fields) -> Collective:
+        """The inverse of ``to_json``."""
+        sizes = f.data.get("sizes")
+        shapes = sizes if isinstance(sizes, list) else []
+        return cls(
+            group=f.text("group"),
+            seq=f.integer("seq"),
+            op=f.text("op"),
+            backend=f.text("backend"),
+            sizes=tuple(
+                tuple(d for d in shape if isinstance(d, int))
+                for shape in shapes
+                if isinstance(shape, list)
+            ),
+            dtypes=f.texts("dtypes"),
+            done=f.flag("done"),
+        )
+
 
 @dataclass(frozen=True)
 class RankCollectives:
@@ -123,6 +160,45 @@ class RankCollectives:
                 return collective
         return None
 
+    def recent(self, keep: int = KEPT_ENTRIES) -> RankCollectives:
+        """The same rank with only its newest ``keep`` entries (the counts stay whole)."""
+        kept = self.collectives[-keep:] if keep > 0 else ()
+        return RankCollectives(self.rank, kept, self.entered, self.finished, self.members)
+
+    def to_json(self) -> JsonObject:
+        """A JSON object: its counts per group, its members and its kept entries."""
+        return {
+            "rank": self.rank,
+            "entered": dict(self.entered),
+            "finished": dict(self.finished),
+            "members": {group: list(ranks) for group, ranks in self.members.items()},
+            "collectives": [c.to_json() for c in self.collectives],
+        }
+
+    @classmethod
+    def from_fields(cls, f: Fields) -> RankCollectives:
+        """The inverse of ``to_json``."""
+        counts = [
+            {str(g): n for g, n in (f.obj_or_none(key) or {}).items() if isinstance(n, int)}
+            for key in ("entered", "finished")
+        ]
+        members = {
+            str(group): tuple(r for r in ranks if isinstance(r, int))
+            for group, ranks in (f.obj_or_none("members") or {}).items()
+            if isinstance(ranks, list)
+        }
+        entries = f.data.get("collectives")
+        return cls(
+            rank=f.integer("rank"),
+            collectives=tuple(
+                Collective.from_fields(Fields(item, f.errors, (*f.path, "collectives", i)))
+                for i, item in enumerate(entries if isinstance(entries, list) else [])
+            ),
+            entered=counts[0],
+            finished=counts[1],
+            members=members,
+        )
+
 
 @dataclass(frozen=True)
 class CollectiveStall:
@@ -136,6 +212,8 @@ class CollectiveStall:
         waiting: The ranks in it, not done.
         missing: The group's ranks that never entered it, with the last they entered.
         mismatched: Rank -> what it calls at that number instead (op, size or dtype).
+        unanswered: The group's ranks whose recorder gave nothing (stopped, gone, or
+            holding the interpreter): their frames and states say more.
     """
 
     group: str
@@ -145,15 +223,50 @@ class CollectiveStall:
     waiting: tuple[int, ...]
     missing: Mapping[int, int]
     mismatched: Mapping[int, str]
+    unanswered: tuple[int, ...] = ()
+
+    def to_json(self) -> JsonObject:
+        """A JSON object, with its line."""
+        return {
+            "group": self.group,
+            "seq": self.seq,
+            "op": self.op,
+            "size_bytes": self.size_bytes,
+            "waiting": list(self.waiting),
+            "missing": {str(rank): seq for rank, seq in sorted(self.missing.items())},
+            "mismatched": {str(rank): what for rank, what in sorted(self.mismatched.items())},
+            "unanswered": list(self.unanswered),
+            "line": self.line(),
+        }
+
+    @classmethod
+    def from_fields(cls, f: Fields) -> CollectiveStall:
+        """The inverse of ``to_json`` (its line is made again)."""
+        missing = f.obj_or_none("missing") or {}
+        mismatched = f.obj_or_none("mismatched") or {}
+        return cls(
+            group=f.text("group"),
+            seq=f.integer("seq"),
+            op=f.text("op"),
+            size_bytes=f.integer_or_none("size_bytes"),
+            waiting=f.integers("waiting"),
+            missing={int(r): n for r, n in missing.items() if isinstance(n, int)},
+            mismatched={int(r): str(what) for r, what in mismatched.items()},
+            unanswered=f.integers("unanswered"),
+        )
 
     @property
     def culprits(self) -> tuple[int, ...]:
-        """The ranks the others wait for: missing first, then mismatched."""
-        return (*sorted(self.missing), *sorted(r for r in self.mismatched if r not in self.missing))
+        """The ranks the others wait for: missing, mismatched, then those that gave nothing."""
+        named = [
+            *sorted(self.missing),
+            *sorted(r for r in self.mismatched if r not in self.missing),
+        ]
+        return (*named, *sorted(r for r in self.unanswered if r not in named))
 
     def line(self) -> str:
         """The stall in one line, e.g. ``all_reduce #1630 (group 0, 25 MiB) waits for rank 5``."""
-        size = f", {_mib(self.size_bytes)}" if self.size_bytes is not None else ""
+        size = f", {size_text(self.size_bytes)}" if self.size_bytes is not None else ""
         head = f"{self.op} #{self.seq} (group {self.group}{size})"
         parts = []
         if self.missing:
@@ -165,6 +278,9 @@ class CollectiveStall:
                 f"rank {r} calls {what}" for r, what in sorted(self.mismatched.items())
             )
             parts.append(f"does not match: {calls}")
+        if self.unanswered:
+            ranks = ", ".join(str(r) for r in self.unanswered)
+            parts.append(f"no record from rank{'s' if len(self.unanswered) > 1 else ''} {ranks}")
         if not parts:
             parts.append(f"every rank of the group is in it ({len(self.waiting)})")
         return f"{head} {' and '.join(parts)}"
@@ -233,7 +349,10 @@ def diagnose_collectives(ranks: Sequence[RankCollectives]) -> list[CollectiveSta
         sample = next((c for c in inside.values() if c.shape_key == key), None)
         waiting = tuple(sorted(r for r, c in inside.items() if not c.done))
         size = sample.size_bytes if sample is not None else None
-        stalls.append(CollectiveStall(group, seq, key[0], size, waiting, missing, mismatched))
+        unanswered = tuple(sorted(r for r in members if r not in by_rank))
+        stalls.append(
+            CollectiveStall(group, seq, key[0], size, waiting, missing, mismatched, unanswered)
+        )
     return stalls
 
 
@@ -296,7 +415,8 @@ def _shapes(sizes: tuple[tuple[int, ...], ...]) -> str:
     return ", ".join("x".join(str(d) for d in s) or "scalar" for s in sizes)
 
 
-def _mib(size: int) -> str:
+def size_text(size: int) -> str:
+    """``25 MiB``, ``3.9 KiB``, ``4 B``."""
     if size >= 2**20:
         return f"{size / 2**20:,.1f} MiB".replace(".0 MiB", " MiB")
     if size >= 2**10:
