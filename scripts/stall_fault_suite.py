@@ -67,7 +67,15 @@ class Fault:
 FAULTS = (
     Fault("stop", 1, "stopped (SIGSTOP", "all_reduce", "rank 1 stopped"),
     Fault("sleep", 1, "in main() at faults.py", "all_reduce", "rank 1 in its own code"),
-    Fault("skip", 1, "never joined all_reduce", "all_reduce", "rank 1 one all_reduce behind"),
+    # One behind, the rank meets the others' last all_reduce with the script's final
+    # barrier: that slot is where the hang shows.
+    Fault(
+        "skip",
+        1,
+        "barrier where the others call all_reduce",
+        "all_reduce",
+        "rank 1 one all_reduce behind: at the end, barrier against all_reduce",
+    ),  # fmt: skip
     Fault("swap", 1, "broadcast", "all_reduce", "rank 1 calls broadcast"),
     Fault("size", 1, "all_reduce of", "all_reduce", "rank 1's all_reduce of another size"),
     Fault("kill", 1, "exited", None, "rank 1 exited (SIGKILL)"),

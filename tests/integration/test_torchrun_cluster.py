@@ -48,6 +48,10 @@ from toolkit.rundir.markers import Marker
 from toolkit.sandbox import Sandbox
 from toolkit.sandbox.procs import nsenter_argv
 
+sys.path.insert(0, str(REPO / "scripts"))
+
+from stall_fault_suite import FAULTS, rank_nodes, run_fault, score  # noqa: E402
+
 pytestmark = pytest.mark.ray
 
 SCRIPTS = REPO / "tests" / "data" / "user_scripts"
@@ -242,11 +246,44 @@ def test_a_stopped_rank_and_a_stuck_one_are_named_while_the_run_hangs(
     assert waiting["state"] != "stopped" and waiting["stack_source"] in ("py-spy", "faulthandler")
     assert any("backward" in f["function"] for f in waiting["frames"])
     assert ranks[1]["state"] == "stopped"
+    # The Flight Recorders: rank 0 waits in DDP's all_reduce of step 10, which rank 2
+    # (in next_batch) never entered; rank 1, stopped, could not answer.
+    (stuck,) = stall["collectives"]
+    assert (stuck["op"], stuck["group"], stuck["waiting"]) == ("all_reduce", "0", [0])
+    assert list(stuck["missing"]) == ["2"] and stuck["unanswered"] == [1]
+    assert ranks[0]["collectives"]["entered"]["0"] == stuck["seq"]
+    assert ranks[2]["collectives"]["entered"]["0"] < stuck["seq"]
     text = " ".join(out.split())
     assert f"rtk torchrun: stalled at step 9 for {stall['stalled_s']:.0f} s: " in text
+    assert f"all_reduce #{stuck['seq']} (group 0, " in text
     assert "rank 1 (node" in text and "is stopped (SIGSTOP or a debugger)" in text
     assert f"in next_batch() at train_ddp.py:{line}" in text
     assert "--on-stall abort: stopping the job on every node" in text
+    nothing_left(cluster)
+
+
+def test_a_rank_one_collective_behind_is_named_at_the_collective(
+    cluster: dict[str, Any], tmp_path: Path
+) -> None:
+    """The stall suite's ``skip`` (scripts/stall_fault_suite.py, faults.py): rank 1 skips
+    one all_reduce at step 8 and runs on one collective behind the others, at the same
+    line, every all_reduce a step late; the run hangs only at its end, where rank 1's
+    final barrier meets the others' last all_reduce in the same slot."""
+    fault = next(f for f in FAULTS if f.name == "skip")
+    done, run_dir = run_fault(fault, cluster["inventory"], tmp_path, cluster["env"])
+    outcome = score(fault, done, run_dir)
+    assert outcome.correct, f"{outcome}\n{failure_text(done)}"
+    (stall,) = json.loads((run_dir / "stall.json").read_text())
+    (stuck,) = stall["collectives"]
+    node = rank_nodes(run_dir)[1]
+    assert stuck["mismatched"] == {"1": "barrier where the others call all_reduce"}
+    assert (stuck["missing"], stuck["unanswered"], stuck["waiting"]) == ({}, [], [0, 1, 2])
+    assert stall["suspects"][0]["rank"] == 1 and stall["suspects"][0]["node"] == node
+    assert stall["summary"] == (
+        f"stalled at step {stall['step']} for {stall['stalled_s']:.0f} s: all_reduce "
+        f"#{stuck['seq']} (group 0, 8.5 KiB) does not match: rank 1 ({node}) calls barrier "
+        "where the others call all_reduce"
+    )
     nothing_left(cluster)
 
 
