@@ -26,6 +26,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -46,15 +47,17 @@ FAULT_LINE = re.compile(r"fault (\w+) rank (\d+) step (\d+) wall ([\d.]+)")
 
 @dataclass(frozen=True)
 class Fault:
-    """One case of the suite and what its diagnosis must name.
+    """One case of the suite and what rtk must name.
 
     Attributes:
         name: The script's ``--fault`` (``network``: the script runs clean and the
             culprit's node loses its link).
         culprit: The rank to be named first (None: a control, nothing to be named).
-        cause: Words the culprit's reason must hold.
+        cause: Words the culprit's reason (or the failure's line) must hold.
         collective: The op the stall must name with its sequence number (None: none).
-        expected: The expected diagnosis, in words, for the table.
+        expected: What rtk should name, in words, for the table.
+        fails: The run fails rather than hangs (torchrun sees the rank die): rtk names
+            the first failed rank where it says which node's torchrun failed.
     """
 
     name: str
@@ -62,6 +65,7 @@ class Fault:
     cause: str
     collective: str | None
     expected: str
+    fails: bool = False
 
 
 FAULTS = (
@@ -77,9 +81,17 @@ FAULTS = (
         "rank 1 one all_reduce behind: at the end, barrier against all_reduce",
     ),  # fmt: skip
     Fault("swap", 1, "broadcast", "all_reduce", "rank 1 calls broadcast"),
-    Fault("size", 1, "all_reduce of", "all_reduce", "rank 1's all_reduce of another size"),
-    Fault("kill", 1, "exited", None, "rank 1 exited (SIGKILL)"),
-    Fault("loader", 1, "data", "all_reduce", "rank 1 in its data loader"),
+    # Gloo checks sizes: the rank with the smaller buffer aborts (NCCL would hang).
+    Fault(
+        "size",
+        1,
+        "Received data size doesn't match",
+        None,
+        "rank 1 aborted: its all_reduce of another size",
+        fails=True,
+    ),  # fmt: skip
+    Fault("kill", 1, "killed by SIGKILL", None, "rank 1 killed (SIGKILL)", fails=True),
+    Fault("loader", 1, "in next(dataloader)", "all_reduce", "rank 1 in its data loader"),
     Fault("network", 2, "did not answer", None, "node3 unreachable"),
     Fault("uneven", None, "", None, "no stall"),
     Fault("checkpoint", None, "", None, "no stall"),
@@ -92,10 +104,10 @@ class Outcome:
 
     Attributes:
         fault: The fault's name.
-        expected: What the diagnosis should name.
+        expected: What rtk should name.
         named: What rtk named: the stall's one line, or how the run ended.
         correct: Whether that is right (see ``score``).
-        seconds: From the stall's start to the diagnosis (None: no stall).
+        seconds: From the fault to the diagnosis (None: nothing to time).
         why: What was wrong, when it was not right.
     """
 
@@ -107,14 +119,31 @@ class Outcome:
     why: str = ""
 
 
+@dataclass(frozen=True)
+class FaultRun:
+    """One fault's ``rtk torchrun``, done.
+
+    Attributes:
+        process: Its exit status and its output (stdout and stderr, merged).
+        run_dir: Its run directory.
+        lines: Each output line with the wall time it arrived here.
+        fault_wall_s: When the fault came: the rank's own word, or the link's cut.
+    """
+
+    process: subprocess.CompletedProcess[str]
+    run_dir: Path
+    lines: tuple[tuple[float, str], ...] = ()
+    fault_wall_s: float | None = None
+
+
 def run_fault(
     fault: Fault,
     inventory: str,
     output_dir: Path,
     env: dict[str, str],
     cut_link: Callable[[], None] | None = None,
-) -> tuple[subprocess.CompletedProcess[str], Path]:
-    """Run ``fault`` under ``rtk torchrun``; returns the finished process and its run dir.
+) -> FaultRun:
+    """Run ``fault`` under ``rtk torchrun``.
 
     ``cut_link`` drops the culprit node's packets (``network``): called once every rank
     has passed step ``FAULT_AT``, seen in the run directory's markers (``output_dir``
@@ -131,18 +160,34 @@ def run_fault(
     ]  # fmt: skip
     job = subprocess.Popen(
         argv, cwd=SCRIPTS, env={**os.environ, **env}, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )  # fmt: skip
+    lines: list[tuple[float, str]] = []
+    reader = threading.Thread(target=_read_lines, args=(job, lines), daemon=True)
+    reader.start()
+    cut_wall_s = None
     try:
         if cut_link is not None:
             _wait_for_steps(run_dir, FAULT_AT, job, deadline_s=300)
+            cut_wall_s = time.time()
             cut_link()
-        stdout, stderr = job.communicate(timeout=600)
+        job.wait(timeout=600)
+        reader.join(timeout=30)
     finally:
         if job.poll() is None:
             job.kill()
             job.wait()
-    return subprocess.CompletedProcess(argv, job.returncode, stdout, stderr), run_dir
+    output = "".join(line for _, line in lines)
+    (output_dir / f"{fault.name}.out").write_text(output)  # beside its run dir
+    announced = next((float(m.group(4)) for _, t in lines if (m := FAULT_LINE.search(t))), None)
+    process = subprocess.CompletedProcess(argv, job.returncode, output, "")
+    return FaultRun(process, run_dir, tuple(lines), cut_wall_s or announced)
+
+
+def _read_lines(job: subprocess.Popen[str], lines: list[tuple[float, str]]) -> None:
+    assert job.stdout is not None
+    for line in job.stdout:
+        lines.append((time.time(), line))
 
 
 def _wait_for_steps(
@@ -174,9 +219,9 @@ def rank_nodes(run_dir: Path) -> dict[int, str]:
     return nodes
 
 
-def score(fault: Fault, done: subprocess.CompletedProcess[str], run_dir: Path) -> Outcome:
+def score(fault: Fault, run: FaultRun) -> Outcome:
     """Whether the run named ``fault``'s culprit (see the module), and how soon."""
-    text = " ".join((done.stdout + done.stderr).split())
+    done, run_dir = run.process, run.run_dir
     stall_file = run_dir / "stall.json"
     stalls = json.loads(stall_file.read_text()) if stall_file.exists() else []
 
@@ -190,11 +235,16 @@ def score(fault: Fault, done: subprocess.CompletedProcess[str], run_dir: Path) -
             return outcome(f"exit {done.returncode}", "the healthy run failed")
         return outcome("no stall")
     node = rank_nodes(run_dir).get(fault.culprit)
+    if fault.fails:
+        return _score_failure(fault, run, node, outcome)
     if not stalls:
+        text = " ".join(done.stdout.split())
         return outcome(_ending(text) or f"exit {done.returncode}", "no stall was diagnosed")
     stall = stalls[0]
-    seconds = float(stall["stalled_s"]) + float(stall["collect_s"])
     named = stall["summary"]
+    seconds = None
+    if run.fault_wall_s is not None:
+        seconds = float(stall["detected_wall_s"]) + float(stall["collect_s"]) - run.fault_wall_s
     suspects = stall["suspects"]
     if not suspects:
         return outcome(named, "no suspect", seconds)
@@ -211,6 +261,27 @@ def score(fault: Fault, done: subprocess.CompletedProcess[str], run_dir: Path) -
             return outcome(named, "the collective was not named", seconds)
         if f"{stuck[0]['op']} #{stuck[0]['seq']}" not in named:
             return outcome(named, "the one line does not name the collective", seconds)
+    return outcome(named, "", seconds)
+
+
+def _score_failure(
+    fault: Fault, run: FaultRun, node: str | None, outcome: Callable[..., Outcome]
+) -> Outcome:
+    """A run that fails: rtk's line for the failed node must name the rank and the cause."""
+    said = [(t, line.strip()) for t, line in run.lines if "rtk torchrun: torchrun on " in line]
+    failed = [(t, line) for t, line in said if "failed first: " in line]
+    if not failed:
+        ending = said[0][1] if said else f"exit {run.process.returncode}"
+        return outcome(ending, "no rank was named as the first failure")
+    when, line = failed[0]
+    named = line.removeprefix("rtk torchrun: ")
+    seconds = when - run.fault_wall_s if run.fault_wall_s is not None else None
+    if f"torchrun on {node} " not in line:
+        return outcome(named, f"not named on {node}", seconds)
+    if f"rank {fault.culprit} " not in line.split("failed first")[0]:
+        return outcome(named, f"not rank {fault.culprit}", seconds)
+    if fault.cause not in line:
+        return outcome(named, f"the cause is not {fault.cause!r}", seconds)
     return outcome(named, "", seconds)
 
 
@@ -288,7 +359,7 @@ def main() -> int:
         for fault in wanted:
             network = fault.name == "network"
             began = time.monotonic()
-            done, run_dir = run_fault(
+            run = run_fault(
                 fault, inventory, output_dir, env, (lambda: link("down")) if network else None
             )
             if network:  # the node back, and its Ray started anew (Ray declared it dead)
@@ -296,7 +367,7 @@ def main() -> int:
                 sandbox.run_in(victim, ["pkill", "-9", "-f", "ray"])
                 rtk_up = [sys.executable, "-m", "toolkit", "up", inventory]
                 subprocess.run(rtk_up, env={**os.environ, **env}, check=False)
-            result = score(fault, done, run_dir)
+            result = score(fault, run)
             outcomes.append(result)
             took_s = time.monotonic() - began
             verdict = "right" if result.correct else f"WRONG: {result.why}"

@@ -270,9 +270,10 @@ def test_a_rank_one_collective_behind_is_named_at_the_collective(
     line, every all_reduce a step late; the run hangs only at its end, where rank 1's
     final barrier meets the others' last all_reduce in the same slot."""
     fault = next(f for f in FAULTS if f.name == "skip")
-    done, run_dir = run_fault(fault, cluster["inventory"], tmp_path, cluster["env"])
-    outcome = score(fault, done, run_dir)
-    assert outcome.correct, f"{outcome}\n{failure_text(done)}"
+    run = run_fault(fault, cluster["inventory"], tmp_path, cluster["env"])
+    outcome = score(fault, run)
+    assert outcome.correct, f"{outcome}\n{failure_text(run.process)}"
+    run_dir = run.run_dir
     (stall,) = json.loads((run_dir / "stall.json").read_text())
     (stuck,) = stall["collectives"]
     node = rank_nodes(run_dir)[1]

@@ -143,7 +143,9 @@ def locate(rank: RankEvidence) -> Location:
 def frame_kind(frame: Frame) -> str | None:
     """The kind of place ``frame`` is (None: none rtk knows)."""
     path = frame.file.replace("\\", "/")
-    function = frame.function
+    # py-spy names methods with their class (``_MultiProcessingDataLoaderIter._next_data``,
+    # ``Module._call_impl``), faulthandler without: the name's last part is the function.
+    function = frame.function.rsplit(".", 1)[-1]
     if any(part in path for part in COLLECTIVE_DIRS) and (
         function.lstrip("_") in COLLECTIVE_FUNCTIONS or function.endswith("barrier")
     ):

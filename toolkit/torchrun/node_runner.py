@@ -27,6 +27,8 @@ from pathlib import Path
 
 import ray
 
+from toolkit.torchrun.failure import FailureReader
+
 _PR_SET_PDEATHSIG = 1
 STOP_GRACE_S = 15.0
 
@@ -95,6 +97,7 @@ class TorchrunNode:
     def __init__(self) -> None:
         self._child: subprocess.Popen[bytes] | None = None
         self._pump: threading.Thread | None = None
+        self._failures = FailureReader()
 
     def facts(self, script: str, check_script: bool, rdzv_port: int | None) -> NodeFacts:
         """The node's name and address, the script's presence, the port (None: not asked)."""
@@ -133,8 +136,18 @@ class TorchrunNode:
         if child is None or child.stdout is None:
             return
         for line in iter(child.stdout.readline, b""):
-            sys.stdout.write(line.decode("utf-8", "replace"))
+            text = line.decode("utf-8", "replace")
+            sys.stdout.write(text)
             sys.stdout.flush()
+            self._failures.feed(text)
+
+    def failure(self) -> str | None:
+        """The first rank torchrun saw fail here, in one line (None: none reported).
+
+        Asked once ``wait`` has returned: the output is read to its end by then.
+        """
+        found = self._failures.failure()
+        return found.describe() if found is not None else None
 
     def wait(self) -> int:
         """Block until torchrun ends; its exit status (negative: the signal that ended it)."""

@@ -25,6 +25,7 @@ from toolkit.torchrun.spec import TorchrunSpec, node_argv, nproc_for, nproc_prob
 FACTS_TIMEOUT_S = 120.0
 STOP_WAIT_S = 30.0
 LOG_SETTLE_S = 1.0  # node_runner.STOP_GRACE_S and some
+FAILURE_TIMEOUT_S = 5.0
 
 Actor = Any  # a TorchrunNode actor handle (Ray's handles are untyped)
 
@@ -147,12 +148,22 @@ class TorchrunNodes:
                 codes[index] = ray.get(ref)
                 if codes[index] != 0 and first_failure is None and not self.stopping.is_set():
                     first_failure = index
+                    why = _failure(self.actors[index])
                     self.say(
-                        f"torchrun on {self.facts[index].node} exited {codes[index]}; stopping "
-                        "the other nodes"
+                        f"torchrun on {self.facts[index].node} exited {codes[index]}"
+                        f"{': ' + why if why else ''}; stopping the other nodes"
                     )
                     _stop(self.actors[i] for i in waits.values())
         return codes, first_failure
+
+
+def _failure(actor: Actor) -> str | None:
+    """The node's first failed rank in one line (None: none said, or no answer in time)."""
+    try:
+        found = ray.get(actor.failure.remote(), timeout=FAILURE_TIMEOUT_S)
+    except Exception:  # noqa: BLE001 - the failure is told without it
+        return None
+    return found if isinstance(found, str) else None
 
 
 def _stop(actors: Iterable[Actor]) -> None:

@@ -113,6 +113,26 @@ OPTIMIZER_STEP = (
     Frame("wrapper", f"{VENV}/torch/optim/optimizer.py", 487),
     Frame("train", TRAIN, 80),
 )
+# As py-spy 0.4 reads them: methods named with their class (the stall suite's loader
+# fault, scripts/stall_fault_suite.py).
+DATALOADER = "torch/utils/data/dataloader.py"
+PY_SPY_DATALOADER = (
+    Frame("_PollLikeSelector.select", f"{STDLIB}/selectors.py", 415),
+    Frame("wait", f"{STDLIB}/multiprocessing/connection.py", 947),
+    Frame("Connection._poll", f"{STDLIB}/multiprocessing/connection.py", 440),
+    Frame("Queue.get", f"{STDLIB}/multiprocessing/queues.py", 113),
+    Frame("_MultiProcessingDataLoaderIter._try_get_data", f"{VENV}/{DATALOADER}", 1291),
+    Frame("_MultiProcessingDataLoaderIter._get_data", f"{VENV}/{DATALOADER}", 1464),
+    Frame("_MultiProcessingDataLoaderIter._next_data", f"{VENV}/{DATALOADER}", 1505),
+    Frame("_BaseDataLoaderIter.__next__", f"{VENV}/{DATALOADER}", 732),
+    Frame("main", "/home/alice/proj/faults.py", 92),
+)
+PY_SPY_FORWARD = (
+    Frame("Linear.forward", f"{VENV}/torch/nn/modules/linear.py", 134),
+    Frame("Module._call_impl", f"{VENV}/torch/nn/modules/module.py", 1786),
+    Frame("Module._wrapped_call_impl", f"{VENV}/torch/nn/modules/module.py", 1775),
+    Frame("main", TRAIN, 77),
+)
 USER_ITERATOR = (
     Frame("read", f"{STDLIB}/socket.py", 706),
     Frame("__next__", "/home/alice/proj/stream.py", 30),
@@ -136,6 +156,8 @@ USER_SLEEP = (
         (FORWARD_IN_USER_MODULE, FORWARD, "in forward at model.py:40"),
         (OPTIMIZER_STEP, OPTIMIZER, "in optimizer step at train.py:80"),
         (USER_ITERATOR, DATA, "in next(dataloader) at stream.py:30"),
+        (PY_SPY_DATALOADER, DATA, "in next(dataloader) at faults.py:92"),
+        (PY_SPY_FORWARD, FORWARD, "in forward at train.py:77"),
         (USER_SLEEP, USER, "in sleep_forever() at train.py:12"),
         (
             (Frame("poll", f"{STDLIB}/selectors.py", 468),),

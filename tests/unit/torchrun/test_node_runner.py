@@ -41,6 +41,16 @@ def test_the_childs_output_is_copied_and_its_status_returned(
     assert "hello from rank" in capfd.readouterr().out
 
 
+def test_the_first_failed_rank_is_read_from_the_childs_output() -> None:
+    """A child that prints torchrun's failure summary, as torchrun does when a rank dies."""
+    summary = (REPO / "tests" / "data" / "torchrun_failures" / "sigkill.txt").read_text()
+    node = TorchrunNode()
+    assert node.failure() is None
+    node.start(["-c", f"import sys; sys.stdout.write({summary!r}); raise SystemExit(1)"], {}, {})
+    assert node.wait() == 1
+    assert node.failure() == "rank 1 (local_rank 0) failed first: killed by SIGKILL"
+
+
 def test_stop_ends_the_child_and_what_it_started(tmp_path: Path) -> None:
     pid_file = tmp_path / "grandchild"
     script = (
