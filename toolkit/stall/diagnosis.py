@@ -220,7 +220,7 @@ def diagnose(
     blames.sort(key=lambda b: (b.tier, b.order))
     suspects = tuple(b.suspect for b in blames)
     ranks_in_order = [s.rank for s in suspects if s.rank is not None]
-    summary = collective_line(stall, collectives, ranks_in_order, located, expected)
+    summary = collective_line(stall, collectives, ranks_in_order, located, expected, silent)
     return Diagnosis(
         stall=stall,
         summary=summary or _summary(stall, groups, blames, located),

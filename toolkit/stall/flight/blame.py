@@ -15,7 +15,7 @@ what their nodes saw of them (``RankEvidence`` and its ``Location``):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from toolkit.stall.detector import Stall
@@ -64,6 +64,7 @@ def collective_line(
     suspect_order: Sequence[int],
     located: Sequence[tuple[RankEvidence, Location]],
     expected: Mapping[int, str],
+    silent: Collection[str] = (),
 ) -> str | None:
     """The stall in one line when a stuck collective waits for someone, else None.
 
@@ -74,6 +75,7 @@ def collective_line(
             is the likeliest.
         located: Every rank that answered, with its place.
         expected: Each rank's node as the launch placed it.
+        silent: The nodes that did not answer.
     """
     stuck = next((c for c in collectives if c.culprits), None)
     if stuck is None:
@@ -91,7 +93,7 @@ def collective_line(
     else:
         node = expected.get(first)
         who = f"rank {first}" + (f" ({node})" if node else "")
-        place = ", which gave no evidence"
+        place = ", whose node did not answer" if node in silent else ", which gave no evidence"
     if first in stuck.mismatched and first not in stuck.missing:
         text = f"{what} does not match: {who} calls {stuck.mismatched[first]}"
     else:

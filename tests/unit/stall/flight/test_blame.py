@@ -149,3 +149,17 @@ def test_the_collectives_round_trip_through_stall_json(tmp_path: Path) -> None:
     )
     table = {r["rank"]: r["collectives"]["entered"] for n in written["nodes"] for r in n["ranks"]}
     assert table == {0: {"0": 4}, 1: {"0": 4}, 2: {"0": 3}}
+
+
+def test_a_rank_on_a_node_that_did_not_answer_is_named_by_the_others_records() -> None:
+    """node3 lost its link: its rank gave nothing, the others' recorders show whom they
+    wait for (the stall suite's network fault)."""
+    nodes = _three("behind")[:2] + [NodeEvidence("node3", error="did not answer within 10 s")]
+    diagnosis = diagnose(
+        nodes, Stall(40, 20.4, 20.0), expected={0: "node1", 1: "node2", 2: "node3"}
+    )
+    assert diagnosis.summary == (
+        "stalled at step 40 for 20 s: all_reduce #4 (group 0, 3.9 KiB) waits for rank 2 "
+        "(node3), whose node did not answer"
+    )
+    assert (diagnosis.suspects[0].node, diagnosis.suspects[0].rank) == ("node3", None)
