@@ -1,4 +1,4 @@
-"""The stages, in the order they run: seven without Ray, then nine through Ray.
+"""The stages, in the order they run: eight without Ray, then nine through Ray.
 
 Each stage is a module here with ``describe(ctx) -> str`` (what it would do, for
 ``--dry-run``) and ``run(ctx, io) -> None`` (runs in its own process, records through
@@ -63,6 +63,13 @@ STAGES: tuple[StageSpec, ...] = (
         75,
     ),
     StageSpec("vllm", "vLLM on a tiny local model over two power limits", "vllm", 240, 180),
+    StageSpec(
+        "flight-nccl",
+        "the Flight Recorder on NCCL and NCCL's RAS, read as a stall reads them",
+        "flight_nccl",
+        60,
+        45,
+    ),
     StageSpec("ray-up", "rtk up --local: Ray registers the GPU", "with_ray.up", 90, 90, ray=True),
     StageSpec(
         "ray-preflight",

@@ -43,6 +43,7 @@ from gpu_acceptance.stages import (  # noqa: E402
     with_cluster,
 )
 from gpu_acceptance.stages.energy import curve_energy, ratios  # noqa: E402
+from gpu_acceptance.stages.flight_nccl import reading  # noqa: E402
 from gpu_acceptance.stages.power import plan  # noqa: E402
 from gpu_acceptance.stages.preflight import compare, dcgmi_count  # noqa: E402
 from gpu_acceptance.stages.pytest_gpu import gpu_test_files, parse_junit  # noqa: E402
@@ -70,6 +71,7 @@ EXPECTED_STAGES = [
     "power-clocks",
     "preflight",
     "vllm",
+    "flight-nccl",
     *RAY_STAGES[:-1],
     "zeus-power",  # Zeus's optimizer beside ray-power's, without Ray
     "ray-down",
@@ -1249,3 +1251,17 @@ def test_a_run_goes_by_its_plan_each_stage_its_budget_or_what_it_is_ahead() -> N
     assert ends == sorted(ends) and ends[-1] == sum(b for _, b in options.budgets)
     assert options.planned_end_s("sensor") is None and options.budget_of("sensor") is None
     assert options.quick and options.strategies == ("ddp", "fsdp2") and not options.sdists
+
+
+def test_flight_nccl_reads_a_dump_as_a_stall_reads_it() -> None:
+    """The stage's reading of a dump, on a recorded gloo one (the GPU gives NCCL's)."""
+    dump = json.loads(
+        (REPO / "tests" / "data" / "flight_recorder" / "behind" / "rank0.json").read_text()
+    )
+    read = reading(dump)
+    assert (read["entered"], read["finished"], read["members"]) == (
+        {"0": 4},
+        {"0": 3},
+        {"0": [0, 1, 2]},
+    )
+    assert [c["op"] for c in read["collectives"]] == ["all_reduce"] * 4
