@@ -21,6 +21,7 @@ import sys
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 from collections.abc import Callable
+from pathlib import Path
 
 SHOWN = 12  # folders listed; the rest summed in one line
 MODULES_SHOWN = 30  # integration modules listed
@@ -99,7 +100,13 @@ def _table(ranked: list[tuple[str, tuple[float, int]]], shown: int, what: str) -
 
 
 def main(argv: list[str]) -> int:
-    """Print the table; 2 on bad usage."""
+    """Print the table; 2 on bad usage or a JUnit file that cannot be read."""
+    if argv and argv[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        return 0
+    if argv and not Path(argv[0]).is_file():
+        print(f"test_times: {argv[0]}: no such JUnit file", file=sys.stderr)
+        return 2
     if len(argv) == 3 and argv[1] == "--write-seconds":
         write_seconds(argv[0], argv[2])
         argv = argv[:1]
