@@ -97,23 +97,84 @@ class FlightDumper:
                 time.sleep(self.poll_s)
 
 
+# NCCL's recorder first (CUDA builds only), then the one gloo's collectives go to: each
+# backend keeps its own ring, and a process group with both (``cuda:nccl,cpu:gloo``)
+# numbers each backend's collectives apart.
+_RECORDERS = ("_dump_nccl_trace", "_dump_fr_trace")
+
+
 def flight_recorder_dump() -> JsonObject | None:
-    """This process's Flight Recorder as JSON data; None when there is nothing to dump.
+    """This process's Flight Recorders as JSON data; None when there is nothing to dump.
 
     Only a process that imported torch and initialised ``torch.distributed`` has one;
-    this never imports torch itself.
+    this never imports torch itself. NCCL's and gloo's rings are read both, and merged
+    (``merge_dumps``).
     """
     torch = sys.modules.get("torch")
     if torch is None:
         return None
+    dumps: list[JsonObject] = []
     try:
         if not torch.distributed.is_initialized():
             return None
-        raw = torch._C._distributed_c10d._dump_fr_trace(True, False, False)
-        data = _jsonable(pickle.loads(raw))
+        c10d = torch._C._distributed_c10d
+        for name in _RECORDERS:
+            dump = getattr(c10d, name, None)
+            if dump is None:
+                continue
+            data = _jsonable(pickle.loads(dump(True, False, False)))
+            if isinstance(data, dict):
+                dumps.append(data)
     except Exception:  # noqa: BLE001 - an older torch, or no recorder: no dump
         return None
-    return data if isinstance(data, dict) else None
+    return merge_dumps(dumps)
+
+
+def merge_dumps(dumps: list[JsonObject]) -> JsonObject | None:
+    """Several recorders' dumps as one, the first's groups as they are.
+
+    A dump without entries adds nothing but its groups' config. When more than one has
+    entries, each later one's process groups are renamed ``NAME/BACKEND`` (its entries,
+    ``pg_status`` and ``pg_config`` alike): a group's sequence numbers are its backend's.
+    """
+    with_entries = [d for d in dumps if isinstance(d.get("entries"), list) and d["entries"]]
+    if not dumps:
+        return None
+    if len(with_entries) <= 1:
+        return with_entries[0] if with_entries else dumps[0]
+    merged: JsonObject = dict(with_entries[0])
+    entries = list(_list(merged.get("entries")))
+    status = dict(_dict(merged.get("pg_status")))
+    config = dict(_dict(merged.get("pg_config")))
+    for later in with_entries[1:]:
+        backend = _backend(later)
+        for entry in _list(later.get("entries")):
+            if isinstance(entry, dict):
+                group = entry.get("process_group")
+                if isinstance(group, list) and group:
+                    entry = {**entry, "process_group": [f"{group[0]}/{backend}", *group[1:]]}
+                entries.append(entry)
+        status |= {f"{k}/{backend}": v for k, v in _dict(later.get("pg_status")).items()}
+        config |= {f"{k or '0'}/{backend}": v for k, v in _dict(later.get("pg_config")).items()}
+    merged.update(entries=entries, pg_status=status, pg_config=config)
+    return merged
+
+
+def _backend(dump: JsonObject) -> str:
+    """The backend of a dump's entries (``gloo``), from their profiling names."""
+    for entry in _list(dump.get("entries")):
+        name = entry.get("profiling_name") if isinstance(entry, dict) else None
+        if isinstance(name, str) and ":" in name:
+            return name.split(":", 1)[0]
+    return "other"
+
+
+def _list(value: JsonValue) -> list[JsonValue]:
+    return value if isinstance(value, list) else []
+
+
+def _dict(value: JsonValue) -> JsonObject:
+    return value if isinstance(value, dict) else {}
 
 
 def _jsonable(value: object) -> JsonValue:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from conftest import REPO
 
-from toolkit.markers.flight import FlightDumper, flight_recorder_dump, recording
+from toolkit.markers.flight import FlightDumper, flight_recorder_dump, merge_dumps, recording
 from toolkit.rundir.layout import RunDir
 from toolkit.stall.flight.collectives import diagnose_collectives, rank_collectives
 from toolkit.stall.node_evidence import node_evidence
@@ -126,3 +126,23 @@ def test_a_request_is_answered_once_and_nothing_is_dumped_without_torch_distribu
     assert not layout.flight_dump(0).exists()
     assert recording({"TORCH_FR_BUFFER_SIZE": "500"})
     assert not recording({}) and not recording({"TORCH_FR_BUFFER_SIZE": "x"})
+
+
+def test_nccls_and_gloos_rings_merge_with_each_backends_groups_apart() -> None:
+    """A process group with both backends (``cuda:nccl,cpu:gloo``) keeps a ring per
+    backend, each numbering its own collectives: merged, gloo's groups get its name."""
+    recorded = REPO / "tests" / "data" / "flight_recorder"
+    nccl = json.loads((recorded / "behind" / "rank0.json").read_text())
+    for entry in nccl["entries"]:
+        entry["profiling_name"] = entry["profiling_name"].replace("gloo:", "nccl:")
+    gloo = json.loads((recorded / "skip" / "rank0.json").read_text())
+    empty = {"entries": [], "pg_config": {}, "pg_status": {}}
+    assert merge_dumps([]) is None
+    assert merge_dumps([empty, gloo]) == gloo  # one ring with entries: as it is
+    merged = merge_dumps([nccl, gloo])
+    assert merged is not None
+    read = rank_collectives(0, merged)
+    assert read.entered == {"0": 4, "0/gloo": 4} and read.finished == {"0": 3, "0/gloo": 3}
+    assert read.members == {"0": (0, 1, 2), "0/gloo": (0, 1, 2)}
+    assert {c.backend for c in read.collectives if c.group == "0/gloo"} == {"gloo"}
+    assert {c.backend for c in read.collectives if c.group == "0"} == {"nccl"}
