@@ -37,7 +37,7 @@ from toolkit.rundir.layout import RunDir
 from toolkit.rundir.markers import Marker
 from toolkit.stall.flight import dumps as flight_dumps
 from toolkit.stall.proc_state import process_state
-from toolkit.stall.records import GONE, ZOMBIE, NodeEvidence, RankEvidence
+from toolkit.stall.records import GONE, STOPPED, ZOMBIE, NodeEvidence, RankEvidence
 from toolkit.stall.stacks import NO_STACK, StackRead, rank_stack
 
 TAIL_BYTES = 64 * 1024
@@ -99,8 +99,10 @@ def node_evidence(
             for rank in ranks
         ]
     if flight_request is not None:
+        # A stopped or gone rank cannot answer: waiting for it would only delay the node's.
+        able = [r.rank for r in ranks if r.state not in (STOPPED, GONE, ZOMBIE)]
         deadline_s = started_s + flight_dumps.FLIGHT_WAIT_S
-        answers = flight_dumps.gather(layout, [r.rank for r in ranks], flight_request, deadline_s)
+        answers = flight_dumps.gather(layout, able, flight_request, deadline_s)
         ranks = [
             dataclasses.replace(rank, collectives=answers[rank.rank])
             if rank.rank in answers

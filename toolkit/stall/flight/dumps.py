@@ -8,10 +8,11 @@ directory shared by the nodes is asked once); ``gather`` waits, until its deadli
 for the dumps of this node's ranks that watch, and reads each one's collectives.
 
 A rank whose file says no thread watches there (no file: no Flight Recorder, no
-``torch.distributed``, or a rank that never wrote a marker) is not waited for. A rank
-that watches but cannot answer (stopped, or a C extension holding the interpreter)
-costs the wait: ``FLIGHT_WAIT_S`` at most, the thread's poll and a margin, within the
-node's time to answer (``settings.PER_NODE_TIMEOUT_S``).
+``torch.distributed``, or a rank that never wrote a marker) is not waited for, nor is
+one the node sees stopped or gone (``node_evidence`` leaves it out). A rank that
+watches but cannot answer (a C extension holding the interpreter) costs the wait:
+``FLIGHT_WAIT_S`` at most, the thread's poll and a margin, within the node's time to
+answer (``settings.PER_NODE_TIMEOUT_S``).
 """
 
 from __future__ import annotations
