@@ -54,9 +54,14 @@ def gather(
     is not waited for.
     """
     waiting = {rank for rank in ranks if _read(layout, rank) is not None}
+    seen: dict[int, tuple[int, int]] = {}  # rank -> its file's (mtime, size) last read
     found: dict[int, RankCollectives] = {}
     while waiting:
         for rank in sorted(waiting):
+            stamp = _stamp(layout, rank)
+            if stamp is None or seen.get(rank) == stamp:
+                continue  # a dump is read again only once its file was replaced
+            seen[rank] = stamp
             dump = _read(layout, rank)
             if dump is not None and dump.get("request") == request:
                 found[rank] = rank_collectives(rank, dump).recent()
@@ -65,6 +70,15 @@ def gather(
             break
         time.sleep(_CHECK_S)
     return found
+
+
+def _stamp(layout: RunDir, rank: int) -> tuple[int, int] | None:
+    """Rank ``rank``'s dump file's modification time and size (None: no file)."""
+    try:
+        info = layout.flight_dump(rank).stat()
+    except OSError:
+        return None
+    return (info.st_mtime_ns, info.st_size)
 
 
 def _read(layout: RunDir, rank: int) -> JsonObject | None:
