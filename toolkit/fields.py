@@ -67,6 +67,7 @@ class Words:
     texts: str = "a list of strings"
     integers: str = "a list of integers"
     flags: str = "a list of booleans"
+    objects: str = "a list of objects"
 
 
 class Errors(ABC):
@@ -224,6 +225,11 @@ class Fields:
         if found is None:
             return {}
         return {k: Fields(v, self.errors, (*found.path, k)) for k, v in found.data.items()}
+
+    def objects(self, key: str) -> list[Fields]:
+        """A list of objects, each to read further; empty when null or missing."""
+        values = self._list(key, self.words.objects, False)
+        return [Fields(v, self.errors, (*self.path, key, i)) for i, v in enumerate(values)]
 
     def text_map(self, key: str) -> dict[str, str]:
         """An object of strings; empty when null or missing."""

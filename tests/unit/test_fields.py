@@ -274,3 +274,17 @@ def test_a_node_answer_that_is_no_object_is_the_answer_itself() -> None:
         answer_fields("n1", "probe answer", "x")
     with pytest.raises(ClusterError, match=r"field 'gpus' should be an object, got 'x'$"):
         answer_fields("n1", "GPU facts", "x", ("gpus",))
+
+
+def test_a_list_of_objects_is_read_each_by_its_path() -> None:
+    f = plain({"ranks": [{"rank": 0}, {"rank": "one"}], "none": None})
+    ranks = f.objects("ranks")
+    assert [r.path for r in ranks] == [("ranks", 0), ("ranks", 1)]
+    assert ranks[0].integer("rank") == 0
+    got = reported(lambda: ranks[1].integer("rank"))
+    assert (got.path, got.value) == (("ranks", 1, "rank"), "one")
+    assert f.objects("none") == [] and f.objects("absent") == []
+    got = reported(lambda: plain({"ranks": 3}).objects("ranks"))
+    assert (got.path, got.expected) == (("ranks",), "a list of objects")
+    got = reported(lambda: plain({"ranks": [{}, 7]}).objects("ranks"))
+    assert (got.path, got.expected, got.value) == (("ranks", 1), "an object", 7)

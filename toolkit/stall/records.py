@@ -152,7 +152,7 @@ class RankEvidence(Record):
             local_rank=f.integer_or_none("local_rank"),
             gpu=f.text_or_none("gpu"),
             state=state,
-            frames=tuple(Frame.from_fields(frame) for frame in _items(f, "frames")),
+            frames=tuple(Frame.from_fields(frame) for frame in f.objects("frames")),
             stack_source=f.text("stack_source"),
             stack_error=f.text_or_none("stack_error"),
             last_event=f.text_or_none("last_event"),
@@ -204,7 +204,7 @@ class NodeEvidence(Record):
         f = record_fields(data, where)
         return cls(
             node=f.text("node"),
-            ranks=tuple(RankEvidence.from_fields(rank) for rank in _items(f, "ranks")),
+            ranks=tuple(RankEvidence.from_fields(rank) for rank in f.objects("ranks")),
             error=f.text_or_none("error"),
             elapsed_s=f.number("elapsed_s"),
         )
@@ -317,14 +317,14 @@ class StallRecord(Record):
             timeout_s=f.number("timeout_s"),
             summary=f.text("summary"),
             groups={str(k): int(v) for k, v in groups.items() if isinstance(v, int)},
-            suspects=tuple(Suspect.from_fields(s) for s in _items(f, "suspects")),
+            suspects=tuple(Suspect.from_fields(s) for s in f.objects("suspects")),
             nodes=tuple(
-                NodeEvidence.from_json(n.data, f"{where}: nodes") for n in _items(f, "nodes")
+                NodeEvidence.from_json(n.data, f"{where}: nodes") for n in f.objects("nodes")
             ),
             collect_s=f.number("collect_s"),
             action=f.text("action"),
             excluded=f.texts("excluded"),
-            collectives=tuple(CollectiveStall.from_fields(c) for c in _items(f, "collectives")),
+            collectives=tuple(CollectiveStall.from_fields(c) for c in f.objects("collectives")),
         )
 
 
@@ -353,13 +353,3 @@ def append_stall(path: str | Path, stall: StallRecord) -> None:
     partial = path.with_name(path.name + ".part")
     partial.write_text(json.dumps([s.to_json() for s in stalls], indent=1) + "\n", encoding="utf-8")
     partial.replace(path)
-
-
-def _items(f: Fields, key: str) -> list[Fields]:
-    """The objects of list ``key`` (missing or null: none), each as fields."""
-    values = f.data.get(key)
-    if values is None:
-        return []
-    if not isinstance(values, list):
-        raise f.fail(key, "a list of objects")
-    return [Fields(value, f.errors, (*f.path, key, i)) for i, value in enumerate(values)]

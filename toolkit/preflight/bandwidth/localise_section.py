@@ -20,16 +20,6 @@ from toolkit.json_types import JsonObject
 from toolkit.preflight.bandwidth.measure import TcpSendResult
 
 
-def _each(f: Fields, key: str) -> list[Fields]:
-    """The objects of the list at ``key``, each to read further; empty when null or missing."""
-    values = f.data.get(key)
-    if values is None:
-        return []
-    if not isinstance(values, list):
-        raise f.fail(key, "a list of objects")
-    return [Fields(value, f.errors, (*f.path, key, i)) for i, value in enumerate(values)]
-
-
 @dataclass(frozen=True)
 class ShownReading:
     """One test localisation judged, as the section shows it.
@@ -108,7 +98,7 @@ class ShownCulprit:
             kind=f.text_or_none("kind") or "node",
             nodes=f.texts("nodes", required=True),
             summary=f.text_or_none("summary") or "",
-            evidence=tuple(ShownReading.from_fields(r) for r in _each(f, "evidence")),
+            evidence=tuple(ShownReading.from_fields(r) for r in f.objects("evidence")),
         )
 
 
@@ -133,7 +123,7 @@ class ShownFlake:
         """The inverse of ``to_json``."""
         return cls(
             nodes=f.texts("nodes", required=True),
-            evidence=tuple(ShownReading.from_fields(r) for r in _each(f, "evidence")),
+            evidence=tuple(ShownReading.from_fields(r) for r in f.objects("evidence")),
         )
 
 
@@ -264,19 +254,19 @@ class LocaliseSection:
     @classmethod
     def from_fields(cls, f: Fields) -> LocaliseSection:
         """The inverse of ``to_json``; a field it lacks reads as empty."""
-        pairs = tuple(TcpTest.from_fields(t) for t in _each(f, "pairs"))
-        groups = tuple(GroupTest.from_fields(t) for t in _each(f, "groups"))
+        pairs = tuple(TcpTest.from_fields(t) for t in f.objects("pairs"))
+        groups = tuple(GroupTest.from_fields(t) for t in f.objects("groups"))
         return cls(
             conclusion=f.text_or_none("conclusion") or "",
             unit=f.text_or_none("unit") or "",
             rounds=f.integer_or_none("rounds") or 0,
             probes=f.integer_or_none("probes") or 0,
             node_count=f.integer_or_none("nodes"),
-            culprits=tuple(ShownCulprit.from_fields(c) for c in _each(f, "culprits")),
-            flakes=tuple(ShownFlake.from_fields(g) for g in _each(f, "flakes")),
+            culprits=tuple(ShownCulprit.from_fields(c) for c in f.objects("culprits")),
+            flakes=tuple(ShownFlake.from_fields(g) for g in f.objects("flakes")),
             unresolved=_groups(f, "unresolved"),
             describe=f.texts("describe"),
-            readings=tuple(ShownReading.from_fields(r) for r in _each(f, "readings")),
+            readings=tuple(ShownReading.from_fields(r) for r in f.objects("readings")),
             error=f.text_or_none("error"),
             pairs=pairs if f.has("pairs") else None,
             groups=groups if f.has("groups") else None,

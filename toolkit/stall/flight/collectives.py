@@ -187,13 +187,9 @@ class RankCollectives:
             for group, ranks in (f.obj_or_none("members") or {}).items()
             if isinstance(ranks, list)
         }
-        entries = f.data.get("collectives")
         return cls(
             rank=f.integer("rank"),
-            collectives=tuple(
-                Collective.from_fields(Fields(item, f.errors, (*f.path, "collectives", i)))
-                for i, item in enumerate(entries if isinstance(entries, list) else [])
-            ),
+            collectives=tuple(Collective.from_fields(c) for c in f.objects("collectives")),
             entered=counts[0],
             finished=counts[1],
             members=members,
