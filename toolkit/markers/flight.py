@@ -80,14 +80,7 @@ class FlightDumper:
 
     def _write(self, data: JsonObject) -> bool:
         """``data`` as the dump file, written whole; False when it could not be."""
-        partial = self.dump.with_name(f".{self.dump.name}.{os.getpid()}")
-        try:
-            partial.parent.mkdir(parents=True, exist_ok=True)
-            partial.write_text(json.dumps(data) + "\n", encoding="utf-8")
-            partial.replace(self.dump)
-        except OSError:
-            return False
-        return True
+        return write_whole(self.dump, json.dumps(data) + "\n")
 
     def _run(self) -> None:
         while not self._stop.wait(self.poll_s):
@@ -95,6 +88,29 @@ class FlightDumper:
                 self.answer()
             except Exception:  # noqa: BLE001 - evidence, never the rank's death
                 time.sleep(self.poll_s)
+
+
+def ask(request: Path, request_id: str) -> bool:
+    """Ask every rank that watches ``request`` to dump its recorder; False when not written.
+
+    ``request`` is a run directory's ``flight/request``: the stall's side of this format.
+    """
+    return write_whole(request, request_id + "\n")
+
+
+def write_whole(path: Path, text: str) -> bool:
+    """``text`` as ``path``, written whole; False when it could not be written.
+
+    A temporary file, then a rename: a reader never sees half of it.
+    """
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_text(text, encoding="utf-8")
+        partial.replace(path)
+    except OSError:
+        return False
+    return True
 
 
 # NCCL's recorder first (CUDA builds only), then the one gloo's collectives go to: each

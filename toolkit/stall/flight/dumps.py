@@ -18,31 +18,26 @@ answer (``settings.PER_NODE_TIMEOUT_S``).
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterable
 
 from toolkit.json_types import JsonObject
-from toolkit.markers.flight import POLL_S
+from toolkit.markers import flight
 from toolkit.rundir.layout import RunDir
 from toolkit.stall.flight.collectives import RankCollectives, rank_collectives
 
 # How long a node waits for its ranks' dumps after asking: two of their polls and half
 # a second to write (a full ring of 2,000 entries takes 0.1 s).
-FLIGHT_WAIT_S = 2 * POLL_S + 0.5
+FLIGHT_WAIT_S = 2 * flight.POLL_S + 0.5
 _CHECK_S = 0.1
 
 
 def ask(layout: RunDir, request: str) -> None:
-    """Ask every rank that watches ``layout`` for its collectives (``request``: an id)."""
-    path = layout.flight_request
-    partial = path.with_name(f".{path.name}.{os.getpid()}")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial.write_text(request + "\n", encoding="utf-8")
-        partial.replace(path)
-    except OSError:
-        return  # a run directory the node cannot write: the stall goes without them
+    """Ask every rank that watches ``layout`` for its collectives (``request``: an id).
+
+    A run directory the node cannot write goes without them: the stall goes on.
+    """
+    flight.ask(layout.flight_request, request)
 
 
 def gather(
@@ -53,7 +48,7 @@ def gather(
     ``deadline_s`` is on ``time.monotonic()``'s clock; a rank without a watching thread
     is not waited for.
     """
-    waiting = {rank for rank in ranks if _read(layout, rank) is not None}
+    waiting = {rank for rank in ranks if _stamp(layout, rank) is not None}  # it watches
     seen: dict[int, tuple[int, int]] = {}  # rank -> its file's (mtime, size) last read
     found: dict[int, RankCollectives] = {}
     while waiting:
