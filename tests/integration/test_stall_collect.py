@@ -4,7 +4,9 @@ A one-node Ray runs on this machine; real rank processes (``tests/rank_processes
 write markers as inventory node ``here`` and wait at a known line (one of them
 SIGSTOPped). The driver asks ``here`` (its real Ray node id), a node id Ray has never
 seen, and a node whose task hangs: the first answers with its ranks' stacks, the other
-two are named with their errors within the per-node time, never waited for longer.
+two are named with their errors within the per-node time, never waited for longer. The
+watchdog, on the same Ray, starts its warm takers once a stall nears and takes the
+evidence through them.
 ``rtk stall-check``'s job, run against the same Ray (its node marked ``here`` as rtk
 marks the nodes it brings up), names the stopped rank.
 """
@@ -23,13 +25,17 @@ from rank_processes import WAIT_FUNCTION, WAIT_LINE, Ranks
 
 from toolkit.ray_resources import HOST_RESOURCE_PREFIX
 from toolkit.rundir import RunDir
+from toolkit.stall.collect import EvidenceTakers
 from toolkit.stall.records import SLEEPING, STOPPED, Frame, StallRecord, read_stalls
-from toolkit.stall.settings import CHECK_PREFIX, CHECK_RECORD_PREFIX, CheckOptions
+from toolkit.stall.settings import CHECK_PREFIX, CHECK_RECORD_PREFIX, CheckOptions, WatchSettings
 
 pytestmark = pytest.mark.ray
 
 GHOST_ID = "0123456789abcdef" * 3 + "01234567"  # 56 hex digits: a node id no Ray has
-TIMEOUT_S = 4.0
+# Each node's time to answer. A node that answers is waited for as long as it takes a
+# worker to start and py-spy to read three stacks on a machine whose cores are busy;
+# the ghost and the hung node are given up on after it, so it is short, not tight.
+TIMEOUT_S = 10.0
 COLLECT_DEADLINE_S = 120.0
 T = TypeVar("T")
 
@@ -77,8 +83,19 @@ def ranks(tmp_path: Path) -> Iterator[Ranks]:
         started.kill_all()
 
 
+@pytest.fixture
+def takers(node_id: str) -> Iterator[EvidenceTakers]:
+    """A warm taker on the node (asked at once: its start counts in its time)."""
+    started = EvidenceTakers()
+    assert started.warm([node_id]) == 1 and started.warm([node_id]) == 0  # one per node
+    try:
+        yield started
+    finally:
+        started.close()
+
+
 def test_the_nodes_ranks_answer_and_a_node_ray_never_had_is_named(
-    node_id: str, ranks: Ranks
+    node_id: str, ranks: Ranks, takers: EvidenceTakers
 ) -> None:
     from toolkit.stall.collect import collect_evidence
 
@@ -89,6 +106,7 @@ def test_the_nodes_ranks_answer_and_a_node_ray_never_had_is_named(
             {"here": node_id, "ghost": GHOST_ID},
             str(ranks.run_dir),
             per_node_timeout_s=TIMEOUT_S,
+            takers=takers,  # the ghost has none: it is asked through a task
         )
     )
     assert here.node == "here" and here.error is None, here
@@ -137,6 +155,49 @@ def test_a_node_whose_task_hangs_is_named_at_its_time(
     ]
     assert [r.rank for r in found[1].ranks] == [0]
     assert found[0].elapsed_s >= TIMEOUT_S  # given its whole time, then named
+
+
+def test_the_watchdog_warms_its_takers_as_a_stall_nears_and_asks_them(
+    node_id: str, ranks: Ranks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rank 1 stopped after its step 0: past half the timeout the watchdog starts a
+    taker on the node; at the stall the evidence comes through it (a task would fail)."""
+    import ray
+
+    from toolkit.stall import collect
+    from toolkit.stall.watchdog import Watchdog
+
+    @ray.remote(num_cpus=0)
+    def no_task(*_: object) -> None:
+        raise RuntimeError("asked through a task")
+
+    monkeypatch.setattr(collect, "_node_evidence", no_task)
+    pids = [ranks.start(rank, node="here") for rank in range(2)]
+    ranks.stop(pids[1])
+    now_s = [time.time()]
+    said: list[str] = []
+    watchdog = Watchdog(
+        str(ranks.run_dir),
+        WatchSettings(
+            timeout_s=60.0, startup_timeout_s=60.0, per_node_timeout_s=COLLECT_DEADLINE_S / 2
+        ),
+        said.append,
+        clock=lambda: now_s[0],
+    )
+    assert watchdog.takers is not None
+    try:
+        assert watchdog.tick() is None and watchdog.takers.node_ids == ()
+        now_s[0] += 31.0  # past half the timeout after step 0
+        assert watchdog.tick() is None and watchdog.takers.node_ids == (node_id,)
+        now_s[0] += 30.0
+        record = within_deadline(watchdog.tick)
+        assert record is not None and record.step == 0, said
+        (here,) = record.nodes
+        assert (here.node, here.error, [r.pid for r in here.ranks]) == ("here", None, pids)
+        assert [(s.rank, s.node) for s in record.suspects] == [(1, "here")]
+    finally:
+        watchdog.stop()
+    assert watchdog.takers.node_ids == ()  # stopped with the watchdog
 
 
 def test_the_check_job_names_the_stopped_rank(

@@ -37,7 +37,7 @@ from toolkit.power.driver import PowerDriver
 from toolkit.power.settings import PowerSettings
 from toolkit.stall.records import StallRecord
 from toolkit.stall.settings import STALL_EXIT, WatchSettings
-from toolkit.stall.watchdog import Collector, Watchdog, collect_all
+from toolkit.stall.watchdog import Collector, Watchdog
 
 
 class Workload(Protocol):
@@ -105,7 +105,8 @@ class JobDriver:
         options: What runs beside it.
         workload: The driver's own part.
         beside: What runs around the run (the telemetry), if anything.
-        collector: Gathers every node's evidence on a stall (tests pass their own).
+        collector: Gathers every node's evidence on a stall (tests pass their own;
+            by default the watchdog's, on the driver's Ray).
         power_nodes: The nodes' GPUs for the power policy (tests pass a model; by
             default Ray's nodes, asked through tasks).
     """
@@ -115,7 +116,7 @@ class JobDriver:
         options: DriverOptions,
         workload: Workload,
         beside: Beside | None = None,
-        collector: Collector = collect_all,
+        collector: Collector | None = None,
         power_nodes: PowerNodes | None = None,
     ) -> None:
         self.options, self.workload, self.beside = options, workload, beside

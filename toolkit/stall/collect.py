@@ -8,6 +8,12 @@ error in one line. A rank's stack gets a fifth of the node's time, so a node's 7
 ranks, read 32 at a time, still answer within it. Every node is given the same
 request id for its ranks' Flight Recorders (``flight.dumps``).
 
+A node is asked through its warm ``EvidenceTaker`` when the watchdog started one
+(``EvidenceTakers.warm``: once no step has come for half the timeout), else through
+a task. A task needs a worker process started on the node, with the job's runtime
+environment, and on a node whose cores are busy that start alone can take longer
+than the node's whole time; a taker started before the stall has paid it already.
+
 A node Ray has declared dead is not asked: Ray's record of it keeps no resources, so
 no name either. This process remembers the name each node id had while it was alive
 (``RayNodes``), and such a node's evidence says that Ray lost it and why.
@@ -15,10 +21,12 @@ no name either. This process remembers the name each node id had while it was al
 
 from __future__ import annotations
 
+import contextlib
 import math
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import ray
 
@@ -29,6 +37,7 @@ from toolkit.stall.records import RAY_LOST, NodeEvidence
 from toolkit.stall.settings import PER_NODE_TIMEOUT_S
 
 IN_FLIGHT = 64
+TAKER_CONCURRENCY = 4
 _ERROR_CHARS = 300
 
 
@@ -40,11 +49,78 @@ def _node_evidence(
     return node_evidence(run_dir, node, stack_timeout_s, flight_request=flight_request)
 
 
+@ray.remote(num_cpus=0)
+class EvidenceTaker:
+    """A worker kept on one node to take its evidence the moment a stall is declared.
+
+    Threaded (``TAKER_CONCURRENCY`` calls at once): a collection that hangs on the node (its time
+    past, the driver gone on) does not hold the next one back.
+    """
+
+    def take(
+        self, run_dir: str, node: str, stack_timeout_s: float, flight_request: str
+    ) -> NodeEvidence:
+        """``node_evidence`` on this node."""
+        return node_evidence(run_dir, node, stack_timeout_s, flight_request=flight_request)
+
+
+class EvidenceTakers:
+    """One ``EvidenceTaker`` per Ray node, started ahead of a stall (see the module).
+
+    Each costs its node one idle worker process (no CPU reserved) for the rest of
+    the run; a node without one is asked through a task.
+    """
+
+    def __init__(self) -> None:
+        self._actors: dict[str, Any] = {}  # Ray node id -> its taker
+
+    def warm(self, node_ids: Iterable[str]) -> int:
+        """Start a taker on each node that has none; how many were started."""
+        started = 0
+        for node_id in node_ids:
+            if node_id not in self._actors:
+                taker = EvidenceTaker.options(  # type: ignore[attr-defined]
+                    scheduling_strategy=pinned(node_id), max_concurrency=TAKER_CONCURRENCY
+                )
+                self._actors[node_id] = taker.remote()
+                started += 1
+        return started
+
+    @property
+    def node_ids(self) -> tuple[str, ...]:
+        """The nodes with a taker, in the order they were started."""
+        return tuple(self._actors)
+
+    def ask(
+        self, node_id: str, run_dir: str, node: str, stack_timeout_s: float, request: str
+    ) -> ray.ObjectRef[NodeEvidence] | None:
+        """The node's taker asked for its evidence (None: the node has none).
+
+        A taker still starting is asked all the same: its start began before the
+        stall, and a task would start a worker of its own from nothing.
+        """
+        actor = self._actors.get(node_id)
+        if actor is None:
+            return None
+        ref: ray.ObjectRef[NodeEvidence] = actor.take.remote(
+            run_dir, node, stack_timeout_s, request
+        )
+        return ref
+
+    def close(self) -> None:
+        """Stop every taker (they would end with the job anyway)."""
+        actors, self._actors = self._actors, {}
+        for actor in actors.values():
+            with contextlib.suppress(Exception):  # its node may be gone already
+                ray.kill(actor)
+
+
 def collect_evidence(
     nodes: Mapping[str, str],
     run_dir: str,
     per_node_timeout_s: float = PER_NODE_TIMEOUT_S,
     in_flight: int = IN_FLIGHT,
+    takers: EvidenceTakers | None = None,
 ) -> list[NodeEvidence]:
     """Every node's evidence, in the order of ``nodes``; never raises for a node.
 
@@ -53,6 +129,7 @@ def collect_evidence(
         run_dir: The run directory, as the nodes see it.
         per_node_timeout_s: How long each node may take to answer.
         in_flight: How many nodes are asked at once.
+        takers: The nodes' warm takers, where the caller started them.
 
     Returns:
         One ``NodeEvidence`` per node; one that did not answer carries its error.
@@ -62,6 +139,10 @@ def collect_evidence(
     flight_request = uuid.uuid4().hex[:12]
 
     def ask(name: str) -> ray.ObjectRef[NodeEvidence]:
+        if takers is not None:
+            asked = takers.ask(nodes[name], run_dir, name, stack_timeout_s, flight_request)
+            if asked is not None:
+                return asked
         task = _node_evidence.options(scheduling_strategy=pinned(nodes[name]))
         return task.remote(run_dir, name, stack_timeout_s, flight_request)
 

@@ -189,6 +189,14 @@ class StallDetector:
         if is_long_phase(name):
             self._long_phase = True
 
+    def nearing(self, now_s: float, fraction: float = 0.5) -> bool:
+        """Whether no step has come for more than ``fraction`` of the timeout.
+
+        Not after a stall is declared: this is the moment to make ready what a stall
+        will need.
+        """
+        return not self._declared and now_s - self._progress_s > fraction * self.timeout_s
+
     def check(self, now_s: float) -> Stall | None:
         """The stall, the first time no step has been finished for longer than the timeout.
 

@@ -4,7 +4,10 @@ A thread of the driver (``rtk train``'s ``train/job.py``, ``rtk torchrun``'s
 ``torchrun/fanout.py``) follows the ranks' marker files it can read on its node
 (``MarkerFollower``: the head's own ranks, or every rank's when the run directory is
 shared), feeds their steps and phases to the ``StallDetector`` and asks it about once
-a second. On a stall it collects every node's evidence at once (``collect``), names the
+a second. Once no step has come for half the timeout it starts a warm evidence taker
+on every node (``collect.EvidenceTakers``: a node with busy cores may take longer to
+start a Ray worker than its time to answer). On a stall it collects every node's
+evidence at once (``collect``), names the
 suspects (``diagnosis``), adds the stall to ``stall.json`` and prints the diagnosis in
 the job's log; then the policy:
 
@@ -30,7 +33,7 @@ from collections.abc import Callable
 
 from toolkit.rundir import RunDir
 from toolkit.rundir.markers import MarkerFollower
-from toolkit.stall.collect import collect_evidence, ray_node_ids, ray_nodes_now
+from toolkit.stall.collect import EvidenceTakers, collect_evidence, ray_node_ids, ray_nodes_now
 from toolkit.stall.detector import StallDetector
 from toolkit.stall.diagnosis import Diagnosis, diagnose
 from toolkit.stall.node_exclusion import suspect_nodes
@@ -45,13 +48,16 @@ Collector = Callable[[str, float], list[NodeEvidence]]
 """Gathers every node's evidence: (run_dir, per_node_timeout_s) -> one per node."""
 
 
-def collect_all(run_dir: str, per_node_timeout_s: float) -> list[NodeEvidence]:
+def collect_all(
+    run_dir: str, per_node_timeout_s: float, takers: EvidenceTakers | None = None
+) -> list[NodeEvidence]:
     """Every Ray node's evidence for the run in ``run_dir`` (the driver's Ray, now).
 
-    A node Ray lost since this process saw it alive gives why instead.
+    A node Ray lost since this process saw it alive gives why instead. A node with
+    one of ``takers`` is asked through it.
     """
     now = ray_nodes_now()
-    found = collect_evidence(now.alive, run_dir, per_node_timeout_s)
+    found = collect_evidence(now.alive, run_dir, per_node_timeout_s, takers=takers)
     return found + [NodeEvidence(name, error=why) for name, why in now.lost.items()]
 
 
@@ -65,7 +71,8 @@ class Watchdog:
         abort: Stops the job on every node (``abort``; ``restart-excluding`` too when
             no ``restart`` is given).
         restart: Takes the suspects out and lets the run resume (``restart-excluding``).
-        collector: Gathers every node's evidence (tests pass their own).
+        collector: Gathers every node's evidence (tests pass their own; by default
+            the driver's Ray, through warm takers).
         clock: The wall clock (time.time()); markers carry wall times.
         poll_s: How often the marker files are read and the detector asked.
         from_first_step: Watch only once a rank has finished a step (a command that
@@ -79,14 +86,19 @@ class Watchdog:
         say: Callable[[str], None],
         abort: Callable[[StallRecord], None] | None = None,
         restart: Callable[[StallRecord], None] | None = None,
-        collector: Collector = collect_all,
+        collector: Collector | None = None,
         clock: Callable[[], float] = time.time,
         poll_s: float = POLL_S,
         from_first_step: bool = False,
     ) -> None:
         self.run_dir = run_dir
         self.settings = settings
-        self._say, self._abort, self._restart, self._collect = say, abort, restart, collector
+        self._say, self._abort, self._restart = say, abort, restart
+        # On the driver's Ray, the takers are started when a stall nears (``_warm``);
+        # None with a collector of the caller's.
+        self.takers = EvidenceTakers() if collector is None else None
+        self._collect: Collector = collector or self._collect_through_takers
+        self._warmed = False  # since the last step
         self._clock, self._poll_s = clock, poll_s
         self.follower = MarkerFollower(run_dir)
         self.detector = StallDetector(
@@ -105,7 +117,7 @@ class Watchdog:
 
     def start(self) -> Watchdog:
         """Watch in a daemon thread until ``stop``."""
-        if self._collect is collect_all:
+        if self.takers is not None:
             try:
                 ray_node_ids()  # the nodes' names, remembered while every node is alive
             except Exception as e:  # noqa: BLE001 - the watchdog never ends the run
@@ -119,6 +131,8 @@ class Watchdog:
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=self._poll_s * 2)
+        if self.takers is not None:
+            self.takers.close()
 
     def __enter__(self) -> Watchdog:
         return self.start()
@@ -137,7 +151,7 @@ class Watchdog:
         """Read the new markers, ask the detector, handle a stall; the stall, if one."""
         for progress in self.follower.poll():
             if progress.event == "step_end" and progress.step is not None:
-                self._waiting_for_a_step = False
+                self._waiting_for_a_step = self._warmed = False
                 lasted_s = self.detector.step_done(progress.step, progress.wall_s)
                 if lasted_s is not None:
                     self._say(f"resumed at step {progress.step} after {lasted_s:.0f} s")
@@ -148,7 +162,10 @@ class Watchdog:
         slow_line = self.slow.tick(self._clock())
         if slow_line is not None:
             self._say(slow_line)
-        stall = self.detector.check(self._clock())
+        now_s = self._clock()
+        stall = self.detector.check(now_s)
+        if stall is None and not self._warmed and self.detector.nearing(now_s):
+            self._warm()
         if stall is None or self._stop.is_set():
             return None
         began = time.monotonic()
@@ -181,6 +198,17 @@ class Watchdog:
             self._say(f"--on-stall {policy}: stopping the job on every node")
             self._abort(record)
         return record
+
+    def _warm(self) -> None:
+        """A taker on every node Ray has now, once per wait for a step."""
+        self._warmed = True
+        if self.takers is not None:
+            self.takers.warm(ray_node_ids().values())
+
+    def _collect_through_takers(
+        self, run_dir: str, per_node_timeout_s: float
+    ) -> list[NodeEvidence]:
+        return collect_all(run_dir, per_node_timeout_s, self.takers)
 
     def _print(self, diagnosis: Diagnosis) -> None:
         for line in diagnosis.lines():

@@ -114,6 +114,19 @@ def test_a_fixed_timeout_is_honoured_whatever_the_steps(fixed_s: float) -> None:
     assert detector.check(end + fixed_s + 0.5) == Stall(30, fixed_s + 0.5, fixed_s)
 
 
+def test_a_stall_is_neared_past_half_its_timeout_until_declared_or_a_step_comes() -> None:
+    detector = StallDetector(started_s=0.0, timeout_s=20.0)
+    end = _run(detector, 5, 1.0)
+    assert not detector.nearing(end + 10.0)  # half the timeout, not past it
+    assert detector.nearing(end + 10.5)
+    assert detector.nearing(end + 5.5, fraction=0.25)
+    detector.step_done(6, end + 11.0)
+    assert not detector.nearing(end + 11.0 + 10.0)  # the wait starts again
+    assert detector.nearing(end + 11.0 + 10.5)
+    assert detector.check(end + 11.0 + 20.5) is not None
+    assert not detector.nearing(end + 11.0 + 30.0)  # declared: nothing left to near
+
+
 def test_progress_resumes_then_a_second_stall_is_declared() -> None:
     detector = StallDetector(started_s=0.0)
     end = _run(detector, 10, 1.0)
