@@ -379,6 +379,10 @@ def test_a_requeued_training_job_trains_every_step_once_over_two_allocations(
     assert "3/3 node(s) alive" in log
     assert "here, on the head, as a local process" in log
     assert re.search(r"step 40/40 loss", log)
+    # Its Ray Train ranks got the job's env all the same (the job configuration the
+    # local driver hands ray.init): each ran its Flight Recorder and watched for a dump.
+    flight = sorted(p.name for p in (run_dir / "flight").glob("rank-*.json"))
+    assert flight == [f"rank-{rank:05d}.json" for rank in range(3)], flight
     manifest = json.loads((run_dir / "telemetry" / "manifest.json").read_text())
     assert {n: s["status"] for n, s in manifest["nodes"].items()} == {
         n.name: "complete" for n in cluster.nodes

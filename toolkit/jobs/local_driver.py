@@ -10,7 +10,11 @@ still lists it, as a driver Ray saw), and its log is the output of this command.
 
 The driver gets what the Jobs API would give it: the env file ``rtk up`` wrote on the
 node, the cluster's address and token file (``client_env.node_session_script``), the
-job's ``env_vars``, and its ``working_dir`` as the current directory.
+job's ``env_vars``, and its ``working_dir`` as the current directory. Its Ray workers
+(Ray Train's ranks, a user's tasks) get the job's ``env_vars`` too, as the Jobs API's
+supervisor gives them: through the job configuration ``ray.init()`` reads from the
+driver's environment (``JOB_CONFIG_VARIABLE``). Without it the trainer's ranks ran
+with no Flight Recorder under SLURM, where the driver runs here.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import json
 import os
 import signal
 import socket
@@ -36,6 +41,9 @@ from toolkit.jobs.client import JOB_STOP_WAIT_S, JobOutcome
 # The runtime environment's keys a local driver honours; any other (pip, conda,
 # container...) needs Ray's runtime env agent, that is, the Jobs API.
 LOCAL_RUNTIME_ENV_KEYS = ("env_vars", "working_dir", "py_modules")
+# What Ray's job supervisor sets for the driver it starts, and ``ray.init()`` reads: the
+# job's configuration, whose runtime environment every worker of the job gets.
+JOB_CONFIG_VARIABLE = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 # prctl(2): the signal a process gets when its parent dies.
 PR_SET_PDEATHSIG = 1
 # How long a gated driver may take to exit by itself once its stdin closes.
@@ -142,10 +150,11 @@ class LocalDriver:
             raise JobError(f"cannot run {name} as a local driver: {problem}")
         self.name = name
         self._echo = echo
-        self._env = dict(os.environ)
-        self._env.update(
-            {str(k): str(v) for k, v in dict(runtime_env.get("env_vars") or {}).items()}
-        )
+        env_vars = {str(k): str(v) for k, v in dict(runtime_env.get("env_vars") or {}).items()}
+        self._env = dict(os.environ) | env_vars
+        self._env.pop(JOB_CONFIG_VARIABLE, None)  # a job's around rtk is not this one's
+        if env_vars:
+            self._env[JOB_CONFIG_VARIABLE] = json.dumps({"runtime_env": {"env_vars": env_vars}})
         # A shipped module (rtk's own source) is imported from where it lies here.
         modules = runtime_env.get("py_modules") or ()
         parents = [os.path.dirname(os.path.abspath(m)) for m in modules]

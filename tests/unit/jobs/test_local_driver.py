@@ -22,6 +22,7 @@ from toolkit.flows import Driver, PreflightPolicy, Session, TrainWorkload
 from toolkit.inventory import Inventory, parse_inventory
 from toolkit.jobs.local_driver import (
     GATE_EXIT_WAIT_S,
+    JOB_CONFIG_VARIABLE,
     LocalDriver,
     is_local_address,
     local_driver_problem,
@@ -90,6 +91,25 @@ def test_the_driver_gets_the_nodes_env_file_the_cluster_and_the_jobs_env(
         str(work),
         "to-stderr",
     ]
+
+
+def test_the_drivers_ray_workers_get_the_jobs_env_vars_as_under_the_jobs_api(
+    tmp_path: Path, ray_dir: str
+) -> None:
+    """The job configuration Ray's supervisor hands its driver, read by Ray's own parser."""
+    from ray._private.runtime_env.constants import RAY_JOB_CONFIG_JSON_ENV_VAR
+    from ray.job_config import JobConfig
+
+    assert JOB_CONFIG_VARIABLE == RAY_JOB_CONFIG_JSON_ENV_VAR
+    plan = build_plan(inventory(tmp_path, ray_dir))
+    lines: list[str] = []
+    env_vars = {"TORCH_FR_BUFFER_SIZE": "500", "JOB_VAR": "x y"}
+    outcome = run_local_driver(
+        plan, f'echo "${JOB_CONFIG_VARIABLE}"', {"env_vars": env_vars}, "j-1", lines.append
+    )
+    assert outcome.ok, lines
+    config = JobConfig.from_json(json.loads(lines[-1]))
+    assert config.runtime_env["env_vars"] == env_vars
 
 
 def test_shipped_modules_are_imported_from_here(tmp_path: Path, ray_dir: str) -> None:
