@@ -132,10 +132,12 @@ def test_a_node_whose_task_hangs_is_named_at_its_time(
     release = tmp_path / "release"  # the slow node's task answers only once this exists
 
     @ray.remote(num_cpus=0)
-    def hang_on_slow(run_dir: str, node: str, stack_timeout_s: float, request: str) -> object:
+    def hang_on_slow(
+        run_dir: str, node: str, stack_timeout_s: float, request: str, ras: bool
+    ) -> object:
         while node == "slow" and not release.exists():
             time.sleep(0.1)
-        return node_evidence(run_dir, node, stack_timeout_s, flight_request=request)
+        return node_evidence(run_dir, node, stack_timeout_s, flight_request=request, ras=ras)
 
     monkeypatch.setattr(collect, "_node_evidence", hang_on_slow)
     ranks.start(0, node="here")

@@ -32,6 +32,7 @@ import ray
 
 from toolkit.ray_fanout import ask_nodes, pinned
 from toolkit.ray_resources import alive_host_nodes
+from toolkit.stall.flight.ras import RAS_NODES
 from toolkit.stall.node_evidence import node_evidence
 from toolkit.stall.records import RAY_LOST, NodeEvidence
 from toolkit.stall.settings import PER_NODE_TIMEOUT_S
@@ -43,10 +44,10 @@ _ERROR_CHARS = 300
 
 @ray.remote(num_cpus=0)
 def _node_evidence(
-    run_dir: str, node: str, stack_timeout_s: float, flight_request: str
+    run_dir: str, node: str, stack_timeout_s: float, flight_request: str, ras: bool
 ) -> NodeEvidence:
     """``node_evidence`` on the node this task runs on."""
-    return node_evidence(run_dir, node, stack_timeout_s, flight_request=flight_request)
+    return node_evidence(run_dir, node, stack_timeout_s, flight_request=flight_request, ras=ras)
 
 
 @ray.remote(num_cpus=0)
@@ -58,10 +59,10 @@ class EvidenceTaker:
     """
 
     def take(
-        self, run_dir: str, node: str, stack_timeout_s: float, flight_request: str
+        self, run_dir: str, node: str, stack_timeout_s: float, flight_request: str, ras: bool
     ) -> NodeEvidence:
         """``node_evidence`` on this node."""
-        return node_evidence(run_dir, node, stack_timeout_s, flight_request=flight_request)
+        return node_evidence(run_dir, node, stack_timeout_s, flight_request=flight_request, ras=ras)
 
 
 class EvidenceTakers:
@@ -92,7 +93,13 @@ class EvidenceTakers:
         return tuple(self._actors)
 
     def ask(
-        self, node_id: str, run_dir: str, node: str, stack_timeout_s: float, request: str
+        self,
+        node_id: str,
+        run_dir: str,
+        node: str,
+        stack_timeout_s: float,
+        request: str,
+        ras: bool = False,
     ) -> ray.ObjectRef[NodeEvidence] | None:
         """The node's taker asked for its evidence (None: the node has none).
 
@@ -103,7 +110,7 @@ class EvidenceTakers:
         if actor is None:
             return None
         ref: ray.ObjectRef[NodeEvidence] = actor.take.remote(
-            run_dir, node, stack_timeout_s, request
+            run_dir, node, stack_timeout_s, request, ras
         )
         return ref
 
@@ -137,14 +144,17 @@ def collect_evidence(
     stack_timeout_s = per_node_timeout_s / 5
     # One id for the whole collection: a run directory every node shares is asked once.
     flight_request = uuid.uuid4().hex[:12]
+    # NCCL RAS's view is the whole job's: asked of the first few nodes only.
+    ras_nodes = set(list(nodes)[:RAS_NODES])
 
     def ask(name: str) -> ray.ObjectRef[NodeEvidence]:
+        ras = name in ras_nodes
         if takers is not None:
-            asked = takers.ask(nodes[name], run_dir, name, stack_timeout_s, flight_request)
+            asked = takers.ask(nodes[name], run_dir, name, stack_timeout_s, flight_request, ras)
             if asked is not None:
                 return asked
         task = _node_evidence.options(scheduling_strategy=pinned(nodes[name]))
-        return task.remote(run_dir, name, stack_timeout_s, flight_request)
+        return task.remote(run_dir, name, stack_timeout_s, flight_request, ras)
 
     found: dict[str, NodeEvidence] = {}
     for answer in ask_nodes(nodes, ask, per_node_timeout_s, max(1, in_flight)):

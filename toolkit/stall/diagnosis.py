@@ -28,6 +28,10 @@ summary names the collective first, with the first culprit's place:
 ``stalled at step 9 for 12 s: all_reduce #40 (group 0, 4 B) waits for rank 2 (node3),
 which is in next_batch() at train.py:52``.
 
+Where a node gave NCCL RAS's view of the job (``toolkit.stall.flight.ras``), its
+findings follow, a line each: ranks that no longer answer their peers, and ranks that
+issued fewer collectives than the others of their communicator.
+
 When no rank stands out (all wait in the same collective), there are no suspects and
 the summary says so. The cost is O(ranks x frames); the summary is one line whatever
 the number of ranks, and ``Diagnosis.lines`` one screen.
@@ -42,6 +46,7 @@ from dataclasses import dataclass, field
 from toolkit.stall.detector import Stall
 from toolkit.stall.flight.blame import collective_blames, collective_line
 from toolkit.stall.flight.collectives import CollectiveStall, diagnose_collectives
+from toolkit.stall.flight.ras import ras_lines
 from toolkit.stall.location import (
     EXITED,
     EXITED_PHRASE,
@@ -73,6 +78,7 @@ class Diagnosis:
         group_ranks: Each group's ranks, sorted.
         suspect_texts: Each suspect in words, as ``lines`` prints it.
         collectives: Where each stuck process group is, from the Flight Recorders.
+        ras: NCCL RAS's findings, a line each (none where no node gave its view).
     """
 
     stall: Stall
@@ -82,6 +88,7 @@ class Diagnosis:
     group_ranks: dict[str, tuple[int, ...]] = field(default_factory=dict, repr=False)
     suspect_texts: tuple[str, ...] = field(default=(), repr=False)
     collectives: tuple[CollectiveStall, ...] = ()
+    ras: tuple[str, ...] = field(default=(), repr=False)
 
     @property
     def every_rank_exited(self) -> bool:
@@ -96,13 +103,18 @@ class Diagnosis:
     def lines(self, limit: int = 12) -> list[str]:
         """One screen: the summary, the groups, the suspects; at most ``limit`` lines.
 
-        What does not fit is counted on a line ``... and N more (stall.json)``.
+        What does not fit is counted on a line ``... and N more (stall.json)``. NCCL
+        RAS's findings follow in the room the rest leaves.
 
         Raises:
             ValueError: ``limit`` is below 1.
         """
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
+        shown = self._lines(limit)
+        return shown + _cut(list(self.ras), limit - len(shown))
+
+    def _lines(self, limit: int) -> list[str]:
         groups = [
             f"  {count(n)} {predicate(phrase, n != 1)} "
             f"({'rank' if n == 1 else 'ranks'} {compact_ranks(self.group_ranks.get(phrase, ()))})"
@@ -229,7 +241,21 @@ def diagnose(
         group_ranks={phrase: tuple(sorted(members[phrase])) for phrase in groups},
         suspect_texts=tuple(b.text for b in blames),
         collectives=collectives,
+        ras=tuple(_ras_lines(nodes, expected, located)),
     )
+
+
+def _ras_lines(
+    nodes: Sequence[NodeEvidence],
+    expected: Mapping[int, str],
+    located: Sequence[tuple[RankEvidence, Location]],
+) -> list[str]:
+    """The first RAS view the nodes gave, in words, its ranks named with their nodes."""
+    view = next((node.ras for node in nodes if node.ras is not None), None)
+    if view is None:
+        return []
+    rank_nodes = dict(expected) | {rank.rank: rank.node for rank, _ in located}
+    return ras_lines(view, rank_nodes)
 
 
 def current_ranks(nodes: Sequence[NodeEvidence]) -> dict[int, RankEvidence]:

@@ -10,7 +10,9 @@ hundreds of MB. The phase a rank is in is the innermost ``phase_begin`` whose
 
 When the collection gives a request id, the node first asks its ranks for their
 Flight Recorder's collectives (``flight.dumps``), reads the stacks meanwhile, then
-gathers the answers (a rank's recent collectives go with its evidence).
+gathers the answers (a rank's recent collectives go with its evidence). A node the
+collection asks for NCCL's RAS view (``flight.ras``) queries it meanwhile too, where
+one of its ranks has a GPU.
 
 Stacks are read in parallel, ``STACK_WORKERS`` at a time: a node has 8 ranks
 typically and 72 at most, and each read is a py-spy process (some 10 ms) or a wait
@@ -36,6 +38,7 @@ from toolkit.errors import RunDirError
 from toolkit.rundir.layout import RunDir
 from toolkit.rundir.markers import Marker
 from toolkit.stall.flight import dumps as flight_dumps
+from toolkit.stall.flight import ras as flight_ras
 from toolkit.stall.proc_state import process_state
 from toolkit.stall.records import GONE, STOPPED, ZOMBIE, NodeEvidence, RankEvidence
 from toolkit.stall.stacks import NO_STACK, StackRead, rank_stack
@@ -65,6 +68,7 @@ def node_evidence(
     py_spy: bool = True,
     nvml: Any = None,
     flight_request: str | None = None,
+    ras: bool = False,
 ) -> NodeEvidence:
     """The evidence of ``node``'s ranks, read on that node now.
 
@@ -77,6 +81,7 @@ def node_evidence(
             the node has it and a rank has a GPU).
         flight_request: The collection's id: ask the ranks for their collectives
             (None: do not ask).
+        ras: Ask NCCL's RAS for its view too, where a rank here has a GPU.
     """
     started_s = time.monotonic()
     layout = RunDir(os.path.expanduser(run_dir))
@@ -85,7 +90,9 @@ def node_evidence(
     tails = [t for path in layout.marker_files() if (t := read_tail(path)) is not None]
     mine = ranks_on(tails, node, socket.gethostname())
     workers = max(1, min(STACK_WORKERS, len(mine)))
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rtk-stall") as pool:
+    with ThreadPoolExecutor(max_workers=workers + 1, thread_name_prefix="rtk-stall") as pool:
+        asked = ras and any(t.last.gpu_uuid for t in mine)
+        view = pool.submit(flight_ras.query_ras) if asked else None
         ranks = list(
             pool.map(lambda t: rank_evidence(layout, node, t, stack_timeout_s, py_spy), mine)
         )
@@ -109,7 +116,8 @@ def node_evidence(
             else rank
             for rank in ranks
         ]
-    return NodeEvidence(node, tuple(ranks), None, time.monotonic() - started_s)
+    ras_view = view.result() if view is not None else None
+    return NodeEvidence(node, tuple(ranks), None, time.monotonic() - started_s, ras_view)
 
 
 def gpu_readings(uuids: set[str], nvml: Any = None) -> dict[str, tuple[float, float]]:

@@ -22,6 +22,7 @@ from toolkit.fields import Fields
 from toolkit.json_types import JsonObject
 from toolkit.rundir.record_base import Record, check_version, record_fields
 from toolkit.stall.flight.collectives import CollectiveStall, RankCollectives
+from toolkit.stall.flight.ras import RasView
 
 SCHEMA_VERSION = 1
 STALL_FILE = "stall.json"  # RunDir.stall
@@ -177,12 +178,14 @@ class NodeEvidence(Record):
         error: Why the node gave no answer (did not answer in time, Ray lost it), or
             None when it answered.
         elapsed_s: How long the node took to answer (or was waited for).
+        ras: NCCL RAS's view of the job, where the node was asked for it and has it.
     """
 
     node: str
     ranks: tuple[RankEvidence, ...] = ()
     error: str | None = None
     elapsed_s: float = 0.0
+    ras: RasView | None = None
 
     @property
     def answered(self) -> bool:
@@ -196,6 +199,7 @@ class NodeEvidence(Record):
             "ranks": [rank.to_json() for rank in self.ranks],
             "error": self.error,
             "elapsed_s": self.elapsed_s,
+            "ras": self.ras.to_json() if self.ras else None,
         }
 
     @classmethod
@@ -207,6 +211,7 @@ class NodeEvidence(Record):
             ranks=tuple(RankEvidence.from_fields(rank) for rank in f.objects("ranks")),
             error=f.text_or_none("error"),
             elapsed_s=f.number("elapsed_s"),
+            ras=RasView.from_fields(held) if (held := f.nested_or_none("ras")) else None,
         )
 
 

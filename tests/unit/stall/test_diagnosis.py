@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from toolkit.rundir import RunDir
 from toolkit.stall.detector import Stall
 from toolkit.stall.diagnosis import compact_ranks, diagnose
+from toolkit.stall.flight.ras import parse_ras
 from toolkit.stall.records import (
     GONE,
     RUNNING,
@@ -25,6 +27,7 @@ from toolkit.stall.records import (
 VENV = "/home/alice/proj/.venv/lib/python3.11/site-packages"
 STDLIB = "/usr/lib/python3.11"
 TRAIN = "/home/alice/proj/train.py"
+RAS_BEHIND = Path(__file__).resolve().parents[2] / "data" / "ncclras" / "behind.json"
 
 
 def _pad(*frames: Frame) -> tuple[Frame, ...]:
@@ -299,9 +302,25 @@ def test_lines_show_everything_when_it_fits_and_refuse_no_room() -> None:
         diagnosis.lines(0)
 
 
+def test_where_every_frame_looks_the_same_nccl_ras_names_the_rank_behind() -> None:
+    """On GPUs every rank may wait at the same line; RAS counts each rank's collectives."""
+    nodes = _cluster(2, 2)
+    nodes[0] = dataclasses.replace(nodes[0], ras=parse_ras(RAS_BEHIND.read_text()))
+    diagnosis = diagnose(nodes, Stall(812, 70.0, 60.0))
+    assert diagnosis.suspects == ()
+    assert diagnosis.lines() == [
+        diagnosis.summary,
+        f"  4 ranks {WAIT_ALL_REDUCE} (ranks 0-3)",
+        "NCCL RAS: rank 2 (node01) issued 1,629 AllReduce where others issued 1,630, in "
+        "communicator 0x7a1f93c2d4 (4 ranks)",
+    ]
+    assert diagnosis.lines(limit=2) == diagnosis.lines()[:2]  # RAS gets what room is left
+
+
 def test_the_record_round_trips_through_stall_json(tmp_path: Path) -> None:
     slow = _rank(5, "node01", DATALOADER, gpu="1", local_rank=1)
     nodes = [*_cluster(4, 4, r5=slow), NodeEvidence("node04", (), "no answer in 10 s", 10.0)]
+    nodes[0] = dataclasses.replace(nodes[0], ras=parse_ras(RAS_BEHIND.read_text()))
     diagnosis = diagnose(nodes, Stall(812, 95.4, 60.0), {16: "node04"})
     record = diagnosis.to_record(nodes, detected_wall_s=1.7e9, collect_s=10.2, action="report")
     assert (record.step, record.stalled_s, record.timeout_s) == (812, 95.4, 60.0)

@@ -15,11 +15,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from fake_nvml import FakeGpu, FakeNvml
 from rank_processes import WAIT_FUNCTION, WAIT_LINE, Ranks
 
 from toolkit.rundir import RunDir
 from toolkit.rundir.markers import Marker
+from toolkit.stall.flight.ras import parse_ras
 from toolkit.stall.node_evidence import (
     MarkerTail,
     gpu_readings,
@@ -117,6 +119,33 @@ def test_a_ranks_gpu_utilisation_and_power_come_with_its_evidence(tmp_path: Path
         # A GPU NVML does not know, or no NVML at all: the evidence goes without.
         assert gpu_readings({"GPU-9"}, nvml) == {}
         assert gpu_readings({"GPU-3"}, FakeNvml(init_error=9)) == {}
+    finally:
+        later.kill()
+        later.wait()
+
+
+def test_a_node_asked_for_nccl_ras_gives_its_view_where_a_rank_has_a_gpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ncclras`` on the PATH (a script printing a kept answer) is asked once, with --ras."""
+    answer = Path(__file__).resolve().parents[2] / "data" / "ncclras" / "behind.json"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    client = bin_dir / "ncclras"
+    client.write_text(f"#!/bin/sh\necho asked >> {tmp_path}/asked\ncat {answer}\n")
+    client.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    later = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        run = RunDir(tmp_path / "run")
+        run.markers_dir.mkdir(parents=True)
+        run.marker(3).write_bytes(lines(marker("step_end", pid=later.pid, gpu_uuid="GPU-3")))
+        seen = node_evidence(str(run.root), "node-a", nvml=FakeNvml([]), ras=True)
+        assert seen.ras == parse_ras(answer.read_text())
+        assert node_evidence(str(run.root), "node-a", nvml=FakeNvml([])).ras is None
+        run.marker(3).write_bytes(lines(marker("step_end", pid=later.pid, gpu_uuid=None)))
+        assert node_evidence(str(run.root), "node-a", ras=True).ras is None  # no GPU here
+        assert (tmp_path / "asked").read_text() == "asked\n"
     finally:
         later.kill()
         later.wait()
