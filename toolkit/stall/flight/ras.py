@@ -26,8 +26,10 @@ import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from toolkit.errors import RtkError
 from toolkit.fields import Fields
 from toolkit.json_types import JsonObject
+from toolkit.rundir.record_base import record_fields
 
 RAS_BINARY = "ncclras"
 RAS_ADDR_ENV = "NCCL_RAS_ADDR"
@@ -161,7 +163,7 @@ class RasView:
                             host=r.text("host"),
                             pid=r.integer_or_none("pid"),
                             status=r.text("status"),
-                            counts=_counts(r.obj("counts")),
+                            counts=_nccl_counts(r.nested("counts")),
                         )
                         for r in c.objects("ranks")
                     ),
@@ -181,10 +183,6 @@ class RasView:
         )
 
 
-def _counts(data: Mapping[str, object]) -> dict[str, int]:
-    return {str(op): int(str(n)) for op, n in data.items()}
-
-
 def parse_ras(text: str) -> RasView:
     """``ncclras -f json``'s output as a view; an unreadable one is a view with its error."""
     try:
@@ -195,59 +193,73 @@ def parse_ras(text: str) -> RasView:
         except ValueError as e:
             return RasView(error=f"ncclras: output is not JSON ({e})")
     try:
-        return RasView(tuple(_communicator(c) for c in _list(data, "communicators")))
-    except (KeyError, TypeError, ValueError) as e:
-        return RasView(error=f"ncclras: output not in NCCL 2.28's form ({type(e).__name__}: {e})")
+        answer = record_fields(data, "ncclras's answer")
+        return RasView(tuple(_communicator(c) for c in answer.objects("communicators")))
+    except (RtkError, ValueError) as e:
+        return RasView(error=f"ncclras: output not in NCCL 2.28's form ({e})"[:_ERROR_CHARS])
 
 
-def _list(data: object, key: str) -> list[Mapping[str, object]]:
-    if not isinstance(data, Mapping):
-        raise TypeError(f"expected an object, got {type(data).__name__}")
-    items = data.get(key, [])
-    if not isinstance(items, list):
-        raise TypeError(f"{key}: expected a list")
-    return items
-
-
-def _pid(value: object) -> int | None:
-    return int(str(value)) if value is not None else None
-
-
-def _communicator(c: Mapping[str, object]) -> RasCommunicator:
+def _communicator(c: Fields) -> RasCommunicator:
+    """One communicator in NCCL's words (``collective_counts``, ``missing_ranks``...)."""
     ranks = tuple(
         RasRank(
-            rank=int(str(r["rank"])),
-            host=str(r.get("host", "")),
-            pid=_pid(r.get("pid")),
-            status=_status(r.get("status")),
-            counts=_counts(_mapping(r.get("collective_counts"))),
+            rank=c_rank.integer("rank"),
+            host=c_rank.text_or_none("host") or "",
+            pid=_whole_or_none(c_rank, "pid"),
+            status=_status(c_rank.nested_or_none("status")),
+            counts=_nccl_counts(c_rank.nested_or_none("collective_counts")),
         )
-        for r in _list(c, "ranks")
+        for c_rank in c.objects("ranks")
     )
     missing = tuple(
         RasMissing(
-            rank=int(str(m["rank"])),
-            host=str(m.get("host", "")),
-            pid=_pid(m.get("pid")),
-            dead=_mapping(m.get("status")).get("considered_dead") is True,
+            rank=m.integer("rank"),
+            host=m.text_or_none("host") or "",
+            pid=_whole_or_none(m, "pid"),
+            dead=bool(status and status.flag_or_none("considered_dead")),
         )
-        for m in _list(c, "missing_ranks")
+        for m in c.objects("missing_ranks")
+        for status in [m.nested_or_none("status")]
     )
-    return RasCommunicator(str(c["hash"]), int(str(c.get("size", len(ranks)))), ranks, missing)
+    size = _whole_or_none(c, "size")
+    return RasCommunicator(_hash(c), len(ranks) if size is None else size, ranks, missing)
 
 
-def _mapping(value: object) -> Mapping[str, object]:
-    return value if isinstance(value, Mapping) else {}
+def _hash(c: Fields) -> str:
+    value = c.data.get("hash")
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise c.fail("hash", "a string or a number")
+    return str(value)
 
 
-def _status(value: object) -> str:
+def _whole_or_none(f: Fields, key: str) -> int | None:
+    """A whole number, written as one or as a string of digits; None when null or missing."""
+    value = f.data.get(key)
+    if value is None:
+        return None
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise f.fail(key, "a whole number")
+    return value
+
+
+def _nccl_counts(f: Fields | None) -> dict[str, int]:
+    if f is None:
+        return {}
+    counts = {op: _whole_or_none(f, op) for op in f.data}
+    return {op: n for op, n in counts.items() if n is not None}
+
+
+def _status(f: Fields | None) -> str:
     """A rank's status as RAS's fields give it (as Ray Train's detector reads them)."""
-    status = _mapping(value)
-    if status.get("abort_flag") is True:
+    if f is None:
+        return RUNNING
+    if f.flag_or_none("abort_flag"):
         return ABORTED
-    if status.get("finalize_called") is True or status.get("destroy_flag") is True:
+    if f.flag_or_none("finalize_called") or f.flag_or_none("destroy_flag"):
         return FINALIZED
-    return RUNNING if status.get("init_state", 0) == 0 else INITIALISING
+    return RUNNING if (_whole_or_none(f, "init_state") or 0) == 0 else INITIALISING
 
 
 Runner = Callable[..., "subprocess.CompletedProcess[str]"]
