@@ -157,6 +157,9 @@ def check_run(run_dir: Path, sandbox: Sandbox, steps: int) -> None:
         barriers = [r.step for r in records if r.rank == rank and r.event == "barrier"]
         assert barriers == [5, 10, 15, 20, 25, 30]
     assert 1 <= len(checkpoints(run_dir)) <= 3
+    # Every rank ran its Flight Recorder and watched for a stall's ask (its file says so).
+    flight = sorted(p.name for p in (run_dir / "flight").glob("rank-*.json"))
+    assert flight == [f"rank-{rank:05d}.json" for rank in ranks], flight
     check_telemetry(run_dir, sandbox, steps)
     # rtk train ran the fast preflight first and kept it with the run.
     checked = json.loads((run_dir / "preflight.json").read_text())

@@ -42,6 +42,20 @@ def recording(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
         return False
 
 
+def watch(run_dir: str | Path, rank: int) -> FlightDumper | None:
+    """Rank ``rank``'s dumper, started, where this process records (None: it does not).
+
+    Every rank rtk starts or records calls it once its marker file is open: its own
+    markers' stream (``recorder``), rtk's trainer (``toolkit.train.loop``).
+    """
+    if not recording():
+        return None
+    from toolkit.rundir.layout import RunDir
+
+    layout = RunDir(run_dir)
+    return FlightDumper(layout.flight_request, layout.flight_dump(rank)).start()
+
+
 class FlightDumper:
     """The thread that dumps this rank's Flight Recorder when its node asks."""
 

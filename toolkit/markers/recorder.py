@@ -194,12 +194,9 @@ class Recorder:
 
     def _start_flight_dumper(self, rank: int) -> None:
         """Dump the rank's Flight Recorder when a stall asks (``toolkit.markers.flight``)."""
-        from toolkit.markers.flight import FlightDumper, recording
-        from toolkit.rundir.layout import RunDir
+        from toolkit.markers.flight import watch
 
-        if recording():
-            layout = RunDir(self.run_dir)
-            self._flight = FlightDumper(layout.flight_request, layout.flight_dump(rank)).start()
+        self._flight = watch(self.run_dir, rank)
 
 
 def check_steps_from(source: str) -> None:

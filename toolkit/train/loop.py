@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 from toolkit import wallclock
+from toolkit.markers.flight import watch as watch_flight
 from toolkit.rundir import MarkerWriter, MetricsLine, RunDir, ThroughputSums, metrics_step
 from toolkit.train.checkpoint_meta import CheckpointMeta
 from toolkit.train.compiling import CompileClock
@@ -70,6 +71,8 @@ def train_worker(config: TrainConfig, ctx: WorkerContext) -> MetricsLine | None:
     )
     run_dir = Path(config.run_dir)
     markers = MarkerWriter(run_dir, ctx.rank, ctx.local_rank, ctx.world_size, _gpu_uuid(device))
+    # A stall's collection asks this rank for its Flight Recorder: a thread answers.
+    flight = watch_flight(run_dir, ctx.rank)
     saved = ctx.load_latest(strategy.load)
     start = saved.step if saved is not None else 0
     markers.write("run_start", start, strategy=config.strategy, resumed=saved is not None)
@@ -159,6 +162,8 @@ def train_worker(config: TrainConfig, ctx: WorkerContext) -> MetricsLine | None:
             print(f"rtk train: {_throughput_text(throughput)}", flush=True)
     finally:
         markers.close()
+        if flight is not None:
+            flight.stop()
         if metrics_file is not None:
             metrics_file.close()
     return last

@@ -16,9 +16,16 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from conftest import REPO
 
-from toolkit.markers.flight import FlightDumper, flight_recorder_dump, merge_dumps, recording
+from toolkit.markers.flight import (
+    FlightDumper,
+    flight_recorder_dump,
+    merge_dumps,
+    recording,
+    watch,
+)
 from toolkit.rundir.layout import RunDir
 from toolkit.stall.flight.collectives import diagnose_collectives, rank_collectives
 from toolkit.stall.node_evidence import node_evidence
@@ -126,6 +133,21 @@ def test_a_request_is_answered_once_and_nothing_is_dumped_without_torch_distribu
     assert not layout.flight_dump(0).exists()
     assert recording({"TORCH_FR_BUFFER_SIZE": "500"})
     assert not recording({}) and not recording({"TORCH_FR_BUFFER_SIZE": "x"})
+
+
+def test_a_rank_watches_only_where_its_process_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TORCH_FR_BUFFER_SIZE", raising=False)
+    assert watch(tmp_path, 3) is None
+    assert not RunDir(tmp_path).flight_dump(3).exists()
+    monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "500")
+    dumper = watch(tmp_path, 3)
+    assert dumper is not None
+    try:  # it says it watches: its file, with no request in it
+        assert json.loads(RunDir(tmp_path).flight_dump(3).read_text()) == {"request": None}
+    finally:
+        dumper.stop()
 
 
 def test_nccls_and_gloos_rings_merge_with_each_backends_groups_apart() -> None:

@@ -188,10 +188,15 @@ def test_a_stop_request_ends_every_rank_at_one_step_with_a_checkpoint(tmp_path: 
     assert [m["step"] for m in metrics(run)] == list(range(1, stopped_at + 6))
 
 
-def test_a_run_without_checkpoints_on_stop_ignores_the_request(tmp_path: Path) -> None:
+def test_a_run_without_checkpoints_on_stop_ignores_the_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "500")  # as rtk's jobs set it
     run = tmp_path / "run"
     run.mkdir()
     RunDir(run).stop_request.write_text("{}")
     run_local(config(run, max_steps=3, save_steps=0, barrier_every=0), 1, tmp_path / "rv")
     assert [m["step"] for m in metrics(run)] == [1, 2, 3]
     assert [r.step for r in read_markers(run) if r.event == "run_end"] == [3]
+    # The rank's Flight Recorder answered a stall's ask: it said it watches.
+    assert json.loads(RunDir(run).flight_dump(0).read_text()) == {"request": None}
