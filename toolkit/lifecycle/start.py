@@ -25,6 +25,7 @@ from toolkit.credentials.rotate import rotate_credentials
 from toolkit.errors import ClusterError, WaitTimeoutError
 from toolkit.jobs import shipped_code
 from toolkit.json_types import JsonObject
+from toolkit.lifecycle.ctrl_c import HeldCtrlC
 from toolkit.lifecycle.down import stop_nodes
 from toolkit.lifecycle.failures.missing import explain_unjoined, missing_text
 from toolkit.lifecycle.node_start import (
@@ -277,22 +278,24 @@ def _start_all(
     pool = ThreadPoolExecutor(max_workers=max(1, min(parallel, len(plan.nodes))))
     # The head is prepared and started in one task, submitted first so it never queues
     # behind workers. The workers' preparations are submitted by a thread of their own
-    # once the head is prepared: on few cores their SSH handshakes and probes slowed
-    # the head's own (0.8 s to start it at 6 nodes on 2 cores, against 0.4 s alone),
-    # and they have the whole of the head's start to finish in. Making the pool's
-    # threads takes a while at 1,000 nodes; this thread starts each worker as soon as
-    # it is ready meanwhile.
+    # once the head is prepared: on few cores their SSH handshakes and probes slowed the
+    # head's own (0.8 s to start it at 6 nodes on 2 cores, against 0.4 s alone). Making
+    # 1,000 threads takes a while; this thread starts each worker when it is ready.
     feeder = _Feeder(pool, prepare_worker, plan.workers, after=head_prepared)
-    try:
-        head_done = pool.submit(bring_head)
-        feeder.start()
-        head_done.result()
-        if outcomes[head.name].action == "failed":
-            raise ClusterError(f"head {head.name} failed: {outcomes[head.name].error}")
-        return _start_workers(plan, transport, reporter, outcomes, ready, clocks.workers)
-    finally:
-        feeder.stop()
-        pool.shutdown(wait=True, cancel_futures=True)
+    with HeldCtrlC() as ctrl_c:  # Ctrl-C raised between waits, never inside the pool's locks
+        try:
+            head_done = pool.submit(bring_head)
+            feeder.start()
+            ctrl_c.wait_for([head_done])
+            head_done.result()
+            if outcomes[head.name].action == "failed":
+                raise ClusterError(f"head {head.name} failed: {outcomes[head.name].error}")
+            return _start_workers(
+                plan, transport, reporter, outcomes, ready, clocks.workers, ctrl_c
+            )
+        finally:
+            feeder.stop()
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 class _Feeder(threading.Thread):
@@ -331,6 +334,7 @@ def _start_workers(
     outcomes: dict[str, NodeOutcome],
     ready: queue.SimpleQueue[NodePlan | None],
     clock: SpanClock,
+    ctrl_c: HeldCtrlC,
 ) -> int:
     """Start each worker as it comes ``ready`` (None: it need not), in waves; how many.
 
@@ -367,10 +371,12 @@ def _start_workers(
     pool = ThreadPoolExecutor(max_workers=max(1, len(plan.workers)))
     try:
         for _ in plan.workers:
-            node_plan = _next_ready(ready)
+            node_plan = _next_ready(ready, ctrl_c)
             if node_plan is not None:
                 waves.wait()
+                ctrl_c.check()
                 starts[node_plan.name] = pool.submit(start_worker, node_plan)
+        ctrl_c.wait_for(list(starts.values()))
         for name, start in starts.items():
             try:
                 start.result()
@@ -382,9 +388,10 @@ def _start_workers(
     return waves.waves
 
 
-def _next_ready(ready: queue.SimpleQueue[NodePlan | None]) -> NodePlan | None:
+def _next_ready(ready: queue.SimpleQueue[NodePlan | None], ctrl_c: HeldCtrlC) -> NodePlan | None:
     """The next worker prepared; waits in short steps, so Ctrl-C is seen at once."""
     while True:
+        ctrl_c.check()
         try:
             return ready.get(timeout=0.5)
         except queue.Empty:
