@@ -157,30 +157,34 @@ class RasView:
                 RasCommunicator(
                     hash=c.text("hash"),
                     size=c.integer("size"),
-                    ranks=tuple(
-                        RasRank(
-                            rank=r.integer("rank"),
-                            host=r.text("host"),
-                            pid=r.integer_or_none("pid"),
-                            status=r.text("status"),
-                            counts=_nccl_counts(r.nested("counts")),
-                        )
-                        for r in c.objects("ranks")
-                    ),
-                    missing=tuple(
-                        RasMissing(
-                            rank=m.integer("rank"),
-                            host=m.text("host"),
-                            pid=m.integer_or_none("pid"),
-                            dead=m.flag("dead"),
-                        )
-                        for m in c.objects("missing")
-                    ),
+                    ranks=tuple(_kept_rank(r) for r in c.objects("ranks")),
+                    missing=tuple(_kept_missing(m) for m in c.objects("missing")),
                 )
                 for c in f.objects("communicators")
             ),
             error=f.text_or_none("error"),
         )
+
+
+def _kept_rank(r: Fields) -> RasRank:
+    """A rank as ``RasView.to_json`` keeps it."""
+    return RasRank(
+        rank=r.integer("rank"),
+        host=r.text("host"),
+        pid=r.integer_or_none("pid"),
+        status=r.text("status"),
+        counts=_nccl_counts(r.nested("counts")),
+    )
+
+
+def _kept_missing(m: Fields) -> RasMissing:
+    """A missing rank as ``RasView.to_json`` keeps it."""
+    return RasMissing(
+        rank=m.integer("rank"),
+        host=m.text("host"),
+        pid=m.integer_or_none("pid"),
+        dead=m.flag("dead"),
+    )
 
 
 def parse_ras(text: str) -> RasView:
