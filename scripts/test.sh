@@ -18,6 +18,9 @@ phase() {
 }
 # RTK_TEST_JUNIT=FILE keeps pytest's JUnit report (every test's time) there.
 junit=${RTK_TEST_JUNIT:-$(mktemp --suffix .xml)}
+# Each test's worker, start and end (tests/conftest.py writes them): each worker's stretch.
+timeline=$(mktemp --suffix .timeline)
+export RTK_TEST_TIMELINE=$timeline
 times() {
   local status=$?
   trap - EXIT
@@ -27,9 +30,10 @@ times() {
     awk -v name="${entry%:*}" -v s="${entry##*:}" 'BEGIN { printf "  %-28s %5.1f min\n", name, s / 60 }'
   done
   if [ -s "$junit" ] && [ -x .venv/bin/python ]; then
-    .venv/bin/python scripts/test_times.py "$junit" || true
+    .venv/bin/python scripts/test_times.py "$junit" --timeline "$timeline" || true
   fi
   [ -n "${RTK_TEST_JUNIT:-}" ] || rm -f "$junit"
+  rm -f "$timeline"
   [ -z "${RTK_TEST_NODES_TORCH_EXTENSIONS_DIR:-}" ] || rm -rf "$RTK_TEST_NODES_TORCH_EXTENSIONS_DIR"
   exit "$status"
 }

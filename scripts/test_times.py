@@ -1,6 +1,7 @@
 """Where the tests' time went: worker seconds per folder, from pytest's JUnit file.
 
     python scripts/test_times.py JUNIT_XML [--write-seconds tests/module_seconds.json]
+                                 [--timeline FILE]
 
 ``scripts/test.sh`` prints it at the end of every run, after the wall time per phase:
 the tests of one pass run on several workers at once, so the pass's wall time does not
@@ -12,6 +13,11 @@ a module's first test), for they are most of the time.
 ``--write-seconds FILE`` also writes each test module's worker seconds there, which
 ``tests/conftest.py`` reads to hand the longest groups of tests out first: refresh it
 from a CI run's JUnit file (``RTK_TEST_JUNIT``) when modules come, go or change much.
+
+``--timeline FILE`` (what ``RTK_TEST_TIMELINE`` made tests/conftest.py write: each
+test's worker, start and end) also prints each worker's stretch of the pass: when it
+ended, and the modules it ran for a minute or more, in order, with their minutes from
+the pass's start. A worker that ends long before the others shows the run's tail.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from pathlib import Path
 
 SHOWN = 12  # folders listed; the rest summed in one line
 MODULES_SHOWN = 30  # integration modules listed
+LONG_S = 60.0  # a module run a worker's timeline names (the shorter ones are counted)
 
 
 def folder_of(classname: str) -> str:
@@ -89,6 +96,51 @@ def write_seconds(path: str, out: str) -> None:
         f.write("\n")
 
 
+def worker_runs(lines: list[str]) -> dict[str, list[tuple[str, float, float]]]:
+    """Worker -> the modules it ran, in order: (module, start_s, end_s).
+
+    The consecutive tests of one module are joined. ``lines``: ``WORKER START_S END_S
+    NODEID``, as tests/conftest.py writes them; a torn line is skipped.
+    """
+    tests: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
+    for line in lines:
+        parts = line.split(maxsplit=3)
+        if len(parts) != 4:
+            continue
+        try:
+            start_s, end_s = float(parts[1]), float(parts[2])
+        except ValueError:
+            continue
+        tests[parts[0]].append((start_s, end_s, parts[3].split("::", 1)[0]))
+    runs: dict[str, list[tuple[str, float, float]]] = {}
+    for worker, mine in tests.items():
+        joined: list[tuple[str, float, float]] = []
+        for start_s, end_s, module in sorted(mine):
+            if joined and joined[-1][0] == module:
+                joined[-1] = (module, joined[-1][1], end_s)
+            else:
+                joined.append((module, start_s, end_s))
+        runs[worker] = joined
+    return runs
+
+
+def timeline_lines(runs: dict[str, list[tuple[str, float, float]]]) -> list[str]:
+    """A line per worker: when it ended and its long module runs, in minutes from the start."""
+    if not runs:
+        return []
+    t0 = min(r[0][1] for r in runs.values() if r)
+    out = []
+    for worker in sorted(runs):
+        mine = runs[worker]
+        long = [r for r in mine if r[2] - r[1] >= LONG_S]
+        named = [f"{Path(m).stem} {(a - t0) / 60:.1f}-{(b - t0) / 60:.1f}" for m, a, b in long]
+        short = len(mine) - len(long)
+        tail = f" (+{short} shorter)" if short else ""
+        end = (mine[-1][2] - t0) / 60 if mine else 0.0
+        out.append(f"  {worker:<5} ends {end:5.1f} min: {', '.join(named) or '-'}{tail}")
+    return out
+
+
 def _table(ranked: list[tuple[str, tuple[float, int]]], shown: int, what: str) -> None:
     for name, (seconds, count) in ranked[:shown]:
         print(f"  {name:<28} {seconds / 60:5.1f} min  {count:5d} tests")
@@ -107,6 +159,13 @@ def main(argv: list[str]) -> int:
     if argv and not Path(argv[0]).is_file():
         print(f"test_times: {argv[0]}: no such JUnit file", file=sys.stderr)
         return 2
+    timeline: list[str] = []
+    if len(argv) >= 3 and argv[-2] == "--timeline":
+        try:
+            timeline = timeline_lines(worker_runs(Path(argv[-1]).read_text().splitlines()))
+        except OSError as e:
+            print(f"test_times: {argv[-1]}: {e.strerror}", file=sys.stderr)
+        argv = argv[:-2]
     if len(argv) == 3 and argv[1] == "--write-seconds":
         write_seconds(argv[0], argv[2])
         argv = argv[:1]
@@ -124,6 +183,9 @@ def main(argv: list[str]) -> int:
     if modules:
         print("== integration modules (worker time, bring-ups included)")
         _table(modules, MODULES_SHOWN, "modules")
+    if timeline:
+        print("== each worker's stretch (modules of a minute or more, minutes from the start)")
+        print("\n".join(timeline))
     return 0
 
 

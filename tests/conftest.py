@@ -169,6 +169,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: rank[module_of[id(item)]])
 
 
+# RTK_TEST_TIMELINE=FILE: each test's worker, start and end (wall seconds) and node id,
+# a line each, appended there; scripts/test_times.py --timeline FILE shows each
+# worker's groups in order and the CPU they left idle (JUnit has no start times).
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    start_s = time.time()
+    yield
+    path = os.environ.get("RTK_TEST_TIMELINE")
+    if path:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(f"{worker} {start_s:.2f} {time.time():.2f} {item.nodeid}\n")
+
+
 # Hypothesis (tests/unit/properties/): "ci", the default everywhere, is CI's bounded
 # budget: a fixed seed (derandomize), so every run tries the same cases and a failure
 # reproduces; no example database. "long" (RTK_HYPOTHESIS_PROFILE=long) is the run by
