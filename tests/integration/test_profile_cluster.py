@@ -166,8 +166,7 @@ def test_a_failed_run_is_recorded_and_the_sweep_goes_on(sandbox: Sandbox) -> Non
         with (workdir / "sweep" / "runs.csv").open() as f:
             statuses = {r["run_id"]: r["status"] for r in csv.DictReader(f)}
         assert statuses == {"code=3#1": "failed", "code=0#1": "succeeded"}
-        # Running it again retries only the failed run.
-        again = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
-        assert "1 run(s) this time (1 failed), 1 finished earlier and skipped" in again.stdout
+        # That a sweep run again retries only its failed runs is the plan's (the dry run
+        # in tests/unit/flows/test_sweep.py), and skipping finished ones is checked above.
     finally:
         subprocess.run(["rm", "-rf", str(workdir)], check=False)

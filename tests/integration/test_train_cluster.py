@@ -653,7 +653,7 @@ def test_a_node_cut_off_mid_run_is_named_and_the_run_resumes_without_it(
     run_dir = trained["output"] / "excluded"
     job = rtk_background(
         trained,
-        *("train", str(inventory), *TRAIN, "--max-steps", "120", "--save-steps", "25"),
+        *("train", str(inventory), *TRAIN, "--max-steps", "75", "--save-steps", "25"),
         *("--stall-timeout-s", "10", "--on-stall", "restart-excluding"),
         *("--output-dir", str(trained["output"]), "--run-id", "excluded"),
     )
@@ -686,7 +686,7 @@ def test_a_node_cut_off_mid_run_is_named_and_the_run_resumes_without_it(
         sandbox_train.run_in(victim, ["pkill", "-9", "-f", "ray"])
         rtk("up", trained["inventory"], env=trained["env"], timeout=300)
     assert job.returncode == 0, output[-4000:]
-    assert "SUCCEEDED after" in output and "finished at step 120" in output
+    assert "SUCCEEDED after" in output and "finished at step 75" in output
     assert (run_dir / "stall.json").exists(), output[-6000:]
     (stall,) = json.loads((run_dir / "stall.json").read_text())
     assert stall["action"] == "restart-excluding" and stall["excluded"] == [victim]
@@ -702,7 +702,7 @@ def test_a_node_cut_off_mid_run_is_named_and_the_run_resumes_without_it(
     assert len(restarts) == 2 and victim not in {m.node for m in restarts}
     assert {m.world_size for m in restarts} == {2}
     assert all(m.step % 25 == 0 for m in restarts)
-    assert [m["step"] for m in metric_steps(run_dir)][-1] == 120
+    assert [m["step"] for m in metric_steps(run_dir)][-1] == 75
 
 
 def _markers(run_dir: Path) -> list[Any]:
