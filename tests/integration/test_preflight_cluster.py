@@ -51,8 +51,10 @@ def failures(result: dict[str, Any]) -> set[tuple[str, str]]:
     return {(c["name"], c["scope"]) for c in result["checks"] if c["status"] == "fail"}
 
 
-def test_a_healthy_cluster_passes(cluster: Sandbox) -> None:
-    code, result = preflight(cluster)
+def test_a_healthy_cluster_passes_with_its_bandwidth_and_an_all_reduce(cluster: Sandbox) -> None:
+    # Small sizes: the sweep's default sizes are the unit tests' business; here the
+    # question is whether every node takes part.
+    code, result = preflight(cluster, "--bandwidth", "--allreduce-sizes", "1M,4M")
     assert code == 0, result
     assert failures(result) == set()
     assert result["exclude"] == [] and result["links"] == []
@@ -90,6 +92,12 @@ def test_a_healthy_cluster_passes(cluster: Sandbox) -> None:
     verbose = rtk("preflight", str(cluster.inventory_path), "--verbose", env=cluster.env)  # type: ignore[attr-defined]
     passed = [c for c in result["checks"] if c["status"] == "pass"]
     assert len(verbose.stdout.splitlines()) > len(passed)  # a line each, and the warnings
+    # --bandwidth: every node's link to the next measured, and a gloo all-reduce of all.
+    tcp = {c["scope"]: c for c in result["checks"] if c["name"] == "net.bandwidth.tcp"}
+    assert set(tcp) == {f"{a}->{b}" for a, b in zip(names, names[1:] + names[:1], strict=True)}
+    reduce = next(c for c in result["checks"] if c["name"] == "net.bandwidth.allreduce")
+    assert reduce["status"] == "pass"
+    assert reduce["measured"].startswith("busbw ") and "(gloo, 6 ranks)" in reduce["measured"]
 
 
 def test_a_host_name_resolving_to_loopback_is_caught_on_its_node(cluster: Sandbox) -> None:
@@ -187,19 +195,6 @@ def test_a_firewalled_ray_port_is_caught_from_every_peer_of_that_node(cluster: S
     assert [e["node"] for e in result["exclude"]] == [node], result["exclude"]
     assert result["links"] == []
     assert preflight(cluster)[0] == 0  # undone
-
-
-def test_bandwidth_on_a_healthy_ring_and_an_all_reduce_passes(cluster: Sandbox) -> None:
-    # Small sizes: the sweep's default sizes are the unit tests' business; here the
-    # question is whether every node takes part.
-    code, result = preflight(cluster, "--bandwidth", "--allreduce-sizes", "1M,4M")
-    assert code == 0, failures(result)
-    names = [n.name for n in cluster.nodes]
-    tcp = {c["scope"]: c for c in result["checks"] if c["name"] == "net.bandwidth.tcp"}
-    assert set(tcp) == {f"{a}->{b}" for a, b in zip(names, names[1:] + names[:1], strict=True)}
-    reduce = next(c for c in result["checks"] if c["name"] == "net.bandwidth.allreduce")
-    assert reduce["status"] == "pass"
-    assert reduce["measured"].startswith("busbw ") and "(gloo, 6 ranks)" in reduce["measured"]
 
 
 # The starved node's GEMM shares its CPU share (a cgroup weight, as its peers have)

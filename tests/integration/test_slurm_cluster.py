@@ -217,44 +217,26 @@ def test_each_preflight_policy_through_sbatch_on_a_node_failing_a_check(
     assert ray_processes(cluster) == {}
 
 
-def test_scancel_mid_run_leaves_no_ray_process_on_any_node(cluster: Sandbox, workdir: Path) -> None:
-    submitted = rtk_in(
-        cluster,
-        workdir,
-        *("sbatch", "submit", str(cluster.inventory_path), "--job-name", "held"),
-        *("--job-output", str(workdir / "held-%j.out")),
-    )
-    assert submitted.returncode == 0, submitted.stderr
-    job_id = submitted.stdout.strip()
-    output = workdir / f"held-{job_id}.out"
-
-    def cluster_up() -> bool:
-        return output.exists() and "3/3 node(s) alive" in output.read_text()
-
-    wait_for(cluster_up, 180, "the held cluster to come up")
-    assert set(ray_processes(cluster)) == {n.name for n in cluster.nodes}
-    subprocess.run(
-        ["scancel", job_id], env={**os.environ, **cluster.slurm_env()}, check=True, timeout=30
-    )
-    wait_for(lambda: not ray_processes(cluster), 60, "every Ray process to end")
-    wait_for(lambda: scontrol_job(cluster, job_id)["JobState"] == "CANCELLED", 60, "CANCELLED")
-
-
-def test_two_jobs_sharing_a_node_run_at_once_on_their_own_ports(
+def test_two_jobs_sharing_a_node_run_at_once_on_their_own_ports_and_scancel_stops_one(
     cluster: Sandbox, workdir: Path
 ) -> None:
+    """Two 2-node jobs share node2, each on ports of its own; the right one, held in its
+    workload, is cancelled mid-run (scancel) and leaves no Ray process on any node,
+    while the left one runs to its end."""
     # Ray's workers must find their own cluster, not "the" one, on a node that runs two:
     # the state API (Ray Train's PlacementGroupCleaner uses it) looks for it there.
     probe = (
-        "import os, ray, time\n"
+        "import os, ray, sys, time\n"
         "from ray.util.state import list_nodes\n"
         "ray.init(); time.sleep(8)\n"
-        "print('alive nodes:', sorted(n['NodeManagerHostname'] for n in ray.nodes() if n['Alive']))\n"
+        "print('alive nodes:', sorted(n['NodeManagerHostname'] for n in ray.nodes() if n['Alive']), flush=True)\n"
         "def where():\n"
         "    return ray.get_runtime_context().get_node_id(), len(list_nodes())\n"
         "tasks = [ray.remote(where).options(scheduling_strategy='SPREAD').remote() for _ in range(6)]\n"
         "seen = set(ray.get(tasks))\n"
-        "print('state API from', len({n for n, _ in seen}), 'node(s) sees', sorted({c for _, c in seen}))\n"
+        "print('state API from', len({n for n, _ in seen}), 'node(s) sees', sorted({c for _, c in seen}), flush=True)\n"
+        "if sys.argv[1:] == ['hold']:\n"
+        "    print('holding', flush=True); time.sleep(600)\n"
     )
     jobs = {}
     for name, nodes in (("left", "node1,node2"), ("right", "node2,node3")):
@@ -264,7 +246,7 @@ def test_two_jobs_sharing_a_node_run_at_once_on_their_own_ports(
             *("sbatch", "submit", str(cluster.inventory_path), "--job-name", name),
             *("--nodes", "2", f"--sbatch-arg=--nodelist={nodes}"),
             *("--job-output", str(workdir / f"{name}-%j.out"), "--output-dir", str(workdir)),
-            *("--", "python", "-c", probe),
+            *("--", "python", "-c", probe, *(["hold"] if name == "right" else [])),
         )
         assert submitted.returncode == 0, submitted.stderr
         jobs[name] = (submitted.stdout.strip(), nodes.split(","))
@@ -274,21 +256,33 @@ def test_two_jobs_sharing_a_node_run_at_once_on_their_own_ports(
         return states == {"RUNNING"}
 
     wait_for(both_running, 60, "both jobs to run at once")
+    right_id = jobs["right"][0]
+    right_log = workdir / f"right-{right_id}.out"
+    wait_for(
+        lambda: right_log.exists() and "holding" in right_log.read_text(),
+        300,
+        "the right job's workload to hold",
+    )
+    subprocess.run(
+        ["scancel", right_id], env={**os.environ, **cluster.slurm_env()}, check=True, timeout=30
+    )
 
     def ended() -> bool:
         states = [scontrol_job(cluster, job_id)["JobState"] for job_id, _ in jobs.values()]
         return all(s not in ("PENDING", "RUNNING", "COMPLETING") for s in states)
 
     wait_for(ended, 540, "both jobs to end")
+    wait_for(lambda: not ray_processes(cluster), 60, "every Ray process to end")
+    assert scontrol_job(cluster, right_id)["JobState"] == "CANCELLED"
     dashboards = set()
     for name, (job_id, nodes) in jobs.items():
         log = (workdir / f"{name}-{job_id}.out").read_text()
-        assert scontrol_job(cluster, job_id)["JobState"] == "COMPLETED", log[-4000:]
+        if name == "left":
+            assert scontrol_job(cluster, job_id)["JobState"] == "COMPLETED", log[-4000:]
         assert f"alive nodes: {nodes}" in log, log[-4000:]
         assert "state API from 2 node(s) sees [2]" in log, log[-4000:]
         dashboards.update(re.findall(r"dashboard (http://\S+)", log))
     assert len(dashboards) == 2  # one per job: different ports on the shared node2
-    assert ray_processes(cluster) == {}
 
 
 def test_a_requeued_training_job_trains_every_step_once_over_two_allocations(
