@@ -43,6 +43,11 @@ class NodeSpec:
     counter_scale: float = 1.0  # the GPU counter counts scale x the power ...
     counter_scale_between: tuple[float, float] | None = None  # ... in this run-time span
     throttle: list[tuple[float, float, int]] = field(default_factory=list)  # from, to, bits
+    # What its GPUs and host read while busy (idle: 345 MHz, 40 °C, 5% CPU).
+    busy_sm_clock_mhz: float = 1980.0
+    busy_temperature_c: float = 60.0
+    power_limit_w: float = 700.0
+    busy_cpu_util_pct: float = 90.0
 
 
 @dataclass
@@ -323,7 +328,7 @@ def _node_samples(
                 sample = {**stamp, "device": "host", "kind": "host"}
                 sample["power_w"] = float(powers[dev][i])
                 sample["power_source"] = node.host_power_source
-                sample["cpu_util_pct"] = 90.0 if on else 5.0
+                sample["cpu_util_pct"] = node.busy_cpu_util_pct if on else 5.0
                 sample["memory_used_bytes"] = 8 << 30
                 sample["memory_total_bytes"] = 64 << 30
                 if host_counter and full[i]:
@@ -351,10 +356,10 @@ def _node_samples(
                     "kind": "gpu",
                     **power,
                     **counter,
-                    "power_limit_w": 700.0,
-                    "sm_clock_mhz": 1980 if on else 345,
+                    "power_limit_w": node.power_limit_w,
+                    "sm_clock_mhz": node.busy_sm_clock_mhz if on else 345,
                     "mem_clock_mhz": 2619,
-                    "temperature_c": 60 if on else 40,
+                    "temperature_c": node.busy_temperature_c if on else 40,
                     "gpu_util_pct": 95 if on else 0,
                     "mem_util_pct": 40 if on else 0,
                     "memory_used_bytes": 20 << 30,

@@ -29,6 +29,13 @@ from toolkit.telemetry.report.figures.steps import (
     step_stats,
     step_sums,
 )
+from toolkit.telemetry.report.figures.straggler_causes import (
+    SlownessScores,
+    StragglerCause,
+    StretchSignals,
+    scores,
+    straggler_causes,
+)
 from toolkit.telemetry.report.figures.stragglers import Stragglers, WaitEnergy, stragglers
 from toolkit.telemetry.report.figures.views import Buckets
 from toolkit.telemetry.report.inputs.load import RunData, load_run
@@ -57,6 +64,9 @@ class Report:
         marker_phases: Time and energy per phase name the ranks marked (forward,
             backward, ...); empty without phase markers.
         power: What the run's power policy did (``power.jsonl``); None without one.
+        causes: Why each straggler was late (``figures/straggler_causes.py``).
+        slowness: Each rank's slowness score over the run and per window; None
+            without waits.
     """
 
     run_dir: Path
@@ -72,6 +82,8 @@ class Report:
     notes: list[str]
     marker_phases: list[MarkerPhase] = field(default_factory=list)
     power: PowerSummary | None = None
+    causes: list[StragglerCause] = field(default_factory=list)
+    slowness: SlownessScores | None = None
 
     @property
     def window(self) -> Window:
@@ -111,6 +123,7 @@ def build_report(run_dir: Path) -> Report:
     wait_energy = WaitEnergy(timeline.waits) if timeline.waits is not None else None
     phase_spans = timeline.phases.spans if timeline.phases is not None else None
     marked_energy = WaitEnergy(phase_spans) if phase_spans is not None else None
+    signals = StretchSignals(timeline.waits, timeline.phases) if timeline.waits else None
     nodes: dict[str, NodeReport] = {}
     checks: list[CrossCheck] = []
     read_notes: list[str] = []
@@ -119,6 +132,8 @@ def build_report(run_dir: Path) -> Report:
         node = data.manifest.nodes[name]
         series = read_series(name, files, node.offset_s, node.devices, read_notes)
         full = node_report(series, node, window, threshold_s, buckets)
+        if signals is not None:
+            signals.add(name, series)
         del series
         step_energy.add(full)
         phase_energy.add(full)
@@ -132,6 +147,7 @@ def build_report(run_dir: Path) -> Report:
         nodes[name] = full.light()
     steps = step_energies(timeline, step_energy)
     run = run_figures(nodes, timeline, data.metrics)
+    waiting = stragglers(timeline.waits, wait_energy, run.energy_j or 0.0)
     notes = [
         *data.notes,
         *read_notes,
@@ -149,10 +165,12 @@ def build_report(run_dir: Path) -> Report:
         step_stats=step_stats(steps),
         phases=phases(timeline, phase_energy),
         cross_checks=checks,
-        stragglers=stragglers(timeline.waits, wait_energy, run.energy_j or 0.0),
+        stragglers=waiting,
         notes=notes,
         marker_phases=marker_phases(timeline.phases, marked_energy),
         power=_power(Path(run_dir)),
+        causes=straggler_causes(signals, waiting) if signals is not None else [],
+        slowness=scores(signals) if signals is not None else None,
     )
 
 

@@ -7,7 +7,9 @@ What the marker API added (docs/markers.md) appears only in runs whose markers c
 it, so an older run's summary.json stays as it was: ``run.steps_from`` and
 ``run.steps_from_ranks`` (how the steps were found), ``marker_phases`` (time and energy
 per phase name), ``marks`` (the user's events by name), and ``stragglers.source`` and
-``stragglers.backward_steps`` once waits came from backward phases.
+``stragglers.backward_steps`` once waits came from backward phases. Every run with
+waits has ``stragglers.causes`` (why each straggler is late) and ``stragglers.scores``
+(each rank's slowness score), ``figures/straggler_causes.py``.
 """
 
 from __future__ import annotations
@@ -194,6 +196,8 @@ def _stragglers(report: Report) -> JsonObject | None:
         "last_by_node": _numbers(found.last_by_node),
         "slowest_rank": None if slowest is None else slowest.rank,
         "ranks": [_scalars(r) for r in found.ranks],
+        "causes": [cause.to_json() for cause in report.causes],
+        "scores": report.slowness.to_json() if report.slowness is not None else None,
     }
 
 

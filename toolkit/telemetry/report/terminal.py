@@ -33,6 +33,7 @@ DIFFERING_SHOWN = 6  # nodes that differ, shown one by one at most
 OUTLIERS_SHOWN = 5
 NOTE_LINES = 8  # notes shown up to this many lines (at least one note)
 PHASE_LINES = 2  # marked phases shown on up to this many lines
+CAUSE_LINES = 2  # stragglers explained on the screen (all of them in summary.json)
 WIDTH = 98
 # run_start's steps_from, in words (docs/markers.md).
 STEPS_FROM = {
@@ -145,6 +146,8 @@ def format_summary(report: Report, show_all: bool = False) -> str:
     waiting = straggler_line(report)
     if waiting:
         lines += textwrap.wrap(waiting, width=WIDTH, subsequent_indent="  ")
+    for cause in report.causes[:CAUSE_LINES]:
+        lines += textwrap.wrap(f"why: {cause.line()}", width=WIDTH, subsequent_indent="  ")
     if report.power is not None:
         for line in report.power.lines():
             lines += textwrap.wrap(line, width=WIDTH, subsequent_indent="  ")

@@ -33,6 +33,7 @@ USED_READINGS = (
     "cpu_util_pct",
     "sm_clock_mhz",
     "temperature_c",
+    "power_limit_w",  # a straggler's cause (figures/straggler_causes.py)
 )
 REPORT_COLUMNS = ("wall_s", "device", "power_source", *USED_READINGS)
 assert set(USED_READINGS) <= set(READINGS)
