@@ -117,7 +117,9 @@ def test_scores_put_the_straggler_below_the_others_over_the_run_and_per_window(
     assert scored["run"]["1"] == slowness.run[1]
 
 
-def span(rank: int, node: str, steps: list[int], enter: list[float], exit_: list[float]) -> SpanPart:
+def span(
+    rank: int, node: str, steps: list[int], enter: list[float], exit_: list[float]
+) -> SpanPart:
     return SpanPart(
         step=np.array(steps, dtype=np.int64),
         rank=rank,
@@ -137,10 +139,7 @@ def test_a_slow_input_phase_is_named_from_the_marked_data_phases() -> None:
     exits = [1.0 * s for s in steps]
     late = {0: 0.45, 1: 0.0, 2: 0.45}  # how long each waits at every barrier
     waits = join_spans(
-        [
-            span(r, f"node{r + 1}", steps, [e - late[r] for e in exits], exits)
-            for r in range(3)
-        ]
+        [span(r, f"node{r + 1}", steps, [e - late[r] for e in exits], exits) for r in range(3)]
     )
     data_s = {0: 0.05, 1: 0.5, 2: 0.05}
     parts = []
