@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from telemetry_fixtures import NodeSpec, RunSpec, build_run
 
-from toolkit.telemetry.report import build_report, format_summary, summary_dict
+from toolkit.telemetry.report import build_report, format_summary, summary_dict, write_report
 from toolkit.telemetry.report.figures.straggler_causes import (
     StretchSignals,
     interval_means,
@@ -58,6 +58,10 @@ def test_a_thermally_throttled_gpu_is_named_with_its_clock_and_temperature(
     causes = summary_dict(report)["stragglers"]["causes"]
     assert [(c["rank"], c["cause"]) for c in causes] == [(1, "thermal")]
     json.dumps(causes)  # JSON as it is
+    html = write_report(report).html.read_text()
+    row = html[html.index('<table id="causes">') :].split("</table>")[0]
+    assert '<td class="l">node2 GPU 0</td><td>8 of 8</td><td class="l">thermal</td>' in row
+    assert '<details id="scores">' in html  # the ranks' scores, slowest first
 
 
 def test_a_lower_power_limit_is_named(tmp_path: Path) -> None:
