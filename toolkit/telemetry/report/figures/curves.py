@@ -197,6 +197,23 @@ class EnergyCurve:
             result = self._cum_s[i] + self._fine[i] * into_s
         return result
 
+    def interval_power_w(self, edges_s: FloatArray) -> FloatArray:
+        """The average power over each interval between ``edges_s``, as ``energy_j`` has it.
+
+        NaN where the curve accounts for none of an interval.
+        """
+        edges_s = np.asarray(edges_s, dtype=np.float64)
+        energy = self.energy_j(edges_s[:-1], edges_s[1:])
+        spanned = self.spanned_s(edges_s[:-1], edges_s[1:])
+        with np.errstate(invalid="ignore", divide="ignore"):
+            power: FloatArray = np.where(spanned > 0, energy / spanned, np.nan)
+        return power
+
+    def edges_s(self, start_s: float, end_s: float) -> FloatArray:
+        """``start_s``, the curve's sample times strictly between, and ``end_s``."""
+        inside = self.t_s[(self.t_s > start_s) & (self.t_s < end_s)]
+        return np.concatenate([[start_s], inside, [end_s]])
+
     def power_w(self) -> tuple[FloatArray, FloatArray]:
         """The average power of each fine segment, at its middle."""
         keep = self._fine > 0

@@ -234,6 +234,14 @@ def device_report(
     if peak is not None:
         in_window = (peak[0] >= start) & (peak[0] <= end)
         peak_w = float(peak[1][in_window].max()) if in_window.any() else None
+    if curve is not None and end > start:
+        # No interval of the window may average more than the peak, or the average
+        # (energy over time, the same curve's) could exceed it: a short window between
+        # two samples has no sample of its own to be the peak.
+        intervals = curve.interval_power_w(curve.edges_s(start, end))
+        if np.isfinite(intervals).any():
+            highest_w = float(np.nanmax(intervals))
+            peak_w = highest_w if peak_w is None else max(peak_w, highest_w)
     throttled_s, reasons_s = _throttling(series, window, threshold_s)
     return DeviceReport(
         node=series.node,
@@ -292,18 +300,30 @@ def _bits(mask: int) -> list[int]:
 
 
 def _peak_of_sum(devices: list[DeviceReport], window: Window, threshold_s: float) -> float | None:
-    """The highest sum of the devices' power at any of their sample times in the window."""
+    """The highest sum of the devices' power in the window.
+
+    At any of their sample times, or averaged over any interval between them as their
+    energy measures it: a short window has no sample of its own, and the node's average
+    (energy over time, from the same curves) must not exceed its peak.
+    """
+    found: list[float] = []
     traces = [d.peak_series for d in devices if d.peak_series and d.peak_series[0].size]
-    if not traces:
-        return None
-    grid = np.unique(np.concatenate([t for t, _ in traces]))
+    grid = np.unique(np.concatenate([t for t, _ in traces])) if traces else np.empty(0)
     grid = grid[(grid >= window.start_s) & (grid <= window.end_s)]
-    if grid.size == 0:
-        return None
-    total = np.zeros_like(grid)
-    for t, power_w in traces:
-        total += _held(t, power_w, grid, threshold_s)
-    return float(np.nanmax(total)) if not np.isnan(total).all() else None
+    if grid.size:
+        total = np.zeros_like(grid)
+        for t, power_w in traces:
+            total += _held(t, power_w, grid, threshold_s)
+        if not np.isnan(total).all():
+            found.append(float(np.nanmax(total)))
+    curves = [d.curve for d in devices if d.curve is not None and not d.curve.empty]
+    if curves and window.end_s > window.start_s:
+        edges = np.unique(np.concatenate([c.edges_s(window.start_s, window.end_s) for c in curves]))
+        summed = np.zeros(edges.size - 1)
+        for curve in curves:
+            summed += np.nan_to_num(curve.interval_power_w(edges))
+        found.append(float(summed.max()))
+    return max(found) if found else None
 
 
 def _held(t: FloatArray, power_w: FloatArray, grid: FloatArray, threshold_s: float) -> FloatArray:

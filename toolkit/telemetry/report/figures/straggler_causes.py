@@ -234,6 +234,8 @@ def scores(signals: StretchSignals, windows: int = WINDOWS) -> SlownessScores:
     stretch = signals.stretch_s
     ok = ~np.isnan(stretch) & (stretch > 0)
     steps = np.unique(waits.step[ok])
+    if steps.size == 0:
+        return SlownessScores({}, [])
     parts = [p for p in np.array_split(steps, min(windows, steps.size)) if p.size]
     per_window = []
     for part in parts:
