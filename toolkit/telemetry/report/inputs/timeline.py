@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from toolkit.errors import RtkError
+from toolkit.rundir import RunDir
+from toolkit.stall.records import read_stalls
 from toolkit.telemetry.report.inputs.load import RunData
 from toolkit.telemetry.report.inputs.marker_summary import (
     Barrier,
@@ -105,6 +108,7 @@ def align(data: RunData) -> Timeline:
             "clock offset 0 s assumed"
         )
     window = _marker_window(markers) or _sample_window(data)
+    window = _through_stalls(data, window, notes)
     if markers.step_rank not in (0, None):
         notes.append(f"no markers from rank 0; steps are rank {markers.step_rank}'s")
     return Timeline(
@@ -130,6 +134,31 @@ def _marker_window(markers: MarkerSummary) -> Window | None:
     if start is None or end is None or end <= start:
         return None
     return Window(start, end, "markers")
+
+
+def _through_stalls(data: RunData, window: Window, notes: list[str]) -> Window:
+    """The window to the last stall's declaration, when the run hung past its last step.
+
+    A run the watchdog stopped (``--on-stall abort``) ends at its last completed step in
+    the markers, but its GPUs went on through the hang until the stall was declared:
+    that time is the run's too (its energy, its length). A run that went on after a
+    stall has later steps, which already reach past it.
+    """
+    if window.basis != "markers":
+        return window
+    try:
+        stalls = read_stalls(RunDir(data.run_dir).stall)
+    except RtkError as e:
+        notes.append(f"stall.json not read: {e}")
+        return window
+    hung_to = max((s.detected_wall_s for s in stalls), default=None)
+    if hung_to is None or hung_to <= window.end_s:
+        return window
+    notes.append(
+        f"the run hung {hung_to - window.end_s:.1f} s after its last step, until the "
+        "stall was declared: the window runs to that moment"
+    )
+    return Window(window.start_s, hung_to, window.basis)
 
 
 def _sample_window(data: RunData) -> Window:

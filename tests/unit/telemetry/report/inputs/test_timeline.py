@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from telemetry_fixtures import BuiltRun, NodeSpec, RunSpec, build_run, gpu_uuid
 
+from toolkit.stall.records import StallRecord
 from toolkit.telemetry.report import Report, build_report, write_report
 from toolkit.telemetry.report.inputs.series import read_series
 
@@ -75,3 +76,28 @@ def test_no_markers_still_builds(tmp_path: Path) -> None:
     assert any("no markers" in note for note in report.notes)
     files = write_report(report)
     assert "No step markers" in files.html.read_text()
+
+
+def test_a_run_stopped_on_a_stall_counts_its_hang_to_the_stalls_declaration(
+    tmp_path: Path,
+) -> None:
+    """--on-stall abort: the markers end at the last completed step, but the run hung on
+    until the watchdog declared the stall; the window (and so the run's time and energy)
+    runs to that moment. (A torchrun run stopped so was reported as 0.1 s long.)"""
+    fixture = build_run(tmp_path, RunSpec(nodes=[NodeSpec("node1")], steps=6, tail_s=5.0))
+    start, last_step_s = fixture.window_s
+    before = build_report(fixture.run_dir)
+    assert before.window.end_s == pytest.approx(last_step_s)
+    declared_s = last_step_s + 3.0
+    stall = StallRecord(declared_s, 6, 3.0, 2.0, "stalled at step 6 for 3 s", collect_s=0.5)
+    (fixture.run_dir / "stall.json").write_text(json.dumps([stall.to_json()]))
+    after = build_report(fixture.run_dir)
+    assert (after.window.start_s, after.window.end_s) == pytest.approx((start, declared_s))
+    assert after.window.basis == "markers"
+    assert after.run.energy_j > before.run.energy_j  # the hang's energy is the run's
+    assert any("hung 3.0 s after its last step" in note for note in after.notes)
+    # A stall.json that is not one: the markers' window, and a note.
+    (fixture.run_dir / "stall.json").write_text("{")
+    damaged = build_report(fixture.run_dir)
+    assert damaged.window.end_s == pytest.approx(last_step_s)
+    assert any(note.startswith("stall.json not read:") for note in damaged.notes)
