@@ -6,6 +6,7 @@ checkpoints on one machine, with no cluster.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import shutil
 from collections.abc import Callable
@@ -50,7 +51,14 @@ class LocalContext:
         return load(found[-1]) if found else None
 
 
-def _worker(rank: int, world: int, init: str, config: TrainConfig) -> None:
+def _worker(
+    rank: int, world: int, init: str, config: TrainConfig, env: dict[str, str], cwd: str
+) -> None:
+    # The fork server's environment and directory are those it started with: this run's
+    # are the caller's now.
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
     os.environ["RTK_NODE"] = f"local{rank}"
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     try:
@@ -60,13 +68,21 @@ def _worker(rank: int, world: int, init: str, config: TrainConfig) -> None:
         dist.destroy_process_group()
 
 
+# The ranks are forked from one server process that has imported torch and the trainer
+# already (started on the first call, kept for the caller's life): a spawned rank spent
+# about half its start, 1.5 s of CPU, importing them anew.
+_PRELOAD = ["toolkit.train.loop", "torch.distributed"]
+
+
 def run_local(config: TrainConfig, world: int, rendezvous: Path) -> None:
     """Train on ``world`` local processes; raises when any rank fails."""
     rendezvous.unlink(missing_ok=True)
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(_PRELOAD)
     mp.start_processes(  # type: ignore[attr-defined,no-untyped-call]
         _worker,
-        args=(world, f"file://{rendezvous}", config),
+        args=(world, f"file://{rendezvous}", config, dict(os.environ), os.getcwd()),
         nprocs=world,
         join=True,
-        start_method="spawn",
+        start_method="forkserver",
     )
