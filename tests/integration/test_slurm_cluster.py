@@ -236,7 +236,7 @@ def test_two_jobs_sharing_a_node_run_at_once_on_their_own_ports_and_scancel_stop
         "seen = set(ray.get(tasks))\n"
         "print('state API from', len({n for n, _ in seen}), 'node(s) sees', sorted({c for _, c in seen}), flush=True)\n"
         "if sys.argv[1:] == ['hold']:\n"
-        "    print('holding', flush=True); time.sleep(600)\n"
+        "    print('right job', 'holding', flush=True); time.sleep(600)\n"
     )
     jobs = {}
     for name, nodes in (("left", "node1,node2"), ("right", "node2,node3")):
@@ -258,8 +258,9 @@ def test_two_jobs_sharing_a_node_run_at_once_on_their_own_ports_and_scancel_stop
     wait_for(both_running, 60, "both jobs to run at once")
     right_id = jobs["right"][0]
     right_log = workdir / f"right-{right_id}.out"
+    # Its own line: the job's log also shows the command, the probe's source with it.
     wait_for(
-        lambda: right_log.exists() and "holding" in right_log.read_text(),
+        lambda: right_log.exists() and "right job holding" in right_log.read_text().splitlines(),
         300,
         "the right job's workload to hold",
     )

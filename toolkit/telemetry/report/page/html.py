@@ -8,6 +8,7 @@ folded and filterable, so the page opens as fast with 1,000 GPUs as with one.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -52,9 +53,24 @@ def _environment() -> jinja2.Environment:
         keep_trailing_newline=True,
     )
     env.filters["num"] = _num
+    env.filters["sig"] = significant
     env.filters["pct"] = lambda value: "-" if value is None else f"{value:.1%}"
     env.filters["short"] = short_device
     return env
+
+
+def significant(value: Any, digits: int = 4) -> str:
+    """A rate to ``digits`` significant figures, with thousands separators.
+
+    3,392 tokens/J, 0.0002948 J/token, 52.12 J/step (not 3,392.0965 or 0.000295).
+    """
+    if value is None:
+        return "-"
+    number = float(value)
+    if number == 0 or not math.isfinite(number):
+        return f"{number:g}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(number))))
+    return f"{number:,.{decimals}f}"
 
 
 def _num(value: Any, digits: int = 1) -> str:
@@ -84,7 +100,7 @@ def render_html(
             rules=rules_text(outliers),
             drawable=not grid.empty,
             rows=len(grid.rows),
-            kind="GPUs" if grid.kind == "gpu" else "hosts",
+            kind=("GPU" if grid.kind == "gpu" else "host") + ("s" if len(grid.rows) != 1 else ""),
             groups=_groups(report, outliers),
             outliers=_outlier_rows(outliers),
             waiting=straggler_line(report),

@@ -11,10 +11,12 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from telemetry_fixtures import NodeSpec, RunSpec, build_run
 
 from toolkit.telemetry.report import Report, build_report, write_report
 from toolkit.telemetry.report.page.canvas_data import page_data
+from toolkit.telemetry.report.page.html import significant
 
 
 def test_the_page_is_offline_and_folds_long_tables(many: Report, tmp_path: Path) -> None:
@@ -63,3 +65,25 @@ def test_marked_phases_user_events_and_how_steps_were_found_are_on_the_page(
     # The user's names are escaped: the page shows them, never runs them.
     assert "The ranks' own events: eval &lt;b&gt; (8)." in html
     assert "step collectives (from backward phases): 4" in html
+
+
+@pytest.mark.parametrize(("gpus", "heading"), [(0, "1 host by time"), (1, "1 GPU by time")])
+def test_one_row_is_named_in_the_singular(tmp_path: Path, gpus: int, heading: str) -> None:
+    run = build_run(tmp_path, RunSpec(nodes=[NodeSpec("node1", gpus=gpus)], steps=4))
+    html = write_report(build_report(run.run_dir)).html.read_text()
+    assert f"<h2>{heading}</h2>" in html
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (3392.0965, "3,392"),
+        (0.000294812, "0.0002948"),
+        (52.1234, "52.12"),
+        (1234567.8, "1,234,568"),
+        (0.0, "0"),
+        (None, "-"),
+    ],
+)
+def test_rates_are_shown_to_four_significant_figures(value: float | None, shown: str) -> None:
+    assert significant(value) == shown
