@@ -16,6 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from conftest import (
+    LIGHT_RESERVE_S,
     MAX_HEAVY_AT_ONCE,
     MODULE_SECONDS,
     REPO,
@@ -156,3 +157,17 @@ def test_a_light_group_goes_ahead_only_while_enough_heavy_ones_run() -> None:
     assert next_light(queue, heavy, heavy_running=MAX_HEAVY_AT_ONCE) == "tests/unit/test_a.py"
     # Nothing light left: the heavy ones go out after all.
     assert next_light(["train", "torchrun"], heavy, heavy_running=MAX_HEAVY_AT_ONCE) is None
+
+
+def test_light_work_is_kept_back_for_the_end_once_little_is_left() -> None:
+    """A heavy group goes out beside two others rather than run alone at the end."""
+    heavy = {"preflight"}
+    light = {f"tests/unit/test_{i}.py": 60.0 for i in range(10)}
+    queue = ["preflight", *light]
+    seconds = {"preflight": 200.0, **light}
+    full = MAX_HEAVY_AT_ONCE
+    assert next_light(queue, heavy, full, seconds) == "tests/unit/test_0.py"  # 600 s left
+    few = ["preflight", *list(light)[: int(LIGHT_RESERVE_S // 60)]]
+    assert next_light(few, heavy, full, seconds) is None  # the reserve: preflight goes
+    # With no heavy group queued, light work goes as ever.
+    assert next_light(list(light)[:2], heavy, full, seconds) == "tests/unit/test_0.py"
