@@ -85,6 +85,8 @@ class RunSpec:
     late_rank: int | None = None  # ... this rank enters "backward" late_s late every step
     late_s: float = 0.1
     steps_from: str | None = None  # run_start's steps_from
+    input_rank: int | None = None  # this rank begins every step but the first input_s late
+    input_s: float = 0.2
     steps_from_of: dict[int, str] = field(default_factory=dict)  # ... other ranks' own
     marks: tuple[str, ...] = ()  # user events (mark) written after every step_end
 
@@ -422,6 +424,7 @@ def _markers(
         "pid": 4242 + rank,
     }
     records = []
+    first_step = min((s for e, s, _, _ in schedule.events if e == "step_begin"), default=None)
     for event, step, tick, fields in schedule.events:
         extra = dict(fields)
         if event == "step_end":
@@ -432,6 +435,8 @@ def _markers(
             extra["steps_from"] = spec.steps_from_of.get(rank, spec.steps_from)
         if (event, extra.get("name"), rank) == ("phase_begin", "backward", spec.late_rank):
             tick += spec.late_s * tick_hz
+        if event == "step_begin" and rank == spec.input_rank and step not in (None, first_step):
+            tick += spec.input_s * tick_hz
         records.append(
             {
                 "v": 1,

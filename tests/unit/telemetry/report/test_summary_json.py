@@ -67,7 +67,9 @@ def test_what_the_marker_api_adds_appears_only_where_the_markers_carry_it(
     assert run["steps"] == spec.steps  # the record the sweeps read is all there still
     assert summary["marks"] == {"eval": 3 * spec.steps, "lr_drop": 3 * spec.steps}
     phases = {p["name"]: p for p in summary["marker_phases"]}
-    assert list(phases) == ["forward", "backward"]
+    # The two --auto-steps ranks' time between steps is their input (the api rank has none).
+    assert list(phases) == ["forward", "backward", "input"]
+    assert phases["input"]["ranks"] == 2
     assert list(phases["backward"]) == [
         "name",
         "count",

@@ -36,6 +36,7 @@ POWER_CAP_BITS = 0x4 | 0x80  # sw_power_cap, hw_power_brake
 HW_SLOWDOWN_BITS = 0x8
 BIT_SIGNALS = (("thermal", THERMAL_BITS), ("power_cap", POWER_CAP_BITS), ("hw", HW_SLOWDOWN_BITS))
 # Phase names that are a rank's input (its data loader), as scripts mark them.
+BUSY_PCT = 50.0  # a GPU sample at this utilisation or more: the GPU works (its clock counts)
 INPUT_PHASES = frozenset({"data", "dataloader", "input", "load", "next(dataloader)"})
 GPU_SIGNALS = ("sm_clock_mhz", "temperature_c", "power_limit_w", "thermal", "power_cap", "hw")
 SIGNALS = (*GPU_SIGNALS, "host_cpu_pct", "input_s")
@@ -101,8 +102,16 @@ class StretchSignals:
             self._fill(host, "cpu_util_pct", "host_cpu_pct", mine)
 
     def _fill_gpu(self, gpu: DeviceSeries, rows: np.ndarray) -> None:
-        for name in ("sm_clock_mhz", "temperature_c", "power_limit_w"):
+        for name in ("temperature_c", "power_limit_w"):
             self._fill(gpu, name, name, rows)
+        # The SM clock while the GPU works: an idle GPU clocks down, so a rank late for
+        # another cause (its input) would read as clocked down over its whole stretch.
+        t, clock = gpu.values("sm_clock_mhz")
+        t_util, util = gpu.values("gpu_util_pct")
+        if t_util.size == t.size and np.array_equal(t_util, t):
+            t, clock = t[util >= BUSY_PCT], clock[util >= BUSY_PCT]
+        start, end = self.start_s[rows], self.waits.enter_s[rows]
+        self.values["sm_clock_mhz"][rows] = interval_means(t, clock, start, end)
         t, reasons = gpu.values("clocks_event_reasons")
         bits = reasons.astype(np.int64)
         start, end = self.start_s[rows], self.waits.enter_s[rows]

@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from toolkit.telemetry.report.inputs.phase_markers import (
     BACKWARD,
+    PhasePairs,
     collective_waits,
     last_per_step,
     pair_phases,
@@ -39,6 +40,9 @@ from toolkit.telemetry.report.inputs.rank_markers import (
 )
 from toolkit.telemetry.report.inputs.series import FloatArray
 from toolkit.telemetry.report.inputs.spans import Phases, SpanPart, Waits, join_spans
+
+AUTO = "auto"  # run_start's steps_from under --auto-steps
+INPUT = "input"  # the phase derived between an --auto-steps rank's steps
 
 __all__ = ["Barrier", "MarkerSummary", "Phases", "StepSpan", "StepsFrom", "Waits", "reduce_markers"]
 
@@ -214,6 +218,7 @@ class _PhaseParts:
         event, label = columns.event[latest], columns.label[latest]
         starts = latest[event == RUN_START]
         code = int(columns.steps_from[starts[0]]) if starts.size else -1
+        auto = code >= 0 and columns.steps_froms[code] == AUTO
         if code >= 0:
             self.steps_from[columns.steps_froms[code]] += 1
         elif starts.size:
@@ -223,8 +228,22 @@ class _PhaseParts:
             if count:
                 self.marks[columns.labels[code]] += count
         pairs = pair_phases(event, label, columns.step[latest], columns.has_step[latest])
-        if not pairs.begin.size:
-            return
+        if pairs.begin.size:
+            self._marked(columns, rank, latest, t_s, names, pairs)
+        if auto:
+            self._input_gaps(columns, rank, latest, t_s, names)
+
+    def _marked(
+        self,
+        columns: MarkerColumns,
+        rank: int,
+        latest: IntArray,
+        t_s: FloatArray,
+        names: list[str],
+        pairs: PhasePairs,
+    ) -> None:
+        """The rank's marked phases (and, apart, its last backward of each step)."""
+        label = columns.label[latest]
         used = np.unique(label[pairs.begin]).tolist()
         to_name = np.full(len(columns.labels), -1, dtype=np.int64)
         for code in used:
@@ -249,6 +268,43 @@ class _PhaseParts:
             last = last_per_step(pairs, label, columns.labels.index(BACKWARD))
             if last.size:
                 self.backward.append(part(last, False))
+
+    def _input_gaps(
+        self, columns: MarkerColumns, rank: int, latest: IntArray, t_s: FloatArray, names: list[str]
+    ) -> None:
+        """The rank's ``input`` phases, between one step's end and the next's beginning.
+
+        Under ``--auto-steps`` a step begins at the model's first forward and ends at
+        the optimizer's step: what lies between is the data loader, above all.
+        """
+        event, step = columns.event[latest], columns.step[latest]
+        has_step = columns.has_step[latest]
+        ends = np.flatnonzero((event == STEP_END) & has_step)
+        begins = np.flatnonzero((event == STEP_BEGIN) & has_step)
+        end_at = dict(zip(step[ends].tolist(), ends.tolist(), strict=True))
+        gaps = [
+            (int(step[b]), end_at[int(step[b]) - 1], b)
+            for b in begins.tolist()
+            if int(step[b]) - 1 in end_at and t_s[b] >= t_s[end_at[int(step[b]) - 1]]
+        ]
+        if not gaps:
+            return
+        after = np.array([g[1] for g in gaps], dtype=np.int64)
+        before = np.array([g[2] for g in gaps], dtype=np.int64)
+        code = self.names.setdefault(INPUT, len(self.names))
+        self.parts.append(
+            SpanPart(
+                step=np.array([g[0] for g in gaps], dtype=np.int64),
+                rank=rank,
+                node=columns.who_index[latest[before]],
+                device=columns.gpu_index[latest[before]],
+                enter_s=t_s[after],
+                exit_s=t_s[before],
+                names=names,
+                gpus=columns.gpu,
+                label=np.full(len(gaps), code, dtype=np.int64),
+            )
+        )
 
     def joined(self) -> Phases | None:
         """Every rank's phases; None without any."""

@@ -175,3 +175,23 @@ def test_interval_means_take_the_samples_inside_each_interval() -> None:
     means = interval_means(t, v, np.array([0.5, 1.0, 4.5]), np.array([2.5, 1.0, 9.0]))
     assert means[:2].tolist() == [25.0, 20.0] and np.isnan(means[2])
     assert np.isnan(interval_means(np.empty(0), np.empty(0), np.zeros(1), np.ones(1))).all()
+
+
+def test_under_auto_steps_a_slow_input_is_read_between_a_ranks_steps(tmp_path: Path) -> None:
+    """--auto-steps marks no input phase: a step begins at the first forward and ends at
+    the optimizer's step, so the time between is the rank's input (its data loader).
+    Rank 1 begins every step 0.25 s late and so enters backward late."""
+    spec = three_nodes(
+        phases=("forward", "backward"),
+        steps_from="auto",
+        barrier_every=0,
+        late_rank=1,
+        late_s=0.3,
+        input_rank=1,
+        input_s=0.25,
+    )
+    report = build_report(build_run(tmp_path, spec).run_dir)
+    (cause,) = report.causes
+    assert (cause.rank, cause.cause) == (1, "input")
+    assert cause.findings[0].text.startswith("input 0.3")  # its idle 0.1 s and 0.25 s more
+    assert "input" in {p.name for p in report.marker_phases}

@@ -96,8 +96,11 @@ def test_a_rank_entering_backward_late_is_the_last_and_the_others_wait_for_it(
         here = np.flatnonzero(waits.step == step)
         assert int(waits.rank[here[np.argmax(waits.enter_s[here])]]) == 2
     phases = summary.phases
-    assert phases is not None and phases.names == ["forward", "backward"]
-    assert len(phases) == 3 * 3 * 2 + 3  # rank 1's extra backward of every step
+    # --auto-steps: each rank's time between two steps is its "input" (2 gaps in 3 steps).
+    assert phases is not None and phases.names == ["forward", "backward", "input"]
+    assert len(phases) == 3 * 3 * 2 + 3 + 3 * 2  # rank 1's extra backward of every step
+    inputs = phases.name == phases.names.index("input")
+    assert sorted(phases.spans.step[inputs].tolist()) == [1, 1, 1, 2, 2, 2]
     assert summary.steps_from is not None and summary.steps_from.value == "auto"
 
 
