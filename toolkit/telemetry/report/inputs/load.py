@@ -7,11 +7,12 @@ samples they hold, and the report reads one node's samples at a time
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from toolkit.errors import ReportError, RunDirError
+from toolkit.errors import ReportError, RtkError, RunDirError
 from toolkit.rundir import Manifest, MetricsLine, NodeManifest, RunDir, read_metrics
+from toolkit.stall.records import read_stalls
 from toolkit.telemetry.report.inputs.series import SampleSpan, sample_span
 
 __all__ = ["HOW_TO_RECORD", "Manifest", "NodeManifest", "RunData", "load_run"]
@@ -33,6 +34,7 @@ class RunData:
         metrics: ``metrics.jsonl`` lines, one per step (the last line of a step wins),
             sorted by step; lines that are not a step's are skipped.
         notes: What was odd about the input (skipped lines, missing files).
+        stalls_declared_s: When the watchdog declared each stall (``stall.json``).
     """
 
     run_dir: Path
@@ -42,6 +44,7 @@ class RunData:
     marker_files: list[Path]
     metrics: list[MetricsLine]
     notes: list[str]
+    stalls_declared_s: list[float] = field(default_factory=list)
 
 
 def load_run(run_dir: Path) -> RunData:
@@ -75,7 +78,12 @@ def load_run(run_dir: Path) -> RunData:
     if not markers:
         notes.append("no markers (markers/rank-*.jsonl): no step, barrier or phase figures")
     metrics = _read_metrics(layout, notes)
-    return RunData(run_dir, manifest, traces, spans, markers, metrics, notes)
+    try:
+        stalls = [stall.detected_wall_s for stall in read_stalls(layout.stall)]
+    except RtkError as e:
+        notes.append(f"stall.json not read: {e}")
+        stalls = []
+    return RunData(run_dir, manifest, traces, spans, markers, metrics, notes, stalls)
 
 
 def _read_manifest(layout: RunDir, notes: list[str]) -> Manifest:

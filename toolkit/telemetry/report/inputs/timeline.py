@@ -9,9 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from toolkit.errors import RtkError
-from toolkit.rundir import RunDir
-from toolkit.stall.records import read_stalls
 from toolkit.telemetry.report.inputs.load import RunData
 from toolkit.telemetry.report.inputs.marker_summary import (
     Barrier,
@@ -108,7 +105,7 @@ def align(data: RunData) -> Timeline:
             "clock offset 0 s assumed"
         )
     window = _marker_window(markers) or _sample_window(data)
-    window = _through_stalls(data, window, notes)
+    window = _through_stalls(data.stalls_declared_s, window, notes)
     if markers.step_rank not in (0, None):
         notes.append(f"no markers from rank 0; steps are rank {markers.step_rank}'s")
     return Timeline(
@@ -136,7 +133,7 @@ def _marker_window(markers: MarkerSummary) -> Window | None:
     return Window(start, end, "markers")
 
 
-def _through_stalls(data: RunData, window: Window, notes: list[str]) -> Window:
+def _through_stalls(declared_s: list[float], window: Window, notes: list[str]) -> Window:
     """The window to the last stall's declaration, when the run hung past its last step.
 
     A run the watchdog stopped (``--on-stall abort``) ends at its last completed step in
@@ -144,15 +141,8 @@ def _through_stalls(data: RunData, window: Window, notes: list[str]) -> Window:
     that time is the run's too (its energy, its length). A run that went on after a
     stall has later steps, which already reach past it.
     """
-    if window.basis != "markers":
-        return window
-    try:
-        stalls = read_stalls(RunDir(data.run_dir).stall)
-    except RtkError as e:
-        notes.append(f"stall.json not read: {e}")
-        return window
-    hung_to = max((s.detected_wall_s for s in stalls), default=None)
-    if hung_to is None or hung_to <= window.end_s:
+    hung_to = max(declared_s, default=None)
+    if window.basis != "markers" or hung_to is None or hung_to <= window.end_s:
         return window
     notes.append(
         f"the run hung {hung_to - window.end_s:.1f} s after its last step, until the "
